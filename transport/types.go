@@ -1,0 +1,92 @@
+package transport
+
+import (
+	"context"
+
+	"github.com/ringlimit/ringlimit/algo"
+)
+
+// Route says which path decided a check.
+type Route uint8
+
+const (
+	// RouteUnknown is the zero value; it never appears in a decided Result.
+	RouteUnknown Route = iota
+	// RouteOwner: the node that received the check owns the key and decided it.
+	RouteOwner
+	// RouteForwarded: the check was forwarded to the owner, which decided it.
+	RouteForwarded
+	// RouteFallback: the owner was unreachable; the node's OwnerUnreachable policy
+	// (fail-open, fail-closed or a local limiter) decided it.
+	RouteFallback
+)
+
+// Check is one rate-limit check as it travels between nodes and from callers.
+type Check struct {
+	// Key identifies the limited subject; 1..MaxKeyLen bytes.
+	Key string
+	// Limit is the policy; validated by algo on the owner.
+	Limit algo.Limit
+	// Hits to take; 0 peeks. 0..algo.MaxHits.
+	Hits int64
+	// CreatedAt is the caller's timestamp in Unix ns used instead of the owner's
+	// clock, or 0 for "use the owner's clock". A node may refuse it.
+	CreatedAt int64
+}
+
+// Result is the answer to one Check of a batch.
+type Result struct {
+	// Decision is valid when Code == CodeOK.
+	Decision algo.Decision
+	// Route says which path decided; set by the node.
+	Route Route
+	// Code classifies a per-check failure; CodeOK otherwise.
+	Code Code
+	// Message explains a non-OK Code and names the offending field.
+	Message string
+}
+
+// Code is the per-check outcome inside a batch.
+type Code uint8
+
+const (
+	// CodeOK: Decision is valid.
+	CodeOK Code = iota
+	// CodeNotOwner: the receiver does not own the key in its ring; the sender
+	// re-resolves the owner once and retries. The receiver never re-forwards.
+	CodeNotOwner
+	// CodeInvalidArgument: the check is malformed; Message names the field.
+	CodeInvalidArgument
+	// CodeUnavailable: the receiver is shutting down or cannot decide.
+	CodeUnavailable
+)
+
+// KeyState is the state of one key handed from its old owner to its new owner.
+type KeyState struct {
+	// Key is the limited key.
+	Key string
+	// Limit is the last Limit the key was checked with.
+	Limit algo.Limit
+	// State is algo.State in its binary form (algo.State.MarshalBinary).
+	State []byte
+}
+
+// PeerHandler is the owner side of the internal Peer service, implemented by node.
+// Its methods may be called concurrently.
+type PeerHandler interface {
+	// Forward decides checks this node owns; it returns one Result per check, in
+	// order (CodeNotOwner for keys it does not own). now for checks without
+	// CreatedAt is read by the handler.
+	Forward(ctx context.Context, checks []Check) []Result
+	// Transfer installs key states handed off by a previous owner, keeping the more
+	// restrictive state where the key already exists.
+	Transfer(ctx context.Context, states []KeyState) error
+}
+
+// LimiterHandler is the public Limiter service, implemented by node: it routes a
+// check to its owner in the cluster and returns the owner's (or the fallback's)
+// Result. An error is returned only for invalid input (wrapping
+// algo.ErrInvalidLimit or ErrInvalidCheck) or a stopped node.
+type LimiterHandler interface {
+	Check(ctx context.Context, c Check) (Result, error)
+}
