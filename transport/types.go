@@ -44,6 +44,9 @@ type Result struct {
 	Code Code
 	// Message explains a non-OK Code and names the offending field.
 	Message string
+	// Owner is the name of the node that decided, when it is known ("" otherwise).
+	// Carried on the wire as Decision.owner; set by the node.
+	Owner string
 }
 
 // Code is the per-check outcome inside a batch.

@@ -1,0 +1,242 @@
+package transport
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algo"
+	pb "github.com/ringlimit/ringlimit/transport/ringlimitv1"
+)
+
+// This file is the only place that maps between the wire messages of
+// ringlimitv1 and the Go types of this package and algo.
+
+// kindToWire maps an algo.Kind to its wire enum; an invalid Kind maps to
+// ALGORITHM_UNSPECIFIED, which the receiver rejects.
+func kindToWire(k algo.Kind) pb.Algorithm {
+	switch k {
+	case algo.SlidingWindowLog:
+		return pb.Algorithm_ALGORITHM_SLIDING_WINDOW_LOG
+	case algo.SlidingWindowCounter:
+		return pb.Algorithm_ALGORITHM_SLIDING_WINDOW_COUNTER
+	case algo.FixedWindow:
+		return pb.Algorithm_ALGORITHM_FIXED_WINDOW
+	case algo.GCRA:
+		return pb.Algorithm_ALGORITHM_GCRA
+	case algo.TokenBucket:
+		return pb.Algorithm_ALGORITHM_TOKEN_BUCKET
+	}
+	return pb.Algorithm_ALGORITHM_UNSPECIFIED
+}
+
+// kindFromWire maps a wire enum to an algo.Kind; UNSPECIFIED and values this
+// version does not know are errors wrapping ErrInvalidCheck that name the field.
+func kindFromWire(a pb.Algorithm) (algo.Kind, error) {
+	switch a {
+	case pb.Algorithm_ALGORITHM_SLIDING_WINDOW_LOG:
+		return algo.SlidingWindowLog, nil
+	case pb.Algorithm_ALGORITHM_SLIDING_WINDOW_COUNTER:
+		return algo.SlidingWindowCounter, nil
+	case pb.Algorithm_ALGORITHM_FIXED_WINDOW:
+		return algo.FixedWindow, nil
+	case pb.Algorithm_ALGORITHM_GCRA:
+		return algo.GCRA, nil
+	case pb.Algorithm_ALGORITHM_TOKEN_BUCKET:
+		return algo.TokenBucket, nil
+	case pb.Algorithm_ALGORITHM_UNSPECIFIED:
+		return 0, fmt.Errorf("%w: algorithm is unspecified", ErrInvalidCheck)
+	}
+	return 0, fmt.Errorf("%w: algorithm %d is unknown", ErrInvalidCheck, int32(a))
+}
+
+func routeToWire(r Route) pb.Route {
+	switch r {
+	case RouteOwner:
+		return pb.Route_ROUTE_OWNER
+	case RouteForwarded:
+		return pb.Route_ROUTE_FORWARDED
+	case RouteFallback:
+		return pb.Route_ROUTE_FALLBACK
+	}
+	return pb.Route_ROUTE_UNSPECIFIED
+}
+
+func routeFromWire(r pb.Route) Route {
+	switch r {
+	case pb.Route_ROUTE_OWNER:
+		return RouteOwner
+	case pb.Route_ROUTE_FORWARDED:
+		return RouteForwarded
+	case pb.Route_ROUTE_FALLBACK:
+		return RouteFallback
+	}
+	return RouteUnknown
+}
+
+func codeToWire(c Code) pb.Code {
+	switch c {
+	case CodeOK:
+		return pb.Code_CODE_OK
+	case CodeNotOwner:
+		return pb.Code_CODE_NOT_OWNER
+	case CodeInvalidArgument:
+		return pb.Code_CODE_INVALID_ARGUMENT
+	}
+	return pb.Code_CODE_UNAVAILABLE
+}
+
+// codeFromWire maps a wire code; a code this version does not know is treated
+// as CodeUnavailable (the check was not decided).
+func codeFromWire(c pb.Code) Code {
+	switch c {
+	case pb.Code_CODE_OK:
+		return CodeOK
+	case pb.Code_CODE_NOT_OWNER:
+		return CodeNotOwner
+	case pb.Code_CODE_INVALID_ARGUMENT:
+		return CodeInvalidArgument
+	}
+	return CodeUnavailable
+}
+
+// checkToWire fills m from c. The key bytes are appended to *keys, so one buffer
+// sized for a whole batch holds every key of it.
+func checkToWire(c Check, m *pb.Check, keys *[]byte) {
+	start := len(*keys)
+	*keys = append(*keys, c.Key...)
+	m.Key = (*keys)[start:len(*keys):len(*keys)]
+	m.Algorithm = kindToWire(c.Limit.Kind)
+	m.Limit = c.Limit.Limit
+	m.PeriodNs = int64(c.Limit.Period)
+	m.Burst = c.Limit.Burst
+	m.Hits = c.Hits
+	m.CreatedAtUnixNs = c.CreatedAt
+}
+
+// checkFromWire maps m to a Check. Only the algorithm can fail here; the caller
+// runs ValidateCheck on the result.
+func checkFromWire(m *pb.Check) (Check, error) {
+	k, err := kindFromWire(m.GetAlgorithm())
+	if err != nil {
+		return Check{}, err
+	}
+	return Check{
+		Key: string(m.GetKey()),
+		Limit: algo.Limit{
+			Kind:   k,
+			Limit:  m.GetLimit(),
+			Period: time.Duration(m.GetPeriodNs()),
+			Burst:  m.GetBurst(),
+		},
+		Hits:      m.GetHits(),
+		CreatedAt: m.GetCreatedAtUnixNs(),
+	}, nil
+}
+
+// checksToWire builds the wire form of a batch with three allocations in all:
+// the message values, the pointers to them, and one buffer for every key.
+func checksToWire(checks []Check) []*pb.Check {
+	n := 0
+	for i := range checks {
+		n += len(checks[i].Key)
+	}
+	keys := make([]byte, 0, n)
+	msgs := make([]pb.Check, len(checks))
+	ptrs := make([]*pb.Check, len(checks))
+	for i := range checks {
+		checkToWire(checks[i], &msgs[i], &keys)
+		ptrs[i] = &msgs[i]
+	}
+	return ptrs
+}
+
+func decisionToWire(r Result, m *pb.Decision) {
+	m.Allowed = r.Decision.Allowed
+	m.Limit = r.Decision.Limit
+	m.Remaining = r.Decision.Remaining
+	m.RetryAfterNs = int64(r.Decision.RetryAfter)
+	m.ResetAfterNs = int64(r.Decision.ResetAfter)
+	m.Route = routeToWire(r.Route)
+	m.Owner = r.Owner
+}
+
+// decisionFromWire maps a Decision message (nil reads as the zero Decision) into
+// the decision, route and owner of r.
+func decisionFromWire(m *pb.Decision, r *Result) {
+	r.Decision = algo.Decision{
+		Allowed:    m.GetAllowed(),
+		Limit:      m.GetLimit(),
+		Remaining:  m.GetRemaining(),
+		RetryAfter: time.Duration(m.GetRetryAfterNs()),
+		ResetAfter: time.Duration(m.GetResetAfterNs()),
+	}
+	r.Route = routeFromWire(m.GetRoute())
+	r.Owner = m.GetOwner()
+}
+
+// resultsToWire builds the wire form of a batch of results with four
+// allocations in all. A decision is sent only for CodeOK results.
+func resultsToWire(results []Result) []*pb.Result {
+	msgs := make([]pb.Result, len(results))
+	decs := make([]pb.Decision, len(results))
+	ptrs := make([]*pb.Result, len(results))
+	for i := range results {
+		r := &results[i]
+		m := &msgs[i]
+		m.Code = codeToWire(r.Code)
+		m.Message = r.Message
+		if r.Code == CodeOK {
+			decisionToWire(*r, &decs[i])
+			m.Decision = &decs[i]
+		}
+		ptrs[i] = m
+	}
+	return ptrs
+}
+
+// resultFromWire maps one wire result. A CodeOK result without a decision is
+// answered as CodeUnavailable: the peer did not decide it.
+func resultFromWire(m *pb.Result, r *Result) {
+	r.Code = codeFromWire(m.GetCode())
+	r.Message = m.GetMessage()
+	switch m.GetCode() {
+	case pb.Code_CODE_OK, pb.Code_CODE_NOT_OWNER, pb.Code_CODE_INVALID_ARGUMENT, pb.Code_CODE_UNAVAILABLE:
+	default:
+		r.Message = fmt.Sprintf("unknown result code %d: %s", int32(m.GetCode()), r.Message)
+	}
+	if r.Code != CodeOK {
+		return
+	}
+	if m.GetDecision() == nil {
+		r.Code = CodeUnavailable
+		r.Message = "result has no decision"
+		return
+	}
+	decisionFromWire(m.GetDecision(), r)
+}
+
+func keyStateToWire(s KeyState, m *pb.KeyState) {
+	m.Key = []byte(s.Key)
+	m.Algorithm = kindToWire(s.Limit.Kind)
+	m.Limit = s.Limit.Limit
+	m.PeriodNs = int64(s.Limit.Period)
+	m.Burst = s.Limit.Burst
+	m.State = s.State
+}
+
+func keyStateFromWire(m *pb.KeyState) (KeyState, error) {
+	k, err := kindFromWire(m.GetAlgorithm())
+	if err != nil {
+		return KeyState{}, err
+	}
+	return KeyState{
+		Key: string(m.GetKey()),
+		Limit: algo.Limit{
+			Kind:   k,
+			Limit:  m.GetLimit(),
+			Period: time.Duration(m.GetPeriodNs()),
+			Burst:  m.GetBurst(),
+		},
+		State: m.GetState(),
+	}, nil
+}

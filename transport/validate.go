@@ -1,0 +1,75 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrInvalidCheck is returned, wrapped with the offending field and value, for a
+// Check or KeyState that cannot be sent or decided: empty key, key longer than
+// the maximum, hits out of range, invalid limit (then algo.ErrInvalidLimit is
+// wrapped too), unknown algorithm, or a batch above the maximum size. The
+// servers answer it as codes.InvalidArgument; Client turns that status back into
+// an error wrapping ErrInvalidCheck.
+var ErrInvalidCheck = errors.New("transport: invalid check")
+
+// ErrUnavailable is returned, wrapped with the cause, when a check could not be
+// decided for a reason other than bad input: the peer is down, unreachable or
+// shutting down, the deadline passed, the Pool or peer was closed. node applies
+// its owner-unreachable policy to it. Handlers wrap it (for example
+// fmt.Errorf("%w: node stopped", transport.ErrUnavailable)) to make the servers
+// answer codes.Unavailable.
+var ErrUnavailable = errors.New("transport: unavailable")
+
+// DefaultMaxKeyLen is the default maximum key length, in bytes.
+const DefaultMaxKeyLen = 1024
+
+// DefaultMaxBatch is the default maximum number of items in one CheckBatch,
+// Forward or Transfer RPC.
+const DefaultMaxBatch = 1000
+
+// ValidateCheck reports whether c can be decided: a key of 1..maxKeyLen bytes
+// (maxKeyLen <= 0 means DefaultMaxKeyLen), hits in 0..algo.MaxHits, a
+// CreatedAt >= 0 (0 = owner's clock), and a Limit that algo accepts. The error
+// wraps ErrInvalidCheck, and also algo.ErrInvalidLimit for limit and hits
+// errors, and names the field and value.
+func ValidateCheck(c Check, maxKeyLen int) error {
+	if err := validateKey(c.Key, maxKeyLen); err != nil {
+		return err
+	}
+	if err := validateHits(c.Hits); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidCheck, err)
+	}
+	if c.CreatedAt < 0 {
+		return fmt.Errorf("%w: created_at %d ns is negative (0 = owner's clock)", ErrInvalidCheck, c.CreatedAt)
+	}
+	if err := validateLimit(c.Limit); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidCheck, err)
+	}
+	return nil
+}
+
+// validateKeyState checks what the receiver of a Transfer needs: a valid key and
+// a valid limit. The state bytes are algo's to judge.
+func validateKeyState(s KeyState, maxKeyLen int) error {
+	if err := validateKey(s.Key, maxKeyLen); err != nil {
+		return err
+	}
+	if err := validateLimit(s.Limit); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidCheck, err)
+	}
+	return nil
+}
+
+func validateKey(key string, maxKeyLen int) error {
+	if maxKeyLen <= 0 {
+		maxKeyLen = DefaultMaxKeyLen
+	}
+	if key == "" {
+		return fmt.Errorf("%w: key is empty", ErrInvalidCheck)
+	}
+	if len(key) > maxKeyLen {
+		return fmt.Errorf("%w: key is %d bytes, above the maximum of %d", ErrInvalidCheck, len(key), maxKeyLen)
+	}
+	return nil
+}
