@@ -1,0 +1,356 @@
+// Package httpapi is ringlimitd's HTTP/JSON interface: POST /v1/check,
+// GET /v1/members, /healthz and /readyz, plus whatever extra handlers (such as
+// Prometheus' /metrics) the daemon mounts next to them.
+//
+// Data flow: a request to /v1/check is read through http.MaxBytesReader (MaxBody),
+// decoded strictly (unknown fields and trailing data are errors), turned into a
+// transport.Check and passed to the Limiter, which routes it to the key's owner.
+// The Result comes back as a CheckResponse. Being over the limit is an answer, not
+// an error: a denied check is 200 with "allowed": false. Every failure is a JSON
+// Error with a 4xx status naming the problem (the request) or a 5xx status (the
+// node could not decide); nothing a client sends stops the server.
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/transport"
+)
+
+// MaxBody is the largest request body accepted, in bytes (64 KiB). Larger bodies
+// are answered 413.
+const MaxBody = 64 << 10
+
+// Limiter is what the HTTP API needs from a node. *node.Node provides Check and
+// Ready; the daemon adapts its Members.
+type Limiter interface {
+	// Check routes c to its owner and returns the decision (see
+	// transport.LimiterHandler). The error is for invalid input (wrapping
+	// algo.ErrInvalidLimit or transport.ErrInvalidCheck) or a stopped node.
+	Check(ctx context.Context, c transport.Check) (transport.Result, error)
+	// Members lists the cluster as this node sees it.
+	Members() []Member
+	// Ready reports whether the node serves checks.
+	Ready() bool
+}
+
+// Member is one cluster member as listed by GET /v1/members.
+type Member struct {
+	// Name is the member name, unique in the cluster.
+	Name string `json:"name"`
+	// Addr is the gRPC address.
+	Addr string `json:"addr"`
+	// GossipAddr is the memberlist address.
+	GossipAddr string `json:"gossip_addr"`
+	// ID is the instance id, new on every start.
+	ID string `json:"id"`
+	// Self marks the member that answered.
+	Self bool `json:"self"`
+}
+
+// CheckRequest is the body of POST /v1/check.
+type CheckRequest struct {
+	// Key is the limited subject; required.
+	Key string `json:"key"`
+	// Algorithm is an algo.Kind name: sliding_window_log, sliding_window_counter,
+	// fixed_window, gcra or token_bucket; required.
+	Algorithm string `json:"algorithm"`
+	// Limit is hits per Period; required, > 0.
+	Limit int64 `json:"limit"`
+	// Period is a Go duration string ("1m", "250ms"). Exactly one of Period and
+	// PeriodNS is required.
+	Period string `json:"period,omitempty"`
+	// PeriodNS is the period in nanoseconds.
+	PeriodNS int64 `json:"period_ns,omitempty"`
+	// Burst is GCRA's max_burst or TokenBucket's capacity; default 0.
+	Burst int64 `json:"burst,omitempty"`
+	// Hits to take; default 1 when absent; 0 peeks.
+	Hits *int64 `json:"hits,omitempty"`
+	// CreatedAtUnixNS is the caller's timestamp in Unix ns, used instead of the
+	// owner's clock when the daemon accepts caller timestamps; 0 or absent = the
+	// owner's clock.
+	CreatedAtUnixNS int64 `json:"created_at_unix_ns,omitempty"`
+}
+
+// CheckResponse is the 200 answer of POST /v1/check: the Decision, the path that
+// decided it and the member that decided.
+type CheckResponse struct {
+	// Allowed reports whether the hits were admitted.
+	Allowed bool `json:"allowed"`
+	// Limit is the capacity the caller sees.
+	Limit int64 `json:"limit"`
+	// Remaining is how many more hits would be allowed now.
+	Remaining int64 `json:"remaining"`
+	// RetryAfterNS is, when denied, the wait in ns until the same check would pass;
+	// 0 when allowed; -1 when it never can.
+	RetryAfterNS int64 `json:"retry_after_ns"`
+	// ResetAfterNS is the time in ns until the key is back to full capacity.
+	ResetAfterNS int64 `json:"reset_after_ns"`
+	// Route is "owner", "forwarded" or "fallback".
+	Route string `json:"route"`
+	// Owner is the member that decided ("" when unknown, as on some fallbacks).
+	Owner string `json:"owner"`
+}
+
+// Error is the body of every non-2xx answer.
+type Error struct {
+	// Error says what is wrong, naming the field or method at fault.
+	Error string `json:"error"`
+}
+
+// Options configure a Handler.
+type Options struct {
+	// Logger receives one line per failed request (debug for 4xx, warn for 5xx).
+	// nil discards.
+	Logger *slog.Logger
+	// Extra handlers mounted on the same mux, by pattern (for example "/metrics").
+	Extra map[string]http.Handler
+}
+
+type api struct {
+	lim Limiter
+	log *slog.Logger
+}
+
+// NewHandler returns the daemon's HTTP handler serving lim.
+func NewHandler(lim Limiter, opts Options) http.Handler {
+	a := &api{lim: lim, log: opts.Logger}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/check", a.check)
+	mux.HandleFunc("/v1/members", a.members)
+	mux.HandleFunc("/healthz", a.healthz)
+	mux.HandleFunc("/readyz", a.readyz)
+	for pattern, h := range opts.Extra {
+		mux.Handle(pattern, h)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		a.fail(w, r, http.StatusNotFound, fmt.Sprintf("no such path %q (want /v1/check, /v1/members, /metrics, /healthz or /readyz)", r.URL.Path))
+	})
+	return mux
+}
+
+func (a *api) check(w http.ResponseWriter, r *http.Request) {
+	if !allow(a, w, r, http.MethodPost) {
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
+	var req CheckRequest
+	if status, err := decode(r.Body, &req); err != nil {
+		a.fail(w, r, status, err.Error())
+		return
+	}
+	c, err := req.toCheck()
+	if err != nil {
+		a.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	res, err := a.lim.Check(r.Context(), c)
+	if err != nil {
+		a.fail(w, r, statusOf(err), err.Error())
+		return
+	}
+	switch res.Code {
+	case transport.CodeOK:
+	case transport.CodeInvalidArgument:
+		a.fail(w, r, http.StatusBadRequest, res.Message)
+		return
+	default: // CodeUnavailable, or CodeNotOwner leaking out of a failed re-resolve.
+		a.fail(w, r, http.StatusServiceUnavailable, fmt.Sprintf("cannot decide: %s", res.Message))
+		return
+	}
+	d := res.Decision
+	writeJSON(w, http.StatusOK, CheckResponse{
+		Allowed:      d.Allowed,
+		Limit:        d.Limit,
+		Remaining:    d.Remaining,
+		RetryAfterNS: int64(d.RetryAfter),
+		ResetAfterNS: int64(d.ResetAfter),
+		Route:        RouteName(res.Route),
+		Owner:        res.Owner,
+	})
+}
+
+// decode reads exactly one JSON object into v, refusing unknown fields and
+// trailing data. The status is 413 for a body over MaxBody, 400 otherwise.
+func decode(body io.Reader, v any) (int, error) {
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		if _, terr := dec.Token(); terr != io.EOF {
+			err = errors.New("trailing data after the JSON object")
+		}
+	}
+	var tooBig *http.MaxBytesError
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case err == nil:
+		return 0, nil
+	case errors.As(err, &tooBig):
+		return http.StatusRequestEntityTooLarge, fmt.Errorf("body larger than %d bytes", tooBig.Limit)
+	case errors.Is(err, io.EOF):
+		return http.StatusBadRequest, errors.New("empty body: want a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return http.StatusBadRequest, errors.New("malformed JSON: unexpected end of body")
+	case errors.As(err, &syntax):
+		return http.StatusBadRequest, fmt.Errorf("malformed JSON at byte %d: %v", syntax.Offset, err)
+	case errors.As(err, &typ):
+		return http.StatusBadRequest, fmt.Errorf("field %q: want %s, got JSON %s", typ.Field, typ.Type, typ.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return http.StatusBadRequest, fmt.Errorf("unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+	}
+	return http.StatusBadRequest, fmt.Errorf("malformed JSON: %v", err)
+}
+
+// toCheck validates the fields the HTTP layer owns (presence, algorithm name,
+// period syntax) and builds the check; algo and transport validate the values.
+func (req *CheckRequest) toCheck() (transport.Check, error) {
+	if req.Key == "" {
+		return transport.Check{}, errors.New(`field "key" is required`)
+	}
+	if req.Algorithm == "" {
+		return transport.Check{}, errors.New(`field "algorithm" is required (sliding_window_log, sliding_window_counter, fixed_window, gcra or token_bucket)`)
+	}
+	kind, err := algo.ParseKind(req.Algorithm)
+	if err != nil {
+		return transport.Check{}, fmt.Errorf("unknown algorithm %q (want sliding_window_log, sliding_window_counter, fixed_window, gcra or token_bucket)", req.Algorithm)
+	}
+	if req.Limit <= 0 {
+		return transport.Check{}, fmt.Errorf(`field "limit" = %d: must be > 0`, req.Limit)
+	}
+	var period time.Duration
+	switch {
+	case req.Period != "" && req.PeriodNS != 0:
+		return transport.Check{}, errors.New(`give "period" or "period_ns", not both`)
+	case req.Period != "":
+		period, err = time.ParseDuration(req.Period)
+		if err != nil {
+			return transport.Check{}, fmt.Errorf(`field "period" = %q: want a Go duration such as "1m" or "250ms"`, req.Period)
+		}
+	case req.PeriodNS != 0:
+		period = time.Duration(req.PeriodNS)
+	default:
+		return transport.Check{}, errors.New(`field "period" (Go duration, "1m") or "period_ns" is required`)
+	}
+	if period <= 0 {
+		return transport.Check{}, fmt.Errorf("period = %v: must be > 0", period)
+	}
+	if req.Burst < 0 {
+		return transport.Check{}, fmt.Errorf(`field "burst" = %d: must be >= 0`, req.Burst)
+	}
+	hits := int64(1)
+	if req.Hits != nil {
+		hits = *req.Hits
+	}
+	if hits < 0 || hits > algo.MaxHits {
+		return transport.Check{}, fmt.Errorf(`field "hits" = %d: want 0..%d`, hits, algo.MaxHits)
+	}
+	if req.CreatedAtUnixNS < 0 {
+		return transport.Check{}, fmt.Errorf(`field "created_at_unix_ns" = %d: must be >= 0`, req.CreatedAtUnixNS)
+	}
+	return transport.Check{
+		Key:       req.Key,
+		Limit:     algo.Limit{Kind: kind, Limit: req.Limit, Period: period, Burst: req.Burst},
+		Hits:      hits,
+		CreatedAt: req.CreatedAtUnixNS,
+	}, nil
+}
+
+// statusOf maps an error from Limiter.Check to an HTTP status.
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, algo.ErrInvalidLimit), errors.Is(err, transport.ErrInvalidCheck):
+		return http.StatusBadRequest
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout
+	case errors.Is(err, context.Canceled):
+		return 499 // client closed the request (nginx's convention); never seen by it
+	case errors.Is(err, transport.ErrUnavailable):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// RouteName returns the JSON name of a route: "owner", "forwarded", "fallback",
+// or "unknown".
+func RouteName(r transport.Route) string {
+	switch r {
+	case transport.RouteOwner:
+		return "owner"
+	case transport.RouteForwarded:
+		return "forwarded"
+	case transport.RouteFallback:
+		return "fallback"
+	}
+	return "unknown"
+}
+
+func (a *api) members(w http.ResponseWriter, r *http.Request) {
+	if !allow(a, w, r, http.MethodGet, http.MethodHead) {
+		return
+	}
+	ms := a.lim.Members()
+	if ms == nil {
+		ms = []Member{}
+	}
+	writeJSON(w, http.StatusOK, ms)
+}
+
+func (a *api) healthz(w http.ResponseWriter, r *http.Request) {
+	if !allow(a, w, r, http.MethodGet, http.MethodHead) {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
+	if !allow(a, w, r, http.MethodGet, http.MethodHead) {
+		return
+	}
+	if !a.lim.Ready() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// allow answers 405 with an Allow header unless r's method is one of methods.
+func allow(a *api, w http.ResponseWriter, r *http.Request, methods ...string) bool {
+	for _, m := range methods {
+		if r.Method == m {
+			return true
+		}
+	}
+	w.Header().Set("Allow", strings.Join(methods, ", "))
+	a.fail(w, r, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s (want %s)", r.Method, r.URL.Path, strings.Join(methods, " or ")))
+	return false
+}
+
+func (a *api) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	level := slog.LevelDebug
+	if status >= 500 {
+		level = slog.LevelWarn
+	}
+	a.log.Log(r.Context(), level, "http request failed", "method", r.Method, "path", r.URL.Path, "status", status, "error", msg)
+	writeJSON(w, status, Error{Error: msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

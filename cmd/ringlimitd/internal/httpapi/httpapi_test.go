@@ -1,0 +1,300 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/transport"
+)
+
+// fake is a Limiter that records the checks it receives and answers from a
+// function, so handler tests need no cluster.
+type fake struct {
+	mu     sync.Mutex
+	checks []transport.Check
+	answer func(transport.Check) (transport.Result, error)
+	ready  bool
+}
+
+func (f *fake) Check(_ context.Context, c transport.Check) (transport.Result, error) {
+	f.mu.Lock()
+	f.checks = append(f.checks, c)
+	f.mu.Unlock()
+	if f.answer != nil {
+		return f.answer(c)
+	}
+	return transport.Result{
+		Decision: algo.Decision{Allowed: true, Limit: c.Limit.Limit, Remaining: c.Limit.Limit - c.Hits, ResetAfter: time.Second},
+		Route:    transport.RouteForwarded,
+		Owner:    "node-2",
+	}, nil
+}
+
+func (f *fake) Members() []Member {
+	return []Member{{Name: "node-1", Addr: "127.0.0.1:1", GossipAddr: "127.0.0.1:2", ID: "a", Self: true}, {Name: "node-2"}}
+}
+
+func (f *fake) Ready() bool { return f.ready }
+
+func (f *fake) got() []transport.Check {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]transport.Check(nil), f.checks...)
+}
+
+func do(t *testing.T, h http.Handler, method, path, body string) (int, http.Header, string) {
+	t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req := httptest.NewRequest(method, path, r)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	return w.Code, w.Header(), w.Body.String()
+}
+
+func TestCheckGood(t *testing.T) {
+	t.Parallel()
+	f := &fake{ready: true}
+	h := NewHandler(f, Options{})
+	code, hdr, body := do(t, h, http.MethodPost, "/v1/check",
+		`{"key":"user:1","algorithm":"gcra","limit":30,"period":"1m","burst":15,"hits":2,"created_at_unix_ns":1700000000000000000}`)
+	if code != http.StatusOK {
+		t.Fatalf("status: got %d, want 200 (body %s)", code, body)
+	}
+	if ct := hdr.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type: got %q, want application/json", ct)
+	}
+	var resp CheckResponse
+	if err := json.Unmarshal([]byte(body), &resp); err != nil {
+		t.Fatalf("decode %s: %v", body, err)
+	}
+	want := CheckResponse{Allowed: true, Limit: 30, Remaining: 28, ResetAfterNS: int64(time.Second), Route: "forwarded", Owner: "node-2"}
+	if resp != want {
+		t.Errorf("response: got %+v, want %+v", resp, want)
+	}
+	// Every field of the JSON contract is present, even when zero.
+	for _, k := range []string{"allowed", "limit", "remaining", "retry_after_ns", "reset_after_ns", "route", "owner"} {
+		if !strings.Contains(body, `"`+k+`":`) {
+			t.Errorf("body %s lacks %q", body, k)
+		}
+	}
+	gotChecks := f.got()
+	wantCheck := transport.Check{
+		Key:       "user:1",
+		Limit:     algo.Limit{Kind: algo.GCRA, Limit: 30, Period: time.Minute, Burst: 15},
+		Hits:      2,
+		CreatedAt: 1700000000000000000,
+	}
+	if len(gotChecks) != 1 || gotChecks[0] != wantCheck {
+		t.Errorf("checks passed to the node: got %+v, want [%+v]", gotChecks, wantCheck)
+	}
+}
+
+func TestCheckDefaultsAndPeriodNS(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		body string
+		want transport.Check
+	}{
+		{`{"key":"k","algorithm":"token_bucket","limit":5,"period_ns":1000000000,"burst":5}`,
+			transport.Check{Key: "k", Limit: algo.Limit{Kind: algo.TokenBucket, Limit: 5, Period: time.Second, Burst: 5}, Hits: 1}},
+		{`{"key":"k","algorithm":"fixed_window","limit":5,"period":"250ms","hits":0}`,
+			transport.Check{Key: "k", Limit: algo.Limit{Kind: algo.FixedWindow, Limit: 5, Period: 250 * time.Millisecond}, Hits: 0}},
+		{"  {\"key\":\"k\",\"algorithm\":\"sliding_window_log\",\"limit\":1,\"period\":\"1h\"}\n\n",
+			transport.Check{Key: "k", Limit: algo.Limit{Kind: algo.SlidingWindowLog, Limit: 1, Period: time.Hour}, Hits: 1}},
+	}
+	for _, tt := range tests {
+		f := &fake{}
+		code, _, body := do(t, NewHandler(f, Options{}), http.MethodPost, "/v1/check", tt.body)
+		if code != http.StatusOK {
+			t.Errorf("%s: status got %d, want 200 (body %s)", tt.body, code, body)
+			continue
+		}
+		if got := f.got(); len(got) != 1 || got[0] != tt.want {
+			t.Errorf("%s: check got %+v, want %+v", tt.body, got, tt.want)
+		}
+	}
+}
+
+func TestCheckDenied(t *testing.T) {
+	t.Parallel()
+	f := &fake{answer: func(transport.Check) (transport.Result, error) {
+		return transport.Result{
+			Decision: algo.Decision{Allowed: false, Limit: 16, RetryAfter: algo.RetryNever, ResetAfter: 2 * time.Second},
+			Route:    transport.RouteFallback,
+		}, nil
+	}}
+	code, _, body := do(t, NewHandler(f, Options{}), http.MethodPost, "/v1/check", `{"key":"k","algorithm":"gcra","limit":1,"period":"1s","hits":100}`)
+	if code != http.StatusOK {
+		t.Fatalf("status: got %d, want 200 (a denial is an answer, not an error); body %s", code, body)
+	}
+	want := `{"allowed":false,"limit":16,"remaining":0,"retry_after_ns":-1,"reset_after_ns":2000000000,"route":"fallback","owner":""}` + "\n"
+	if body != want {
+		t.Errorf("body: got %s, want %s", body, want)
+	}
+}
+
+func TestCheckBadRequests(t *testing.T) {
+	t.Parallel()
+	good := `"key":"k","algorithm":"gcra","limit":10,"period":"1s"`
+	tests := []struct {
+		name   string
+		method string
+		body   string
+		status int
+		want   string // substring of the error message
+	}{
+		{"wrong method", http.MethodGet, "", http.StatusMethodNotAllowed, "method GET not allowed"},
+		{"put", http.MethodPut, "{" + good + "}", http.StatusMethodNotAllowed, "want POST"},
+		{"empty body", http.MethodPost, "", http.StatusBadRequest, "empty body"},
+		{"malformed", http.MethodPost, `{"key":`, http.StatusBadRequest, "malformed JSON"},
+		{"syntax", http.MethodPost, `{"key" "k"}`, http.StatusBadRequest, "malformed JSON"},
+		{"not an object", http.MethodPost, `[1,2]`, http.StatusBadRequest, "want httpapi.CheckRequest"},
+		{"unknown field", http.MethodPost, `{` + good + `,"limt":3}`, http.StatusBadRequest, `unknown field "limt"`},
+		{"trailing data", http.MethodPost, `{` + good + `}{}`, http.StatusBadRequest, "trailing data"},
+		{"wrong type", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":"10","period":"1s"}`, http.StatusBadRequest, `field "limit"`},
+		{"missing key", http.MethodPost, `{"algorithm":"gcra","limit":10,"period":"1s"}`, http.StatusBadRequest, `"key" is required`},
+		{"missing algorithm", http.MethodPost, `{"key":"k","limit":10,"period":"1s"}`, http.StatusBadRequest, `"algorithm" is required`},
+		{"unknown algorithm", http.MethodPost, `{"key":"k","algorithm":"leaky","limit":10,"period":"1s"}`, http.StatusBadRequest, `unknown algorithm "leaky"`},
+		{"zero limit", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":0,"period":"1s"}`, http.StatusBadRequest, `"limit" = 0`},
+		{"negative limit", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":-4,"period":"1s"}`, http.StatusBadRequest, `"limit" = -4`},
+		{"missing period", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":10}`, http.StatusBadRequest, `"period"`},
+		{"bad period", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":10,"period":"soon"}`, http.StatusBadRequest, `"period" = "soon"`},
+		{"negative period", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":10,"period":"-1s"}`, http.StatusBadRequest, "period = -1s"},
+		{"both periods", http.MethodPost, `{` + good + `,"period_ns":5}`, http.StatusBadRequest, "not both"},
+		{"negative burst", http.MethodPost, `{` + good + `,"burst":-1}`, http.StatusBadRequest, `"burst" = -1`},
+		{"negative hits", http.MethodPost, `{` + good + `,"hits":-1}`, http.StatusBadRequest, `"hits" = -1`},
+		{"huge hits", http.MethodPost, `{` + good + `,"hits":9999999999999}`, http.StatusBadRequest, `"hits" = 9999999999999`},
+		{"negative created_at", http.MethodPost, `{` + good + `,"created_at_unix_ns":-5}`, http.StatusBadRequest, "created_at_unix_ns"},
+		{"too big", http.MethodPost, `{"key":"` + strings.Repeat("a", MaxBody) + `"}`, http.StatusRequestEntityTooLarge, "larger than 65536 bytes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := &fake{}
+			code, hdr, body := do(t, NewHandler(f, Options{}), tt.method, "/v1/check", tt.body)
+			if code != tt.status {
+				t.Errorf("status: got %d, want %d (body %s)", code, tt.status, body)
+			}
+			var e Error
+			if err := json.Unmarshal([]byte(body), &e); err != nil || e.Error == "" {
+				t.Fatalf("body %q: want a JSON error (decode error %v)", body, err)
+			}
+			if !strings.Contains(e.Error, tt.want) {
+				t.Errorf("error: got %q, want it to contain %q", e.Error, tt.want)
+			}
+			if tt.status == http.StatusMethodNotAllowed && hdr.Get("Allow") != "POST" {
+				t.Errorf("Allow header: got %q, want POST", hdr.Get("Allow"))
+			}
+			if n := len(f.got()); n != 0 {
+				t.Errorf("node received %d checks, want 0", n)
+			}
+		})
+	}
+}
+
+func TestCheckNodeErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		res    transport.Result
+		err    error
+		status int
+		want   string
+	}{
+		{"invalid limit", transport.Result{}, fmt.Errorf("%w: %w: burst 0 for token_bucket", transport.ErrInvalidCheck, algo.ErrInvalidLimit), http.StatusBadRequest, "burst 0"},
+		{"invalid check", transport.Result{}, fmt.Errorf("%w: key is 2000 bytes", transport.ErrInvalidCheck), http.StatusBadRequest, "key is 2000 bytes"},
+		{"refused timestamp", transport.Result{Code: transport.CodeInvalidArgument, Message: "created_at refused"}, nil, http.StatusBadRequest, "created_at refused"},
+		{"unavailable code", transport.Result{Code: transport.CodeUnavailable, Message: "shutting down"}, nil, http.StatusServiceUnavailable, "shutting down"},
+		{"unavailable err", transport.Result{}, fmt.Errorf("%w: node stopped", transport.ErrUnavailable), http.StatusServiceUnavailable, "node stopped"},
+		{"deadline", transport.Result{}, context.DeadlineExceeded, http.StatusGatewayTimeout, "deadline"},
+		{"other", transport.Result{}, fmt.Errorf("boom"), http.StatusInternalServerError, "boom"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := &fake{answer: func(transport.Check) (transport.Result, error) { return tt.res, tt.err }}
+			code, _, body := do(t, NewHandler(f, Options{}), http.MethodPost, "/v1/check", `{"key":"k","algorithm":"gcra","limit":10,"period":"1s"}`)
+			if code != tt.status {
+				t.Errorf("status: got %d, want %d (body %s)", code, tt.status, body)
+			}
+			if !strings.Contains(body, tt.want) {
+				t.Errorf("body: got %s, want it to contain %q", body, tt.want)
+			}
+		})
+	}
+}
+
+func TestMembersHealthReady(t *testing.T) {
+	t.Parallel()
+	f := &fake{}
+	h := NewHandler(f, Options{Extra: map[string]http.Handler{
+		"/metrics": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "m 1\n") }),
+	}})
+
+	code, _, body := do(t, h, http.MethodGet, "/v1/members", "")
+	var ms []Member
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &ms) != nil || len(ms) != 2 || !ms[0].Self || ms[0].GossipAddr != "127.0.0.1:2" {
+		t.Errorf("/v1/members: got %d %s, want 200 and the two members", code, body)
+	}
+	if code, _, _ := do(t, h, http.MethodPost, "/v1/members", "{}"); code != http.StatusMethodNotAllowed {
+		t.Errorf("POST /v1/members: got %d, want 405", code)
+	}
+	if code, _, _ := do(t, h, http.MethodGet, "/healthz", ""); code != http.StatusOK {
+		t.Errorf("/healthz: got %d, want 200", code)
+	}
+	if code, _, body := do(t, h, http.MethodGet, "/readyz", ""); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz before ready: got %d %s, want 503", code, body)
+	}
+	f.mu.Lock()
+	f.ready = true
+	f.mu.Unlock()
+	if code, _, _ := do(t, h, http.MethodGet, "/readyz", ""); code != http.StatusOK {
+		t.Errorf("/readyz when ready: got %d, want 200", code)
+	}
+	if code, _, body := do(t, h, http.MethodGet, "/metrics", ""); code != http.StatusOK || body != "m 1\n" {
+		t.Errorf("/metrics: got %d %q, want the extra handler", code, body)
+	}
+	if code, _, body := do(t, h, http.MethodGet, "/nope", ""); code != http.StatusNotFound || !strings.Contains(body, `/nope`) {
+		t.Errorf("/nope: got %d %s, want a 404 JSON error", code, body)
+	}
+}
+
+// TestServerSurvivesBadRequests sends every kind of bad request to a real HTTP
+// server and checks that a good one still works afterwards.
+func TestServerSurvivesBadRequests(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(NewHandler(&fake{ready: true}, Options{}))
+	t.Cleanup(srv.Close)
+	bad := []string{"", "{", "null", `{"key":1}`, strings.Repeat("x", 3*MaxBody)}
+	for _, b := range bad {
+		resp, err := http.Post(srv.URL+"/v1/check", "application/json", strings.NewReader(b))
+		if err != nil {
+			t.Fatalf("post %.20q: %v", b, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode < 400 || resp.StatusCode >= 500 {
+			t.Errorf("post %.20q: got %d, want 4xx", b, resp.StatusCode)
+		}
+	}
+	resp, err := http.Post(srv.URL+"/v1/check", "application/json", strings.NewReader(`{"key":"k","algorithm":"gcra","limit":10,"period":"1s"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("good check after bad ones: got %d, want 200", resp.StatusCode)
+	}
+}
