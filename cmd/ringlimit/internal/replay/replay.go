@@ -28,26 +28,13 @@ import (
 
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/accesslog"
+	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
 	"github.com/ringlimit/ringlimit/transport"
 )
 
 // ErrMismatch is returned by Report.Err when at least one decision differed from
 // the reference or could not be obtained.
 var ErrMismatch = errors.New("replay: decisions differ from the reference")
-
-// Checker decides one check. *node.Node and *transport.Client implement it. It
-// must be safe for concurrent use.
-type Checker interface {
-	Check(ctx context.Context, c transport.Check) (transport.Result, error)
-}
-
-// Target is an entry point into the cluster.
-type Target struct {
-	// Name identifies the target in the report (a node name or an address).
-	Name string
-	// Checker sends checks to it.
-	Checker Checker
-}
 
 // Reference is the single-node limiter decisions are compared with. Each worker
 // owns one, so implementations need not be safe for concurrent use.
@@ -84,7 +71,7 @@ type Options struct {
 	// DefaultWorkers().
 	Workers int
 	// Targets are the entry points, used round-robin; at least one is required.
-	Targets []Target
+	Targets []target.Target
 	// NewReference builds the reference of one worker; required.
 	NewReference func() Reference
 	// Details is the number of mismatches kept in detail (the first ones in log

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/accesslog"
+	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
 	"github.com/ringlimit/ringlimit/transport"
 )
 
@@ -83,7 +84,7 @@ func entries(seed uint64, n, ips int) []accesslog.Entry {
 
 var testLimit = algo.Limit{Kind: algo.FixedWindow, Limit: 3, Period: time.Minute}
 
-func options(targets ...Target) Options {
+func options(targets ...target.Target) Options {
 	return Options{
 		Limit: testLimit, Prefix: "t:", Workers: 4, Targets: targets,
 		NewReference: func() Reference { return windowModel{} },
@@ -94,7 +95,7 @@ func TestRunExactClusterHasNoMismatches(t *testing.T) {
 	t.Parallel()
 	es := entries(1, 3000, 40)
 	f := &fakeCluster{model: windowModel{}}
-	o := options(Target{"a", f}, Target{"b", f}, Target{"c", f})
+	o := options(target.Target{Name: "a", Checker: f}, target.Target{Name: "b", Checker: f}, target.Target{Name: "c", Checker: f})
 	r, err := Run(context.Background(), es, o)
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +139,7 @@ func TestRunKeepsPerKeyOrder(t *testing.T) {
 	es := entries(2, 2000, 5) // few keys: many requests per key
 	for _, workers := range []int{1, 3, 64} {
 		f := &fakeCluster{model: windowModel{}}
-		o := options(Target{"a", f})
+		o := options(target.Target{Name: "a", Checker: f})
 		o.Workers = workers
 		r, err := Run(context.Background(), es, o)
 		if err != nil {
@@ -160,7 +161,7 @@ func TestRunDetectsFlippedDecision(t *testing.T) {
 		}
 		return nil
 	}
-	r, err := Run(context.Background(), es, options(Target{"a", f}))
+	r, err := Run(context.Background(), es, options(target.Target{Name: "a", Checker: f}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +190,7 @@ func TestRunCountsClusterErrorsAsMismatches(t *testing.T) {
 		}
 		return nil
 	}
-	o := options(Target{"a", f})
+	o := options(target.Target{Name: "a", Checker: f})
 	o.Details = 100
 	r, err := Run(context.Background(), es, o)
 	if err != nil {
@@ -218,7 +219,7 @@ func TestRunDetailsAreTheFirstInLogOrder(t *testing.T) {
 		r.Decision.Remaining++ // every decision wrong
 		return nil
 	}
-	r, err := Run(context.Background(), es, options(Target{"a", f}))
+	r, err := Run(context.Background(), es, options(target.Target{Name: "a", Checker: f}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +240,7 @@ func TestRunRejectsBadOptions(t *testing.T) {
 	t.Parallel()
 	f := &fakeCluster{model: windowModel{}}
 	es := entries(6, 10, 2)
-	bad := options(Target{"a", f})
+	bad := options(target.Target{Name: "a", Checker: f})
 	bad.Limit.Limit = 0
 	if _, err := Run(context.Background(), es, bad); !errors.Is(err, algo.ErrInvalidLimit) {
 		t.Errorf("invalid limit: got %v, want ErrInvalidLimit", err)
@@ -247,7 +248,7 @@ func TestRunRejectsBadOptions(t *testing.T) {
 	if _, err := Run(context.Background(), es, options()); err == nil {
 		t.Errorf("no targets: got nil error")
 	}
-	neg := options(Target{"a", f})
+	neg := options(target.Target{Name: "a", Checker: f})
 	neg.Hits = -1
 	if _, err := Run(context.Background(), es, neg); !errors.Is(err, algo.ErrInvalidLimit) {
 		t.Errorf("hits -1: got %v, want ErrInvalidLimit", err)
@@ -264,7 +265,7 @@ func TestRunStopsOnCancel(t *testing.T) {
 		}
 		return nil
 	}
-	if _, err := Run(ctx, entries(7, 1000, 10), options(Target{"a", f})); !errors.Is(err, context.Canceled) {
+	if _, err := Run(ctx, entries(7, 1000, 10), options(target.Target{Name: "a", Checker: f})); !errors.Is(err, context.Canceled) {
 		t.Errorf("got %v, want context.Canceled", err)
 	}
 }

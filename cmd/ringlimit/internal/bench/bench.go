@@ -1,0 +1,450 @@
+// Package bench drives load against a ringlimit cluster and checks that the
+// cluster never admits more than its limits allow.
+//
+// Run starts callers that draw keys (uniform or Zipf, seeded) and send checks
+// to the targets, either in a closed loop (Concurrency callers, each sending its
+// next check when the previous one is answered) or in an open loop (checks
+// scheduled at Rate per second, sent by up to Concurrency callers; latency is
+// measured from the scheduled send time, so a stalled cluster shows up as
+// latency instead of silently lowering the offered load — no coordinated
+// omission). Latencies go to an HDR histogram per caller, merged at the end;
+// admitted hits are counted per key and each key's count is compared with
+// MaxAdmitted over the run's span.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
+	"github.com/ringlimit/ringlimit/transport"
+)
+
+// ErrOverBound is returned by Report.Err when some key was admitted more hits
+// than MaxAdmitted allows: the cluster broke its limit.
+var ErrOverBound = errors.New("bench: admitted more than the limit allows")
+
+// ErrChecksFailed is returned by Report.Err when some checks were not decided.
+var ErrChecksFailed = errors.New("bench: checks failed")
+
+// Defaults of Options.
+const (
+	DefaultKeys        = 1000
+	DefaultZipfS       = 1.1
+	DefaultDuration    = 10 * time.Second
+	DefaultConcurrency = 64
+	DefaultSeed        = 1
+	// MaxKeys bounds Options.Keys: the per-key counters take 16 bytes per key.
+	MaxKeys = 10_000_000
+	// maxLatency is the highest latency the histogram tracks; slower checks are
+	// recorded as this value (and Report.Latency.Max shows it).
+	maxLatency = int64(10 * time.Minute)
+)
+
+// DefaultPrefix returns the key prefix of a run started at now: "bench:<unix
+// ns>:", so a run never meets the state an earlier run left in a cluster.
+func DefaultPrefix(now time.Time) string {
+	return "bench:" + strconv.FormatInt(now.UnixNano(), 10) + ":"
+}
+
+// Options configures Run. Zero values take the documented defaults.
+type Options struct {
+	// Targets are the entry points; caller i sends to Targets[i % len].
+	// At least one is required.
+	Targets []target.Target
+	// Limit is applied to every key; it must be valid for MaxAdmitted.
+	Limit algo.Limit
+	// Hits per check; 0 means 1.
+	Hits int64
+	// Keys is the number of distinct keys, 1..MaxKeys; 0 means DefaultKeys.
+	Keys int
+	// Dist is the key distribution; 0 means Uniform.
+	Dist Dist
+	// ZipfS is the Zipf exponent (> 1); 0 means DefaultZipfS.
+	ZipfS float64
+	// Seed seeds every caller's generator (caller i uses PCG(Seed, i)); 0 means
+	// DefaultSeed. The same seed draws the same keys.
+	Seed uint64
+	// Duration is how long checks are sent; 0 means DefaultDuration. Checks in
+	// flight at the end are awaited, not cancelled.
+	Duration time.Duration
+	// Concurrency is the number of callers: in a closed loop the number of
+	// checks in flight, in an open loop the most in flight. 0 means
+	// DefaultConcurrency.
+	Concurrency int
+	// Rate is the open-loop target in checks per second; 0 means a closed loop.
+	Rate float64
+	// Prefix is prepended to the key index; empty means DefaultPrefix(time.Now()).
+	Prefix string
+	// Progress, if not nil, is called from one goroutine about every 100 ms with
+	// the time since the start and the checks answered so far. It must not block.
+	Progress func(elapsed time.Duration, checks int64)
+}
+
+func (o *Options) defaults() error {
+	if len(o.Targets) == 0 {
+		return errors.New("bench: no targets")
+	}
+	if o.Hits == 0 {
+		o.Hits = 1
+	}
+	if o.Hits < 0 || o.Hits > algo.MaxHits {
+		return fmt.Errorf("bench: %w: hits %d outside 1..%d", algo.ErrInvalidLimit, o.Hits, algo.MaxHits)
+	}
+	if o.Keys == 0 {
+		o.Keys = DefaultKeys
+	}
+	if o.Keys < 0 || o.Keys > MaxKeys {
+		return fmt.Errorf("bench: keys %d outside 1..%d", o.Keys, MaxKeys)
+	}
+	if o.Dist == 0 {
+		o.Dist = Uniform
+	}
+	if o.ZipfS == 0 {
+		o.ZipfS = DefaultZipfS
+	}
+	if o.Seed == 0 {
+		o.Seed = DefaultSeed
+	}
+	if o.Duration == 0 {
+		o.Duration = DefaultDuration
+	}
+	if o.Duration < 0 {
+		return fmt.Errorf("bench: duration %v must be > 0", o.Duration)
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	if o.Concurrency < 0 {
+		return fmt.Errorf("bench: concurrency %d must be > 0", o.Concurrency)
+	}
+	if o.Rate < 0 || math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0) {
+		return fmt.Errorf("bench: rate %v must be >= 0 checks/s", o.Rate)
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix(time.Now())
+	}
+	if _, err := MaxAdmitted(o.Limit, 0); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if _, err := NewKeyGen(o.Dist, o.Keys, o.ZipfS, rand.New(rand.NewPCG(0, 0))); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Report is the outcome of a run.
+type Report struct {
+	// Options are the options run, defaults applied (Progress and Targets kept).
+	Options Options
+	// Checks is the number of checks answered: Decided + Errors.
+	Checks, Decided, Errors int64
+	// AdmittedChecks and DeniedChecks split Decided; Admitted is in hits.
+	AdmittedChecks, DeniedChecks, Admitted int64
+	// Routes counts decided checks by the path that decided them.
+	Routes map[transport.Route]int64
+	// ErrorSamples holds up to 3 distinct error messages.
+	ErrorSamples []string
+	// Latency holds the latency of decided checks in ns: from send (closed loop)
+	// or from the scheduled send time (open loop) to the answer.
+	Latency *hdrhistogram.Histogram
+	// Elapsed is the wall time from the first check sent to the last answer.
+	// It is the span MaxAdmitted is computed over.
+	Elapsed time.Duration
+	// Scheduled and Missed are open-loop counts: checks scheduled within
+	// Duration, and those never sent because the callers were all busy until the
+	// end (the offered rate was not reached).
+	Scheduled, Missed int64
+	// KeysUsed is the number of keys that saw at least one check.
+	KeysUsed int
+	// Bound is the sum of MaxAdmitted(Limit, Elapsed) over the keys used.
+	Bound int64
+	// KeysOverBound counts keys admitted more than KeyBound, the per-key
+	// MaxAdmitted. WorstKey and WorstAdmitted name the key with the most admitted
+	// hits: every key shares KeyBound, so when any key is over, it is the one
+	// furthest over.
+	KeysOverBound int
+	WorstKey      string
+	WorstAdmitted int64
+	KeyBound      int64
+}
+
+// Throughput is the rate of answered checks in checks per second.
+func (r *Report) Throughput() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Checks) / r.Elapsed.Seconds()
+}
+
+// Err returns an error wrapping ErrOverBound if any key was admitted more than
+// its bound, else one wrapping ErrChecksFailed if any check was not decided,
+// else nil.
+func (r *Report) Err() error {
+	if r.KeysOverBound > 0 {
+		return fmt.Errorf("%w: %d keys over their bound of %d hits; key %s admitted %d", ErrOverBound, r.KeysOverBound, r.KeyBound, r.WorstKey, r.WorstAdmitted)
+	}
+	if r.Errors > 0 {
+		return fmt.Errorf("%w: %d of %d", ErrChecksFailed, r.Errors, r.Checks)
+	}
+	return nil
+}
+
+// Write prints the report as aligned text.
+func (r *Report) Write(w io.Writer) error {
+	o := r.Options
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	mode := fmt.Sprintf("closed loop, %d callers", o.Concurrency)
+	if o.Rate > 0 {
+		mode = fmt.Sprintf("open loop, %.0f checks/s target, up to %d in flight", o.Rate, o.Concurrency)
+	}
+	dist := o.Dist.String()
+	if o.Dist == Zipf {
+		dist += fmt.Sprintf(" s=%v", o.ZipfS)
+	}
+	fmt.Fprintf(tw, "mode\t%s, %d targets\n", mode, len(o.Targets))
+	fmt.Fprintf(tw, "limit\t%s %d per %v, burst %d, %d hits per check\n", o.Limit.Kind, o.Limit.Limit, o.Limit.Period, o.Limit.Burst, o.Hits)
+	fmt.Fprintf(tw, "keys\t%d %s (seed %d), %d used, prefix %s\n", o.Keys, dist, o.Seed, r.KeysUsed, o.Prefix)
+	fmt.Fprintf(tw, "elapsed\t%v\n", r.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(tw, "checks\t%d (%.0f/s)\n", r.Checks, r.Throughput())
+	if o.Rate > 0 {
+		fmt.Fprintf(tw, "scheduled\t%d, missed %d\n", r.Scheduled, r.Missed)
+	}
+	fmt.Fprintf(tw, "errors\t%d\n", r.Errors)
+	for _, s := range r.ErrorSamples {
+		fmt.Fprintf(tw, "  error\t%s\n", s)
+	}
+	fmt.Fprintf(tw, "routes\towner %d, forwarded %d, fallback %d\n", r.Routes[transport.RouteOwner], r.Routes[transport.RouteForwarded], r.Routes[transport.RouteFallback])
+	if h := r.Latency; h.TotalCount() > 0 {
+		p := func(q float64) time.Duration { return time.Duration(h.ValueAtQuantile(q)) }
+		fmt.Fprintf(tw, "latency\tp50 %v  p90 %v  p99 %v  p99.9 %v  max %v\n",
+			rnd(p(50)), rnd(p(90)), rnd(p(99)), rnd(p(99.9)), rnd(time.Duration(h.Max())))
+	}
+	fmt.Fprintf(tw, "admitted\t%d hits (%d checks), denied %d checks\n", r.Admitted, r.AdmittedChecks, r.DeniedChecks)
+	verdict := "ok"
+	if r.KeysOverBound > 0 {
+		verdict = fmt.Sprintf("EXCEEDED on %d keys", r.KeysOverBound)
+	}
+	fmt.Fprintf(tw, "bound\t%d hits over %d keys (%d per key over %v): %s\n", r.Bound, r.KeysUsed, r.KeyBound, r.Elapsed.Round(time.Millisecond), verdict)
+	if r.WorstKey != "" {
+		fmt.Fprintf(tw, "most admitted key\t%s: %d of %d\n", r.WorstKey, r.WorstAdmitted, r.KeyBound)
+	}
+	return tw.Flush()
+}
+
+func rnd(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Second:
+		return d.Round(time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	}
+	return d.Round(time.Microsecond / 10)
+}
+
+// caller is the state of one sending goroutine; only it writes to it.
+type caller struct {
+	hist                              *hdrhistogram.Histogram
+	decided, errs, admChecks, denChks int64
+	routes                            [4]int64
+	errSample                         []string
+}
+
+// Run sends load as o describes and returns the report. The error is non-nil for
+// invalid options, or when ctx is cancelled (then the partial report is returned
+// too). A cluster that breaks its limit is reported by Report.Err.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	admitted := make([]atomic.Int64, o.Keys)
+	checked := make([]atomic.Bool, o.Keys)
+	var answered atomic.Int64
+	callers := make([]*caller, o.Concurrency)
+	keyName := func(k int) string { return o.Prefix + strconv.Itoa(k) }
+
+	// One check: send, classify, record. lat is measured from 'from'.
+	do := func(c *caller, chk target.Checker, gen KeyGen, from time.Time) {
+		k := gen.Next()
+		checked[k].Store(true)
+		res, err := chk.Check(ctx, transport.Check{Key: keyName(k), Limit: o.Limit, Hits: o.Hits})
+		lat := int64(time.Since(from))
+		if err != nil && ctx.Err() != nil {
+			return
+		}
+		answered.Add(1)
+		if err == nil && res.Code != transport.CodeOK {
+			err = fmt.Errorf("code %d: %s", res.Code, res.Message)
+		}
+		if err != nil {
+			c.errs++
+			if len(c.errSample) < 3 {
+				c.errSample = append(c.errSample, err.Error())
+			}
+			return
+		}
+		c.decided++
+		c.hist.RecordValue(min(max(lat, 1), maxLatency))
+		if int(res.Route) < len(c.routes) {
+			c.routes[res.Route]++
+		}
+		if res.Decision.Allowed {
+			c.admChecks++
+			admitted[k].Add(o.Hits)
+		} else {
+			c.denChks++
+		}
+	}
+
+	stopProgress := make(chan struct{})
+	var progressDone sync.WaitGroup
+	var scheduled, missed int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(o.Duration)
+	if o.Progress != nil {
+		progressDone.Go(func() {
+			t := time.NewTicker(100 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-stopProgress:
+					o.Progress(time.Since(start), answered.Load())
+					return
+				case <-t.C:
+					o.Progress(time.Since(start), answered.Load())
+				}
+			}
+		})
+	}
+	var sched chan time.Duration
+	if o.Rate > 0 {
+		sched = make(chan time.Duration, o.Concurrency)
+		interval := float64(time.Second) / o.Rate
+		total := int64(math.Ceil(float64(o.Duration) / interval))
+		scheduled = total
+		wg.Go(func() {
+			defer close(sched)
+			timer := time.NewTimer(0)
+			defer timer.Stop()
+			<-timer.C
+			for i := int64(0); i < total; i++ {
+				due := time.Duration(float64(i) * interval)
+				if wait := due - time.Since(start); wait > 0 {
+					timer.Reset(wait)
+					select {
+					case <-timer.C:
+					case <-ctx.Done():
+						missed = total - i
+						return
+					}
+				}
+				if !time.Now().Before(deadline) {
+					missed = total - i
+					return
+				}
+				select {
+				case sched <- due:
+				case <-ctx.Done():
+					missed = total - i
+					return
+				}
+			}
+		})
+	}
+	for i := range o.Concurrency {
+		c := &caller{hist: hdrhistogram.New(1, maxLatency, 3)}
+		callers[i] = c
+		gen, _ := NewKeyGen(o.Dist, o.Keys, o.ZipfS, rand.New(rand.NewPCG(o.Seed, uint64(i))))
+		chk := o.Targets[i%len(o.Targets)].Checker
+		wg.Go(func() {
+			if sched != nil {
+				for due := range sched {
+					if ctx.Err() != nil {
+						return
+					}
+					do(c, chk, gen, start.Add(due))
+				}
+				return
+			}
+			for ctx.Err() == nil && time.Now().Before(deadline) {
+				do(c, chk, gen, time.Now())
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(stopProgress)
+	progressDone.Wait()
+
+	r := &Report{
+		Options: o, Elapsed: elapsed, Scheduled: scheduled, Missed: missed,
+		Routes:  map[transport.Route]int64{},
+		Latency: hdrhistogram.New(1, maxLatency, 3),
+	}
+	for _, c := range callers {
+		r.Latency.Merge(c.hist)
+		r.Decided += c.decided
+		r.Errors += c.errs
+		r.AdmittedChecks += c.admChecks
+		r.DeniedChecks += c.denChks
+		for rt, n := range c.routes {
+			r.Routes[transport.Route(rt)] += n
+		}
+		for _, s := range c.errSample {
+			if len(r.ErrorSamples) < 3 && !contains(r.ErrorSamples, s) {
+				r.ErrorSamples = append(r.ErrorSamples, s)
+			}
+		}
+	}
+	r.Checks = r.Decided + r.Errors
+	r.KeyBound, _ = MaxAdmitted(o.Limit, elapsed)
+	worst := -1
+	for k := range admitted {
+		if !checked[k].Load() {
+			continue
+		}
+		r.KeysUsed++
+		r.Bound = satAdd(r.Bound, r.KeyBound)
+		a := admitted[k].Load()
+		r.Admitted += a
+		if a > r.KeyBound {
+			r.KeysOverBound++
+		}
+		if worst < 0 || a > r.WorstAdmitted {
+			worst, r.WorstAdmitted = k, a
+		}
+	}
+	if worst >= 0 {
+		r.WorstKey = keyName(worst)
+	}
+	return r, ctx.Err()
+}
+
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

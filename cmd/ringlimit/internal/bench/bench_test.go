@@ -1,0 +1,328 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
+	"github.com/ringlimit/ringlimit/transport"
+)
+
+func TestMaxAdmitted(t *testing.T) {
+	t.Parallel()
+	const m, s = time.Minute, time.Second
+	tests := []struct {
+		l    algo.Limit
+		span time.Duration
+		want int64
+	}{
+		// Windows: L·(ceil(span/P)+1).
+		{algo.Limit{Kind: algo.FixedWindow, Limit: 10, Period: m}, 0, 10},
+		{algo.Limit{Kind: algo.FixedWindow, Limit: 10, Period: m}, 1, 20},
+		{algo.Limit{Kind: algo.FixedWindow, Limit: 10, Period: m}, m, 20},
+		{algo.Limit{Kind: algo.FixedWindow, Limit: 10, Period: m}, m + 1, 30},
+		{algo.Limit{Kind: algo.SlidingWindowCounter, Limit: 10, Period: m}, 90 * s, 30},
+		// Log: L·(floor(span/P)+1).
+		{algo.Limit{Kind: algo.SlidingWindowLog, Limit: 10, Period: m}, 0, 10},
+		{algo.Limit{Kind: algo.SlidingWindowLog, Limit: 10, Period: m}, m - 1, 10},
+		{algo.Limit{Kind: algo.SlidingWindowLog, Limit: 10, Period: m}, m, 20},
+		// GCRA: floor(span/(P/L)) + B + 1. redis-cell's "15 30 60": 16 at once.
+		{algo.Limit{Kind: algo.GCRA, Limit: 30, Period: m, Burst: 15}, 0, 16},
+		{algo.Limit{Kind: algo.GCRA, Limit: 30, Period: m, Burst: 15}, 2*s - 1, 16},
+		{algo.Limit{Kind: algo.GCRA, Limit: 30, Period: m, Burst: 15}, 10 * s, 21},
+		{algo.Limit{Kind: algo.GCRA, Limit: 10, Period: m, Burst: 0}, m, 11},
+		// TokenBucket: B + floor(span/(P/L)).
+		{algo.Limit{Kind: algo.TokenBucket, Limit: 10, Period: m, Burst: 5}, 0, 5},
+		{algo.Limit{Kind: algo.TokenBucket, Limit: 10, Period: m, Burst: 5}, m, 15},
+		// P/L not an integer: the floor makes the bound larger, never smaller.
+		{algo.Limit{Kind: algo.TokenBucket, Limit: 7, Period: 100, Burst: 1}, 1000, 1 + 1000/14},
+		// Saturates instead of overflowing.
+		{algo.Limit{Kind: algo.FixedWindow, Limit: math.MaxInt64 / 2, Period: 1}, 1000, math.MaxInt64},
+	}
+	for _, tt := range tests {
+		got, err := MaxAdmitted(tt.l, tt.span)
+		if err != nil {
+			t.Errorf("MaxAdmitted(%+v, %v): %v", tt.l, tt.span, err)
+			continue
+		}
+		if got != tt.want {
+			t.Errorf("MaxAdmitted(%v %d/%v burst %d, %v): got %d, want %d", tt.l.Kind, tt.l.Limit, tt.l.Period, tt.l.Burst, tt.span, got, tt.want)
+		}
+	}
+}
+
+func TestMaxAdmittedRejectsInvalid(t *testing.T) {
+	t.Parallel()
+	for _, l := range []algo.Limit{
+		{Kind: 0, Limit: 1, Period: 1},
+		{Kind: algo.GCRA, Limit: 0, Period: 1},
+		{Kind: algo.GCRA, Limit: 1, Period: 0},
+		{Kind: algo.GCRA, Limit: 1, Period: 1, Burst: -1},
+		{Kind: algo.GCRA, Limit: 10, Period: 9}, // emission interval below 1 ns
+	} {
+		if _, err := MaxAdmitted(l, time.Second); !errors.Is(err, algo.ErrInvalidLimit) {
+			t.Errorf("MaxAdmitted(%+v): got %v, want ErrInvalidLimit", l, err)
+		}
+	}
+	if _, err := MaxAdmitted(algo.Limit{Kind: algo.GCRA, Limit: 1, Period: 1}, -1); err == nil {
+		t.Errorf("negative span: got nil error")
+	}
+}
+
+func TestKeyGenUniform(t *testing.T) {
+	t.Parallel()
+	const keys, n = 50, 100_000
+	g, err := NewKeyGen(Uniform, keys, 0, rand.New(rand.NewPCG(1, 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := make([]int, keys)
+	for range n {
+		k := g.Next()
+		if k < 0 || k >= keys {
+			t.Fatalf("got key %d, want [0, %d)", k, keys)
+		}
+		counts[k]++
+	}
+	for k, c := range counts {
+		if c < n/keys*8/10 || c > n/keys*12/10 {
+			t.Errorf("key %d: got %d draws, want about %d", k, c, n/keys)
+		}
+	}
+}
+
+func TestKeyGenZipf(t *testing.T) {
+	t.Parallel()
+	const keys, n, s = 1000, 200_000, 1.1
+	g, err := NewKeyGen(Zipf, keys, s, rand.New(rand.NewPCG(3, 4)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := make([]int, keys)
+	for range n {
+		k := g.Next()
+		if k < 0 || k >= keys {
+			t.Fatalf("got key %d, want [0, %d)", k, keys)
+		}
+		counts[k]++
+	}
+	// P(0)/P(1) = 2^s and P(0)/P(3) = 4^s.
+	for _, tt := range []struct {
+		k    int
+		want float64
+	}{{1, math.Pow(2, s)}, {3, math.Pow(4, s)}} {
+		got := float64(counts[0]) / float64(counts[tt.k])
+		if math.Abs(got-tt.want)/tt.want > 0.1 {
+			t.Errorf("count(0)/count(%d): got %.2f, want %.2f", tt.k, got, tt.want)
+		}
+	}
+	if counts[0] < n/10 {
+		t.Errorf("hottest key: got %d of %d draws, want a heavy head", counts[0], n)
+	}
+}
+
+func TestKeyGenSeeded(t *testing.T) {
+	t.Parallel()
+	for _, d := range []Dist{Uniform, Zipf} {
+		a, _ := NewKeyGen(d, 100, 1.2, rand.New(rand.NewPCG(9, 9)))
+		b, _ := NewKeyGen(d, 100, 1.2, rand.New(rand.NewPCG(9, 9)))
+		for i := range 1000 {
+			if x, y := a.Next(), b.Next(); x != y {
+				t.Fatalf("%v draw %d: got %d and %d from the same seed", d, i, x, y)
+			}
+		}
+	}
+}
+
+func TestKeyGenRejectsInvalid(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(1, 1))
+	if _, err := NewKeyGen(Zipf, 10, 1.0, rng); err == nil {
+		t.Errorf("zipf s=1: got nil error")
+	}
+	if _, err := NewKeyGen(Uniform, 0, 0, rng); err == nil {
+		t.Errorf("0 keys: got nil error")
+	}
+	if _, err := ParseDist("pareto"); err == nil {
+		t.Errorf("ParseDist(pareto): got nil error")
+	}
+	for _, d := range []Dist{Uniform, Zipf} {
+		if got, err := ParseDist(d.String()); err != nil || got != d {
+			t.Errorf("ParseDist(%q): got %v, %v", d, got, err)
+		}
+	}
+}
+
+// fixedWindow is a fake cluster: an exact fixed-window limiter on a real clock,
+// or, with cheat, one that admits everything.
+type fixedWindow struct {
+	mu    sync.Mutex
+	state map[string][2]int64
+	cheat bool
+	delay time.Duration // service time per check, to overload the open loop
+}
+
+func (f *fixedWindow) Check(ctx context.Context, c transport.Check) (transport.Result, error) {
+	if f.delay > 0 {
+		select {
+		case <-time.After(f.delay):
+		case <-ctx.Done():
+			return transport.Result{}, ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now().UnixNano()
+	win := now / int64(c.Limit.Period)
+	s := f.state[c.Key]
+	if s[0] != win {
+		s = [2]int64{win, 0}
+	}
+	ok := f.cheat || s[1]+c.Hits <= c.Limit.Limit
+	if ok {
+		s[1] += c.Hits
+	}
+	f.state[c.Key] = s
+	return transport.Result{Decision: algo.Decision{Allowed: ok, Limit: c.Limit.Limit}, Route: transport.RouteOwner}, nil
+}
+
+func TestRunClosedLoopWithinBound(t *testing.T) {
+	t.Parallel()
+	f := &fixedWindow{state: map[string][2]int64{}}
+	var ticks int
+	r, err := Run(context.Background(), Options{
+		Targets:     []target.Target{{Name: "a", Checker: f}, {Name: "b", Checker: f}},
+		Limit:       algo.Limit{Kind: algo.FixedWindow, Limit: 5, Period: 50 * time.Millisecond},
+		Keys:        20,
+		Dist:        Zipf,
+		Duration:    300 * time.Millisecond,
+		Concurrency: 8,
+		Progress:    func(time.Duration, int64) { ticks++ },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Err() != nil {
+		t.Fatalf("got %v, want a run within bounds", r.Err())
+	}
+	if r.Checks == 0 || r.Checks != r.Decided || r.Decided != r.AdmittedChecks+r.DeniedChecks {
+		t.Errorf("got checks=%d decided=%d admitted=%d denied=%d, want consistent counts", r.Checks, r.Decided, r.AdmittedChecks, r.DeniedChecks)
+	}
+	if r.Admitted > r.Bound || r.Admitted == 0 || r.DeniedChecks == 0 {
+		t.Errorf("got admitted=%d bound=%d denied=%d, want 0 < admitted <= bound and denials", r.Admitted, r.Bound, r.DeniedChecks)
+	}
+	if r.Latency.TotalCount() != r.Decided {
+		t.Errorf("got %d latencies, want %d", r.Latency.TotalCount(), r.Decided)
+	}
+	if ticks == 0 {
+		t.Errorf("progress never called")
+	}
+	if !strings.HasPrefix(r.WorstKey, r.Options.Prefix) || r.WorstAdmitted == 0 || r.WorstAdmitted > r.KeyBound {
+		t.Errorf("got most admitted key %q with %d (bound %d), want 0 < admitted <= bound", r.WorstKey, r.WorstAdmitted, r.KeyBound)
+	}
+	var buf bytes.Buffer
+	if err := r.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"closed loop, 8 callers", "p99.9", "bound", ": ok"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
+
+func TestRunDetectsOverAdmission(t *testing.T) {
+	t.Parallel()
+	f := &fixedWindow{state: map[string][2]int64{}, cheat: true}
+	r, err := Run(context.Background(), Options{
+		Targets:     []target.Target{{Name: "a", Checker: f}},
+		Limit:       algo.Limit{Kind: algo.GCRA, Limit: 1, Period: time.Hour},
+		Keys:        3,
+		Duration:    50 * time.Millisecond,
+		Concurrency: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(r.Err(), ErrOverBound) || r.KeysOverBound != 3 {
+		t.Fatalf("got %v with %d keys over, want ErrOverBound on 3 keys", r.Err(), r.KeysOverBound)
+	}
+	var buf bytes.Buffer
+	r.Write(&buf)
+	if !strings.Contains(buf.String(), "EXCEEDED on 3 keys") {
+		t.Errorf("report does not flag the excess:\n%s", buf.String())
+	}
+}
+
+func TestRunOpenLoopMeetsRate(t *testing.T) {
+	t.Parallel()
+	f := &fixedWindow{state: map[string][2]int64{}}
+	r, err := Run(context.Background(), Options{
+		Targets:  []target.Target{{Name: "a", Checker: f}},
+		Limit:    algo.Limit{Kind: algo.FixedWindow, Limit: 100, Period: time.Second},
+		Rate:     2000,
+		Duration: 250 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Scheduled != 500 {
+		t.Errorf("got %d scheduled, want 500", r.Scheduled)
+	}
+	if r.Checks+r.Missed != r.Scheduled {
+		t.Errorf("got checks %d + missed %d, want %d scheduled", r.Checks, r.Missed, r.Scheduled)
+	}
+}
+
+// TestRunOpenLoopCountsQueueing overloads one caller (5 ms per check, 1000
+// checks/s offered): latency measured from the scheduled time grows with the
+// backlog, far beyond the 5 ms service time a closed loop would report.
+func TestRunOpenLoopCountsQueueing(t *testing.T) {
+	t.Parallel()
+	f := &fixedWindow{state: map[string][2]int64{}, delay: 5 * time.Millisecond}
+	r, err := Run(context.Background(), Options{
+		Targets:     []target.Target{{Name: "a", Checker: f}},
+		Limit:       algo.Limit{Kind: algo.FixedWindow, Limit: 100, Period: time.Second},
+		Rate:        1000,
+		Concurrency: 1,
+		Duration:    200 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Missed == 0 {
+		t.Errorf("got 0 missed, want the overloaded schedule to miss sends")
+	}
+	if p90 := time.Duration(r.Latency.ValueAtQuantile(90)); p90 < 25*time.Millisecond {
+		t.Errorf("got p90 %v, want queueing delay (>= 25ms) counted", p90)
+	}
+}
+
+func TestRunRejectsBadOptions(t *testing.T) {
+	t.Parallel()
+	f := &fixedWindow{state: map[string][2]int64{}}
+	ok := Options{Targets: []target.Target{{Name: "a", Checker: f}}, Limit: algo.Limit{Kind: algo.FixedWindow, Limit: 1, Period: time.Second}, Duration: time.Millisecond}
+	for name, mod := range map[string]func(*Options){
+		"no targets":  func(o *Options) { o.Targets = nil },
+		"bad limit":   func(o *Options) { o.Limit.Period = 0 },
+		"keys":        func(o *Options) { o.Keys = -1 },
+		"zipf s":      func(o *Options) { o.Dist, o.ZipfS = Zipf, 0.5 },
+		"rate":        func(o *Options) { o.Rate = -1 },
+		"concurrency": func(o *Options) { o.Concurrency = -2 },
+		"hits":        func(o *Options) { o.Hits = -1 },
+	} {
+		o := ok
+		mod(&o)
+		if _, err := Run(context.Background(), o); err == nil {
+			t.Errorf("%s: got nil error", name)
+		}
+	}
+}
