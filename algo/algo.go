@@ -8,14 +8,37 @@
 // clock, the per-key serialization and the storage of states; this package only
 // computes.
 //
+// Data flows through one of two doors. The value types (GCRAState,
+// TokenBucketState, FixedWindowState, SlidingWindowCounterState,
+// SlidingWindowLogState) take a Limit that the caller has already validated and
+// are what the tests and benchmarks drive directly. State is the tagged union of
+// the five that the node stores per key: State.Take validates the Limit, the hits
+// and the time, picks the algorithm from Limit.Kind, and returns errors instead of
+// relying on the caller. State also merges the states of a handed-off key, tells
+// when a state is back to full capacity (and can be dropped), and has a versioned
+// binary form for the wire.
+//
 // Common rules for every algorithm:
 //   - hits == 0 peeks: it reports the current Decision and never consumes.
-//   - A denied check changes nothing: rejected hits are not recorded.
-//   - A clock that goes backwards never credits capacity twice and never locks a
-//     key out: a now earlier than the last seen time is treated as that time for
-//     refills, and the state never moves backwards.
+//   - A denied check records nothing: rejected hits are never counted. The only
+//     changes a denied or peeking check may make are representation changes that
+//     alter no future decision (expired entries dropped) and the clock rule below.
+//   - State is absolute in time. A clock that goes backwards never credits
+//     capacity: hits already recorded keep counting at least as long as they
+//     would have, so a clock that steps back and then returns finds the state it
+//     left. It never locks a key out either: whatever would count for longer than
+//     a full wait from the earlier now (the state of a key drained at that now) is
+//     pulled back to that now and the key then refills at the normal rate. Each
+//     type documents exactly what this means for it.
+//   - A Limit may change between checks of the same key; every check applies the
+//     Limit it is given (as redis-cell does). A smaller capacity caps the state at
+//     "fully used" for the new Limit, never beyond.
 //   - Invalid parameters return an error wrapping ErrInvalidLimit that names the
 //     field and value; nothing panics and nothing is clamped silently.
+//
+// Integers only: times and durations are int64 nanoseconds and products that
+// could overflow are bounded by validation (MaxDuration, MaxHits, MinTime,
+// MaxTime) or computed in 128 bits with math/bits.
 package algo
 
 import (
@@ -25,10 +48,12 @@ import (
 )
 
 // ErrInvalidLimit is returned, wrapped with the offending field and value, for any
-// Limit or hits value that an algorithm cannot honour exactly (non-positive Limit or
-// Period, negative Burst or hits, hits above MaxHits, a SlidingWindowLog Limit above
-// MaxLogLimit, products that overflow int64 nanoseconds, an emission interval below
-// 1 ns, an unknown Kind).
+// Limit, hits or now value that an algorithm cannot honour exactly: an unknown
+// Kind, Limit <= 0, Period <= 0 or above MaxDuration, Burst < 0, a TokenBucket
+// Burst < 1, a SlidingWindowLog Limit above MaxLogLimit, a GCRA emission interval
+// Period/Limit below 1 ns, products above MaxDuration (GCRA's T*(Burst+1),
+// TokenBucket's Burst*Period), hits < 0 or above MaxHits, a now outside
+// [MinTime, MaxTime]. Being over the limit is never an error: it is a Decision.
 var ErrInvalidLimit = errors.New("algo: invalid limit")
 
 // RetryNever is the Decision.RetryAfter of a check that can never pass, whatever the
@@ -44,6 +69,21 @@ const MaxHits int64 = 1 << 31
 // Period). The log stores one 8-byte timestamp per admitted hit, so a key costs at
 // most 512 KiB; larger limits belong to SlidingWindowCounter or GCRA.
 const MaxLogLimit int64 = 1 << 16
+
+// MinTime and MaxTime bound the now argument of every Take, in Unix nanoseconds:
+// -2^62 and 2^62-1, about the years 1823 and 2116. Together with MaxDuration they
+// guarantee that a time plus or minus a duration never overflows int64. State.Take
+// returns an error wrapping ErrInvalidLimit for a now outside these bounds; the
+// value types assume it.
+const (
+	MinTime int64 = -1 << 62
+	MaxTime int64 = 1<<62 - 1
+)
+
+// MaxDuration is the largest Period a Limit may have, and the largest value of
+// the durations derived from it: GCRA's tau = T*(Burst+1) and TokenBucket's
+// Burst*Period. 2^62-1 ns, about 146 years.
+const MaxDuration time.Duration = 1<<62 - 1
 
 // Kind selects the algorithm of a Limit. The zero value is invalid so that an
 // unset Kind is an error rather than a silent default.

@@ -1,0 +1,320 @@
+package algo
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// ErrInvalidState is returned, wrapped with what is wrong, by
+// State.UnmarshalBinary for input that is not a State in a known version of
+// the binary form: corrupt, truncated, oversized, or with values no State holds.
+var ErrInvalidState = errors.New("algo: invalid state")
+
+// State is the per-key state of any of the five algorithms, a tagged union of
+// GCRAState, TokenBucketState, FixedWindowState, SlidingWindowCounterState and
+// SlidingWindowLogState. The zero value is a fresh state of no Kind; the first
+// Take gives it the Kind of its Limit. It is 40 bytes: a Kind, three int64 and a
+// pointer to the log of a SlidingWindowLog (nil for the other Kinds), which
+// holds 8 bytes per stored hit.
+//
+// A State is not safe for concurrent use; the node serializes the checks of a
+// key. Copying a State copies the pointer to a SlidingWindowLog's log, so two
+// copies would share it: keep one copy in use, or copy with Clone.
+type State struct {
+	kind    Kind
+	a, b, c int64                  // the value type's fields, see take
+	log     *SlidingWindowLogState // SlidingWindowLog only
+}
+
+// Take validates l, hits and now, then applies a check of hits (0 peeks) at now
+// (Unix ns) under l and returns the Decision. If s holds another Kind than
+// l.Kind, or is the zero State, it starts fresh for l.Kind first.
+//
+// It returns an error wrapping ErrInvalidLimit, and leaves s untouched, when
+// l.Validate() or ValidateHits(hits) fails or now is outside [MinTime,
+// MaxTime]. Being over the limit is not an error: it is a Decision with Allowed
+// false. For GCRA, TokenBucket, FixedWindow and SlidingWindowCounter, Take does
+// not allocate; a SlidingWindowLog allocates its log as it grows.
+func (s *State) Take(now, hits int64, l Limit) (Decision, error) {
+	if err := l.Validate(); err != nil {
+		return Decision{}, err
+	}
+	if err := ValidateHits(hits); err != nil {
+		return Decision{}, err
+	}
+	if err := validateNow(now); err != nil {
+		return Decision{}, err
+	}
+	if s.kind != l.Kind {
+		*s = State{kind: l.Kind}
+	}
+	return s.take(now, hits, l), nil
+}
+
+// take dispatches a validated check to the value type of s.kind == l.Kind.
+func (s *State) take(now, hits int64, l Limit) Decision {
+	var d Decision
+	switch l.Kind {
+	case GCRA:
+		g := GCRAState{tat: uint64(s.a)}
+		d = g.Take(now, hits, l)
+		s.a = int64(g.tat)
+	case TokenBucket:
+		t := TokenBucketState{debt: s.a, last: uint64(s.b)}
+		d = t.Take(now, hits, l)
+		s.a, s.b = t.debt, int64(t.last)
+	case FixedWindow:
+		f := FixedWindowState{start: s.a, count: s.b}
+		d = f.Take(now, hits, l)
+		s.a, s.b = f.start, f.count
+	case SlidingWindowCounter:
+		w := SlidingWindowCounterState{start: s.a, prev: s.b, cur: s.c}
+		d = w.Take(now, hits, l)
+		s.a, s.b, s.c = w.start, w.prev, w.cur
+	case SlidingWindowLog:
+		if s.log == nil {
+			s.log = new(SlidingWindowLogState)
+		}
+		d = s.log.Take(now, hits, l)
+	}
+	return d
+}
+
+// peek returns the Decision of a check of 0 hits at now under a validated l,
+// without changing s. A State of another Kind peeks as a fresh one.
+func (s *State) peek(now int64, l Limit) Decision {
+	if s.kind != l.Kind {
+		var fresh State
+		return fresh.take(now, 0, l)
+	}
+	if l.Kind == SlidingWindowLog {
+		if s.log == nil {
+			return Decision{Allowed: true, Limit: l.Limit, Remaining: l.Limit}
+		}
+		return s.log.peek(now, l)
+	}
+	c := *s
+	return c.take(now, 0, l)
+}
+
+// Kind returns the algorithm s holds, or 0 for a zero State.
+func (s *State) Kind() Kind { return s.kind }
+
+// Idle reports whether s is back to full capacity at now (Unix ns) under l: no
+// recorded hit affects any future decision, so dropping s and starting fresh
+// changes no decision as long as the clock does not go back. A State of another
+// Kind than l.Kind (or the zero State) is idle, since Take would start it fresh.
+// Idle returns false for an invalid l or now (see Take), so that an invalid
+// policy never drops a state. It does not change s.
+func (s *State) Idle(now int64, l Limit) bool {
+	if l.Validate() != nil || validateNow(now) != nil {
+		return false
+	}
+	switch {
+	case s.kind != l.Kind:
+		return true
+	case l.Kind == GCRA:
+		return GCRAState{tat: uint64(s.a)}.idle(now)
+	case l.Kind == FixedWindow:
+		return FixedWindowState{start: s.a, count: s.b}.idle(now, l)
+	case l.Kind == SlidingWindowCounter:
+		return SlidingWindowCounterState{start: s.a, prev: s.b, cur: s.c}.idle(now, l)
+	}
+	return s.peek(now, l).ResetAfter == 0 // TokenBucket, SlidingWindowLog
+}
+
+// Merge keeps in s the more restrictive of s and other at now (Unix ns) under
+// l; the node calls it when it receives a handed-off key it already holds. Both
+// are peeked under l (a State of another Kind peeks as fresh): the one with
+// fewer Remaining wins, on a tie the one with the larger ResetAfter, on a tie s.
+// If other wins, s becomes a deep copy of it (other is not changed and shares
+// nothing with s). An invalid l or now leaves s unchanged, as does a nil other.
+func (s *State) Merge(other *State, now int64, l Limit) {
+	if other == nil || other == s || l.Validate() != nil || validateNow(now) != nil {
+		return
+	}
+	if other.kind != l.Kind {
+		return // fresh: never more restrictive than s
+	}
+	ds, do := s.peek(now, l), other.peek(now, l)
+	if do.Remaining < ds.Remaining || (do.Remaining == ds.Remaining && do.ResetAfter > ds.ResetAfter) {
+		*s = other.Clone()
+	}
+}
+
+// Clone returns a deep copy of s that shares no SlidingWindowLog log with it.
+func (s *State) Clone() State {
+	c := *s
+	if s.log != nil {
+		c.log = s.log.clone()
+	}
+	return c
+}
+
+// stateVersion is the first byte of the binary form of a State.
+const stateVersion = 1
+
+// MarshalBinary encodes s in the versioned binary form read by UnmarshalBinary
+// (encoding.BinaryMarshaler). Version 1 is: the version byte 1, the Kind byte
+// (0 for the zero State), then per Kind, as Go varints (encoding/binary):
+//   - GCRA: uvarint TAT-MinTime (ns);
+//   - TokenBucket: uvarint missing tokens*Period (token*ns), uvarint last-MinTime (ns);
+//   - FixedWindow: varint window start (Unix ns), uvarint count;
+//   - SlidingWindowCounter: varint window start (Unix ns), uvarint prev, uvarint cur;
+//   - SlidingWindowLog: uvarint n (<= MaxLogLimit), then if n > 0 the varint
+//     oldest timestamp (Unix ns) and n-1 uvarint gaps to the next one.
+//
+// A fresh GCRA key takes about 11 bytes, a log of n hits about 12+n bytes when
+// hits are less than 128 ns apart and up to 12+9n bytes otherwise. The error is
+// always nil for a State built by this package.
+func (s State) MarshalBinary() ([]byte, error) {
+	b := make([]byte, 0, 2+3*binary.MaxVarintLen64)
+	b = append(b, stateVersion, byte(s.kind))
+	switch s.kind {
+	case 0:
+	case GCRA:
+		b = binary.AppendUvarint(b, uint64(s.a))
+	case TokenBucket:
+		b = binary.AppendUvarint(b, uint64(s.a))
+		b = binary.AppendUvarint(b, uint64(s.b))
+	case FixedWindow:
+		b = binary.AppendVarint(b, s.a)
+		b = binary.AppendUvarint(b, uint64(s.b))
+	case SlidingWindowCounter:
+		b = binary.AppendVarint(b, s.a)
+		b = binary.AppendUvarint(b, uint64(s.b))
+		b = binary.AppendUvarint(b, uint64(s.c))
+	case SlidingWindowLog:
+		var n int32
+		if s.log != nil {
+			n = s.log.n
+		}
+		b = binary.AppendUvarint(b, uint64(n))
+		var prev int64
+		for i := range n {
+			t := s.log.at(i)
+			if i == 0 {
+				b = binary.AppendVarint(b, t)
+			} else {
+				b = binary.AppendUvarint(b, uint64(t-prev))
+			}
+			prev = t
+		}
+	default:
+		return nil, fmt.Errorf("%w: kind %d", ErrInvalidState, uint8(s.kind))
+	}
+	return b, nil
+}
+
+// UnmarshalBinary decodes a State written by MarshalBinary
+// (encoding.BinaryUnmarshaler). Input that is empty, truncated, longer than its
+// content, of an unknown version or Kind, or holding values no State can hold
+// (a negative count, a time outside the valid range, a log longer than
+// MaxLogLimit or out of order) returns an error wrapping ErrInvalidState and
+// leaves s unchanged. It never panics and allocates at most 8 bytes per input
+// byte.
+func (s *State) UnmarshalBinary(b []byte) error {
+	r := reader{b: b}
+	if v := r.byte(); r.bad || v != stateVersion {
+		if r.bad {
+			return fmt.Errorf("%w: empty", ErrInvalidState)
+		}
+		return fmt.Errorf("%w: version %d, want %d", ErrInvalidState, v, stateVersion)
+	}
+	kb := r.byte()
+	if r.bad {
+		return fmt.Errorf("%w: truncated before kind", ErrInvalidState)
+	}
+	k := Kind(kb)
+	if k != 0 && !k.Valid() {
+		return fmt.Errorf("%w: kind %d", ErrInvalidState, kb)
+	}
+	n := State{kind: k}
+	const (
+		maxOff = uint64(MaxTime - MinTime)    // a now, minus MinTime
+		maxTat = maxOff + uint64(MaxDuration) // a TAT, minus MinTime
+		minWin = MinTime - int64(MaxDuration) // earliest window start
+		maxCnt = uint64(math.MaxInt64)        // a count
+	)
+	switch k {
+	case GCRA:
+		n.a = int64(r.uvarint(maxTat))
+	case TokenBucket:
+		n.a = int64(r.uvarint(uint64(MaxDuration)))
+		n.b = int64(r.uvarint(maxOff))
+	case FixedWindow:
+		n.a = r.varint(minWin, MaxTime)
+		n.b = int64(r.uvarint(maxCnt))
+	case SlidingWindowCounter:
+		n.a = r.varint(minWin, MaxTime)
+		n.b = int64(r.uvarint(maxCnt))
+		n.c = int64(r.uvarint(maxCnt))
+	case SlidingWindowLog:
+		cnt := r.uvarint(uint64(MaxLogLimit))
+		if cnt > uint64(len(r.b)) { // each entry takes at least one byte
+			r.bad = true
+		}
+		if !r.bad && cnt > 0 {
+			buf := make([]int64, cnt)
+			buf[0] = r.varint(MinTime, MaxTime)
+			for i := 1; i < len(buf) && !r.bad; i++ {
+				buf[i] = buf[i-1] + int64(r.uvarint(uint64(MaxTime-buf[i-1])))
+			}
+			n.log = &SlidingWindowLogState{buf: buf, n: int32(cnt)}
+		}
+	}
+	if r.bad {
+		return fmt.Errorf("%w: truncated or out-of-range %v", ErrInvalidState, k)
+	}
+	if len(r.b) != 0 {
+		return fmt.Errorf("%w: %d trailing bytes after %v", ErrInvalidState, len(r.b), k)
+	}
+	*s = n
+	return nil
+}
+
+// reader decodes varints; bad records the first failure and sticks.
+type reader struct {
+	b   []byte
+	bad bool
+}
+
+func (r *reader) byte() byte {
+	if r.bad || len(r.b) == 0 {
+		r.bad = true
+		return 0
+	}
+	v := r.b[0]
+	r.b = r.b[1:]
+	return v
+}
+
+// uvarint reads a uvarint <= max.
+func (r *reader) uvarint(max uint64) uint64 {
+	if r.bad {
+		return 0
+	}
+	v, k := binary.Uvarint(r.b)
+	if k <= 0 || v > max {
+		r.bad = true
+		return 0
+	}
+	r.b = r.b[k:]
+	return v
+}
+
+// varint reads a varint in [lo, hi].
+func (r *reader) varint(lo, hi int64) int64 {
+	if r.bad {
+		return 0
+	}
+	v, k := binary.Varint(r.b)
+	if k <= 0 || v < lo || v > hi {
+		r.bad = true
+		return 0
+	}
+	r.b = r.b[k:]
+	return v
+}

@@ -1,0 +1,85 @@
+package algo
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+)
+
+// Validate reports whether l can be applied exactly, without overflow, by the
+// algorithm l.Kind selects. It returns nil or an error wrapping ErrInvalidLimit
+// that names the field and its value, for:
+//   - Kind not one of the five algorithms;
+//   - Limit <= 0; for SlidingWindowLog, Limit > MaxLogLimit;
+//   - Period <= 0 or Period > MaxDuration;
+//   - Burst < 0; for TokenBucket, Burst < 1 (an empty bucket admits nothing);
+//   - GCRA: an emission interval T = Period/Limit (integer ns, rounded down as
+//     redis-cell does) below 1 ns, or tau = T*(Burst+1) above MaxDuration;
+//   - TokenBucket: Burst*Period above MaxDuration (the bucket is kept in
+//     token*ns units, so this product must fit).
+//
+// Validate allocates only when it returns an error.
+func (l Limit) Validate() error {
+	if !l.Kind.Valid() {
+		return fmt.Errorf("%w: field Kind value %d: not one of the five algorithms", ErrInvalidLimit, uint8(l.Kind))
+	}
+	if l.Limit <= 0 {
+		return fmt.Errorf("%w: field Limit value %d: must be > 0", ErrInvalidLimit, l.Limit)
+	}
+	if l.Period <= 0 || l.Period > MaxDuration {
+		return fmt.Errorf("%w: field Period value %d ns: must be in 1..%d ns", ErrInvalidLimit, int64(l.Period), int64(MaxDuration))
+	}
+	if l.Burst < 0 {
+		return fmt.Errorf("%w: field Burst value %d: must be >= 0", ErrInvalidLimit, l.Burst)
+	}
+	switch l.Kind {
+	case SlidingWindowLog:
+		if l.Limit > MaxLogLimit {
+			return fmt.Errorf("%w: field Limit value %d: sliding_window_log stores one timestamp per hit, must be <= MaxLogLimit (%d)", ErrInvalidLimit, l.Limit, MaxLogLimit)
+		}
+	case GCRA:
+		t := int64(l.Period) / l.Limit
+		if t < 1 {
+			return fmt.Errorf("%w: field Limit value %d: emission interval Period/Limit = %d ns / %d is below 1 ns", ErrInvalidLimit, l.Limit, int64(l.Period), l.Limit)
+		}
+		if !mulFits(t, l.Burst, 1) {
+			return fmt.Errorf("%w: field Burst value %d: tau = T*(Burst+1) = %d ns * %d overflows MaxDuration", ErrInvalidLimit, l.Burst, t, uint64(l.Burst)+1)
+		}
+	case TokenBucket:
+		if l.Burst < 1 {
+			return fmt.Errorf("%w: field Burst value %d: token_bucket needs a capacity >= 1", ErrInvalidLimit, l.Burst)
+		}
+		if !mulFits(int64(l.Period), l.Burst, 0) {
+			return fmt.Errorf("%w: field Burst value %d: Burst*Period = %d * %d ns overflows MaxDuration", ErrInvalidLimit, l.Burst, l.Burst, int64(l.Period))
+		}
+	}
+	return nil
+}
+
+// ValidateHits reports whether hits is a valid hit count for one check:
+// 0 (a peek) to MaxHits. Otherwise it returns an error wrapping ErrInvalidLimit
+// that names the field and value.
+func ValidateHits(hits int64) error {
+	if hits < 0 || hits > MaxHits {
+		return fmt.Errorf("%w: field hits value %d: must be in 0..%d", ErrInvalidLimit, hits, MaxHits)
+	}
+	return nil
+}
+
+// validateNow reports whether now lies in [MinTime, MaxTime].
+func validateNow(now int64) error {
+	if now < MinTime || now > MaxTime {
+		return fmt.Errorf("%w: field now value %d ns: must be in %d..%d (MinTime..MaxTime)", ErrInvalidLimit, now, MinTime, MaxTime)
+	}
+	return nil
+}
+
+// mulFits reports whether a*(b+plus) <= MaxDuration, for a, b >= 0 and plus in
+// {0, 1}, without overflowing.
+func mulFits(a, b, plus int64) bool {
+	if b > math.MaxInt64-plus {
+		return false
+	}
+	hi, lo := bits.Mul64(uint64(a), uint64(b+plus))
+	return hi == 0 && lo <= uint64(MaxDuration)
+}
