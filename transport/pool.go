@@ -238,6 +238,14 @@ func (p *Pool) Forward(ctx context.Context, addr string, c Check) (Result, error
 // that chunk installed) or a transport failure (error wrapping ErrUnavailable;
 // earlier chunks stay installed).
 func (p *Pool) Transfer(ctx context.Context, addr string, states []KeyState) error {
+	return p.Handoff(ctx, addr, TransferBatch{States: states})
+}
+
+// Handoff sends a whole handoff to addr: b.States chunked as Transfer does, with
+// From and RingDigest on every request and Done only on the last (a handoff with
+// no states and Done still sends one request, the marker). Errors as Transfer.
+func (p *Pool) Handoff(ctx context.Context, addr string, b TransferBatch) error {
+	states := b.States
 	for i, s := range states {
 		if err := validateKeyState(s, p.cfg.MaxKeyLen); err != nil {
 			return fmt.Errorf("transfer to %s: states[%d]: %w", addr, i, err)
@@ -247,7 +255,7 @@ func (p *Pool) Transfer(ctx context.Context, addr string, states []KeyState) err
 	if err != nil {
 		return err
 	}
-	for len(states) > 0 {
+	for first := true; first || len(states) > 0; first = false {
 		n, size := 0, 0
 		for n < len(states) && n < p.cfg.MaxBatch {
 			sz := len(states[n].Key) + len(states[n].State) + 64
@@ -258,7 +266,10 @@ func (p *Pool) Transfer(ctx context.Context, addr string, states []KeyState) err
 			n++
 		}
 		msgs := make([]pb.KeyState, n)
-		req := &pb.TransferRequest{States: make([]*pb.KeyState, n)}
+		req := &pb.TransferRequest{States: make([]*pb.KeyState, n), From: b.From, RingDigest: b.RingDigest, Done: b.Done && n == len(states)}
+		if n == 0 && !b.Done {
+			break
+		}
 		for j := range n {
 			keyStateToWire(states[j], &msgs[j])
 			req.States[j] = &msgs[j]

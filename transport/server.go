@@ -186,8 +186,9 @@ func (s *peerServer) Transfer(ctx context.Context, req *pb.TransferRequest) (*pb
 		}
 		states[i] = st
 	}
-	if len(states) > 0 {
-		if err := s.h.Transfer(ctx, states); err != nil {
+	if len(states) > 0 || req.GetDone() {
+		b := TransferBatch{From: req.GetFrom(), RingDigest: req.GetRingDigest(), States: states, Done: req.GetDone()}
+		if err := s.h.Transfer(ctx, b); err != nil {
 			return nil, statusFromError(err)
 		}
 	}

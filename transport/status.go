@@ -68,10 +68,24 @@ func errorFromStatus(what string, err error) error {
 	st, _ := status.FromError(err)
 	if st.Code() == codes.InvalidArgument {
 		msg := strings.TrimPrefix(st.Message(), ErrInvalidCheck.Error()+": ")
-		if rest, ok := strings.CutPrefix(msg, algo.ErrInvalidLimit.Error()+": "); ok {
-			return fmt.Errorf("%w: %s: %w: %s", ErrInvalidCheck, what, algo.ErrInvalidLimit, rest)
+		return &remoteInvalidError{
+			msg:          fmt.Sprintf("%v: %s: %s", ErrInvalidCheck, what, msg),
+			invalidLimit: strings.Contains(msg, algo.ErrInvalidLimit.Error()),
 		}
-		return fmt.Errorf("%w: %s: %s", ErrInvalidCheck, what, msg)
 	}
 	return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
+}
+
+// remoteInvalidError is a server's InvalidArgument answer on the client side:
+// it is ErrInvalidCheck, and algo.ErrInvalidLimit when the server's message
+// came from algo.
+type remoteInvalidError struct {
+	msg          string
+	invalidLimit bool
+}
+
+func (e *remoteInvalidError) Error() string { return e.msg }
+
+func (e *remoteInvalidError) Is(target error) bool {
+	return target == ErrInvalidCheck || (e.invalidLimit && target == algo.ErrInvalidLimit)
 }

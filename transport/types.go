@@ -74,6 +74,20 @@ type KeyState struct {
 	State []byte
 }
 
+// TransferBatch is (part of) a handoff from a previous owner to a new owner.
+type TransferBatch struct {
+	// From is the member name of the previous owner.
+	From string
+	// RingDigest identifies the previous owner's partition table
+	// (ring.Snapshot.Digest) that the handoff is for.
+	RingDigest uint64
+	// States are the handed-off key states; may be empty.
+	States []KeyState
+	// Done marks the end of the handoff for RingDigest: the receiver stops holding
+	// checks of the partitions it gained from From.
+	Done bool
+}
+
 // PeerHandler is the owner side of the internal Peer service, implemented by node.
 // Its methods may be called concurrently.
 type PeerHandler interface {
@@ -82,8 +96,9 @@ type PeerHandler interface {
 	// CreatedAt is read by the handler.
 	Forward(ctx context.Context, checks []Check) []Result
 	// Transfer installs key states handed off by a previous owner, keeping the more
-	// restrictive state where the key already exists.
-	Transfer(ctx context.Context, states []KeyState) error
+	// restrictive state where the key already exists. A handoff arrives as one or
+	// more batches; only the last has Done set (and may hold no states).
+	Transfer(ctx context.Context, b TransferBatch) error
 }
 
 // LimiterHandler is the public Limiter service, implemented by node: it routes a

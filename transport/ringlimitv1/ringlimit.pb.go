@@ -827,8 +827,16 @@ func (x *KeyState) GetState() []byte {
 }
 
 type TransferRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	States        []*KeyState            `protobuf:"bytes,1,rep,name=states,proto3" json:"states,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	States []*KeyState            `protobuf:"bytes,1,rep,name=states,proto3" json:"states,omitempty"`
+	// from is the member name of the previous owner handing off.
+	From string `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	// ring_digest identifies the sender's partition table (ring.Snapshot.Digest)
+	// that this handoff is for.
+	RingDigest uint64 `protobuf:"varint,3,opt,name=ring_digest,json=ringDigest,proto3" json:"ring_digest,omitempty"`
+	// done marks the last request of a handoff: the receiver may stop holding
+	// checks for the partitions it gained from `from` in that ring.
+	Done          bool `protobuf:"varint,4,opt,name=done,proto3" json:"done,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -868,6 +876,27 @@ func (x *TransferRequest) GetStates() []*KeyState {
 		return x.States
 	}
 	return nil
+}
+
+func (x *TransferRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *TransferRequest) GetRingDigest() uint64 {
+	if x != nil {
+		return x.RingDigest
+	}
+	return 0
+}
+
+func (x *TransferRequest) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
 }
 
 type TransferResponse struct {
@@ -949,9 +978,13 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x1b\n" +
 	"\tperiod_ns\x18\x04 \x01(\x03R\bperiodNs\x12\x14\n" +
 	"\x05burst\x18\x05 \x01(\x03R\x05burst\x12\x14\n" +
-	"\x05state\x18\x06 \x01(\fR\x05state\"A\n" +
+	"\x05state\x18\x06 \x01(\fR\x05state\"\x8a\x01\n" +
 	"\x0fTransferRequest\x12.\n" +
-	"\x06states\x18\x01 \x03(\v2\x16.ringlimit.v1.KeyStateR\x06states\"\x12\n" +
+	"\x06states\x18\x01 \x03(\v2\x16.ringlimit.v1.KeyStateR\x06states\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x1f\n" +
+	"\vring_digest\x18\x03 \x01(\x04R\n" +
+	"ringDigest\x12\x12\n" +
+	"\x04done\x18\x04 \x01(\bR\x04done\"\x12\n" +
 	"\x10TransferResponse*\xba\x01\n" +
 	"\tAlgorithm\x12\x19\n" +
 	"\x15ALGORITHM_UNSPECIFIED\x10\x00\x12 \n" +

@@ -1,0 +1,229 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/ringlimit/ringlimit/algo"
+	pb "github.com/ringlimit/ringlimit/transport/ringlimitv1"
+)
+
+func dialClient(t *testing.T, addr string) *Client {
+	t.Helper()
+	c, err := Dial(addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func rawConn(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// badChecks are invalid checks with the field their error must name.
+func badChecks() []struct {
+	name  string
+	check Check
+	field string
+} {
+	ok := validCheck("k", 1)
+	with := func(f func(*Check)) Check { c := ok; f(&c); return c }
+	return []struct {
+		name  string
+		check Check
+		field string
+	}{
+		{"empty key", with(func(c *Check) { c.Key = "" }), "key"},
+		{"key too long", with(func(c *Check) { c.Key = strings.Repeat("x", 33) }), "key"},
+		{"negative hits", with(func(c *Check) { c.Hits = -1 }), "hits"},
+		{"hits above MaxHits", with(func(c *Check) { c.Hits = algo.MaxHits + 1 }), "hits"},
+		{"zero limit", with(func(c *Check) { c.Limit.Limit = 0 }), "limit"},
+		{"negative period", with(func(c *Check) { c.Limit.Period = -time.Second }), "period"},
+		{"negative burst", with(func(c *Check) { c.Limit.Burst = -1 }), "burst"},
+		{"unspecified algorithm", with(func(c *Check) { c.Limit.Kind = 0 }), "algorithm"},
+		{"negative created_at", with(func(c *Check) { c.CreatedAt = -1 }), "created_at"},
+	}
+}
+
+func TestLimiterCheckRejectsEveryBadField(t *testing.T) {
+	t.Parallel()
+	lim := &fakeLimiter{}
+	addr, _ := startServer(t, ServerConfig{MaxKeyLen: 32}, nil, lim)
+	c := dialClient(t, addr)
+	raw := pb.NewLimiterClient(rawConn(t, addr))
+	ctx := context.Background()
+	for _, tc := range badChecks() {
+		_, err := c.Check(ctx, tc.check)
+		if !errors.Is(err, ErrInvalidCheck) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s: got %v, want ErrInvalidCheck naming %q", tc.name, err, tc.field)
+		}
+		m := new(pb.Check)
+		var keys []byte
+		checkToWire(tc.check, m, &keys)
+		_, err = raw.Check(ctx, &pb.CheckRequest{Check: m})
+		if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), tc.field) {
+			t.Errorf("%s over the raw stub: got %v, want InvalidArgument naming %q", tc.name, err, tc.field)
+		}
+	}
+	// An algorithm number this version does not know.
+	m := new(pb.Check)
+	var keys []byte
+	checkToWire(validCheck("k", 1), m, &keys)
+	m.Algorithm = 99
+	_, err := raw.Check(ctx, &pb.CheckRequest{Check: m})
+	if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "algorithm 99") {
+		t.Errorf("unknown algorithm: got %v, want InvalidArgument naming algorithm 99", err)
+	}
+	_, err = raw.Check(ctx, &pb.CheckRequest{})
+	if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "check") {
+		t.Errorf("missing check: got %v, want InvalidArgument", err)
+	}
+	if got := lim.calls.Load(); got != 0 {
+		t.Fatalf("handler called %d times for invalid checks, want 0", got)
+	}
+	// The server keeps serving.
+	r, err := c.Check(ctx, validCheck("fine", 3))
+	if err != nil || !r.Decision.Allowed || r.Decision.Remaining != 3 || r.Route != RouteForwarded || r.Owner != "owner:fine" || r.Code != CodeOK {
+		t.Fatalf("valid check after bad ones: got %+v, %v", r, err)
+	}
+}
+
+func TestLimiterCheckMapsHandlerErrors(t *testing.T) {
+	t.Parallel()
+	addr, _ := startServer(t, ServerConfig{}, nil, &fakeLimiter{})
+	c := dialClient(t, addr)
+	raw := pb.NewLimiterClient(rawConn(t, addr))
+	for _, tc := range []struct {
+		key  string
+		code codes.Code
+		is   []error
+	}{
+		{"stopped", codes.Unavailable, []error{ErrUnavailable}},
+		{"handler-invalid", codes.InvalidArgument, []error{ErrInvalidCheck, algo.ErrInvalidLimit}},
+		{"handler-bug", codes.Internal, []error{ErrUnavailable}},
+	} {
+		m := new(pb.Check)
+		var keys []byte
+		checkToWire(validCheck(tc.key, 1), m, &keys)
+		_, err := raw.Check(context.Background(), &pb.CheckRequest{Check: m})
+		if got := status.Code(err); got != tc.code {
+			t.Errorf("%s: got code %v, want %v", tc.key, got, tc.code)
+		}
+		_, err = c.Check(context.Background(), validCheck(tc.key, 1))
+		for _, want := range tc.is {
+			if !errors.Is(err, want) {
+				t.Errorf("%s: got %v, want it to wrap %v", tc.key, err, want)
+			}
+		}
+	}
+}
+
+func TestLimiterCheckBatchPerItemStatus(t *testing.T) {
+	t.Parallel()
+	addr, _ := startServer(t, ServerConfig{MaxKeyLen: 32}, nil, &fakeLimiter{})
+	c := dialClient(t, addr)
+	var checks []Check
+	var fields []string
+	for _, tc := range badChecks() {
+		checks = append(checks, validCheck("good-"+tc.name, 7), tc.check)
+		fields = append(fields, "", tc.field)
+	}
+	checks = append(checks, validCheck("stopped", 1))
+	fields = append(fields, "stopped")
+	res, err := c.CheckBatch(context.Background(), checks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		switch {
+		case fields[i] == "stopped":
+			if r.Code != CodeUnavailable || !strings.Contains(r.Message, "node stopped") {
+				t.Errorf("item %d: got %+v, want CodeUnavailable", i, r)
+			}
+		case fields[i] != "":
+			if r.Code != CodeInvalidArgument || !strings.Contains(r.Message, fields[i]) {
+				t.Errorf("item %d: got %+v, want CodeInvalidArgument naming %q", i, r, fields[i])
+			}
+		default:
+			if r.Code != CodeOK || r.Owner != "owner:"+checks[i].Key || r.Decision.Remaining != 7 {
+				t.Errorf("item %d: got %+v, want its own OK result", i, r)
+			}
+		}
+	}
+	empty, err := c.CheckBatch(context.Background(), nil)
+	if err != nil || len(empty) != 0 {
+		t.Fatalf("empty batch: got %v, %v", empty, err)
+	}
+}
+
+func TestOversizedBatchesAreRejected(t *testing.T) {
+	t.Parallel()
+	f := &fakePeer{}
+	lim := &fakeLimiter{}
+	addr, _ := startServer(t, ServerConfig{MaxBatch: 10}, f, lim)
+	c := dialClient(t, addr)
+	checks := make([]Check, 11)
+	for i := range checks {
+		checks[i] = validCheck("k", 1)
+	}
+	if _, err := c.CheckBatch(context.Background(), checks); !errors.Is(err, ErrInvalidCheck) || !strings.Contains(err.Error(), "batch of 11") {
+		t.Fatalf("CheckBatch: got %v, want ErrInvalidCheck naming the batch size", err)
+	}
+	peer := pb.NewPeerClient(rawConn(t, addr))
+	_, err := peer.Forward(context.Background(), &pb.ForwardRequest{Checks: checksToWire(checks)})
+	if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "checks") {
+		t.Fatalf("Forward: got %v, want InvalidArgument naming checks", err)
+	}
+	_, err = peer.Transfer(context.Background(), &pb.TransferRequest{States: make([]*pb.KeyState, 11)})
+	if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "states") {
+		t.Fatalf("Transfer: got %v, want InvalidArgument naming states", err)
+	}
+	if f.calls.Load()+f.transfers.Load()+lim.calls.Load() != 0 {
+		t.Fatal("a handler saw an oversized batch")
+	}
+	// Batches within the maximum still pass.
+	p := newPool(t, ClientConfig{})
+	if _, err := p.Forward(context.Background(), addr, validCheck("k", 1)); err != nil {
+		t.Fatalf("batch of 1: %v", err)
+	}
+}
+
+func TestUnregisteredServiceIsUnimplemented(t *testing.T) {
+	t.Parallel()
+	addr, _ := startServer(t, ServerConfig{}, &fakePeer{}, nil)
+	_, err := pb.NewLimiterClient(rawConn(t, addr)).Check(context.Background(), &pb.CheckRequest{})
+	if status.Code(err) != codes.Unimplemented {
+		t.Fatalf("got %v, want Unimplemented", err)
+	}
+}
+
+// badPeer returns the wrong number of results.
+type badPeer struct{ fakePeer }
+
+func (b *badPeer) Forward(ctx context.Context, checks []Check) []Result { return nil }
+
+func TestForwardHandlerWrongResultCount(t *testing.T) {
+	t.Parallel()
+	addr, _ := startServer(t, ServerConfig{}, &badPeer{}, nil)
+	p := newPool(t, ClientConfig{})
+	_, err := p.Forward(context.Background(), addr, validCheck("k", 1))
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "0 results for 1 checks") {
+		t.Fatalf("got %v, want ErrUnavailable about the result count", err)
+	}
+}
