@@ -93,12 +93,12 @@ func TestValidateCheck(t *testing.T) {
 		}
 		want := tc.field
 		if want == "algorithm" { // the Go-side name of the field
-			want = "kind"
+			want = "field kind"
 		}
-		if !strings.Contains(err.Error(), want) {
+		if !containsFold(err.Error(), want) {
 			t.Errorf("%s: got %q, want it to name %q", tc.name, err, want)
 		}
-		limitField := want == "limit" || want == "period" || want == "burst" || want == "kind" || want == "hits"
+		limitField := strings.HasPrefix(want, "field ")
 		if limitField != errors.Is(err, algo.ErrInvalidLimit) {
 			t.Errorf("%s: errors.Is(err, algo.ErrInvalidLimit) = %v, want %v", tc.name, !limitField, limitField)
 		}

@@ -375,7 +375,7 @@ func TestTransferRejectsInvalidState(t *testing.T) {
 		t.Fatalf("remote: got %v, want ErrInvalidCheck naming states[1] and the key", err)
 	}
 	err = p.Transfer(context.Background(), addr, []KeyState{{Key: "a", Limit: algo.Limit{Kind: algo.GCRA, Limit: 1}}})
-	if !errors.Is(err, ErrInvalidCheck) || !errors.Is(err, algo.ErrInvalidLimit) || !strings.Contains(err.Error(), "period") {
+	if !errors.Is(err, ErrInvalidCheck) || !errors.Is(err, algo.ErrInvalidLimit) || !containsFold(err.Error(), "field period") {
 		t.Fatalf("bad limit: got %v, want ErrInvalidCheck and algo.ErrInvalidLimit naming the period", err)
 	}
 	if got := f.transfers.Load(); got != 0 {

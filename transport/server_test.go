@@ -36,7 +36,8 @@ func rawConn(t *testing.T, addr string) *grpc.ClientConn {
 	return conn
 }
 
-// badChecks are invalid checks with the field their error must name.
+// badChecks are invalid checks with the field their error must name
+// (compared case-insensitively: algo names Go fields, "field Period").
 func badChecks() []struct {
 	name  string
 	check Check
@@ -51,11 +52,11 @@ func badChecks() []struct {
 	}{
 		{"empty key", with(func(c *Check) { c.Key = "" }), "key"},
 		{"key too long", with(func(c *Check) { c.Key = strings.Repeat("x", 33) }), "key"},
-		{"negative hits", with(func(c *Check) { c.Hits = -1 }), "hits"},
-		{"hits above MaxHits", with(func(c *Check) { c.Hits = algo.MaxHits + 1 }), "hits"},
-		{"zero limit", with(func(c *Check) { c.Limit.Limit = 0 }), "limit"},
-		{"negative period", with(func(c *Check) { c.Limit.Period = -time.Second }), "period"},
-		{"negative burst", with(func(c *Check) { c.Limit.Burst = -1 }), "burst"},
+		{"negative hits", with(func(c *Check) { c.Hits = -1 }), "field hits"},
+		{"hits above MaxHits", with(func(c *Check) { c.Hits = algo.MaxHits + 1 }), "field hits"},
+		{"zero limit", with(func(c *Check) { c.Limit.Limit = 0 }), "field limit"},
+		{"negative period", with(func(c *Check) { c.Limit.Period = -time.Second }), "field period"},
+		{"negative burst", with(func(c *Check) { c.Limit.Burst = -1 }), "field burst"},
 		{"unspecified algorithm", with(func(c *Check) { c.Limit.Kind = 0 }), "algorithm"},
 		{"negative created_at", with(func(c *Check) { c.CreatedAt = -1 }), "created_at"},
 	}
@@ -70,14 +71,14 @@ func TestLimiterCheckRejectsEveryBadField(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range badChecks() {
 		_, err := c.Check(ctx, tc.check)
-		if !errors.Is(err, ErrInvalidCheck) || !strings.Contains(err.Error(), tc.field) {
+		if !errors.Is(err, ErrInvalidCheck) || !containsFold(err.Error(), tc.field) {
 			t.Errorf("%s: got %v, want ErrInvalidCheck naming %q", tc.name, err, tc.field)
 		}
 		m := new(pb.Check)
 		var keys []byte
 		checkToWire(tc.check, m, &keys)
 		_, err = raw.Check(ctx, &pb.CheckRequest{Check: m})
-		if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), tc.field) {
+		if st := status.Convert(err); st.Code() != codes.InvalidArgument || !containsFold(st.Message(), tc.field) {
 			t.Errorf("%s over the raw stub: got %v, want InvalidArgument naming %q", tc.name, err, tc.field)
 		}
 	}
@@ -157,7 +158,7 @@ func TestLimiterCheckBatchPerItemStatus(t *testing.T) {
 				t.Errorf("item %d: got %+v, want CodeUnavailable", i, r)
 			}
 		case fields[i] != "":
-			if r.Code != CodeInvalidArgument || !strings.Contains(r.Message, fields[i]) {
+			if r.Code != CodeInvalidArgument || !containsFold(r.Message, fields[i]) {
 				t.Errorf("item %d: got %+v, want CodeInvalidArgument naming %q", i, r, fields[i])
 			}
 		default:
@@ -226,4 +227,8 @@ func TestForwardHandlerWrongResultCount(t *testing.T) {
 	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "0 results for 1 checks") {
 		t.Fatalf("got %v, want ErrUnavailable about the result count", err)
 	}
+}
+
+func containsFold(s, substr string) bool {
+	return strings.Contains(strings.ToLower(s), strings.ToLower(substr))
 }

@@ -158,4 +158,3 @@ func TestLoadMutualTLSErrors(t *testing.T) {
 		}
 	}
 }
-

@@ -3,6 +3,8 @@ package transport
 import (
 	"errors"
 	"fmt"
+
+	"github.com/ringlimit/ringlimit/algo"
 )
 
 // ErrInvalidCheck is returned, wrapped with the offending field and value, for a
@@ -29,21 +31,22 @@ const DefaultMaxKeyLen = 1024
 const DefaultMaxBatch = 1000
 
 // ValidateCheck reports whether c can be decided: a key of 1..maxKeyLen bytes
-// (maxKeyLen <= 0 means DefaultMaxKeyLen), hits in 0..algo.MaxHits, a
-// CreatedAt >= 0 (0 = owner's clock), and a Limit that algo accepts. The error
-// wraps ErrInvalidCheck, and also algo.ErrInvalidLimit for limit and hits
-// errors, and names the field and value.
+// (maxKeyLen <= 0 means DefaultMaxKeyLen), hits accepted by algo.ValidateHits
+// (0..algo.MaxHits), a CreatedAt in 0..algo.MaxTime Unix ns (0 = owner's
+// clock), and a Limit accepted by algo.Limit.Validate. The error wraps
+// ErrInvalidCheck, and also algo.ErrInvalidLimit for limit and hits errors, and
+// names the field and value. It allocates only when it returns an error.
 func ValidateCheck(c Check, maxKeyLen int) error {
 	if err := validateKey(c.Key, maxKeyLen); err != nil {
 		return err
 	}
-	if err := validateHits(c.Hits); err != nil {
+	if err := algo.ValidateHits(c.Hits); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidCheck, err)
 	}
-	if c.CreatedAt < 0 {
-		return fmt.Errorf("%w: created_at %d ns is negative (0 = owner's clock)", ErrInvalidCheck, c.CreatedAt)
+	if c.CreatedAt < 0 || c.CreatedAt > algo.MaxTime {
+		return fmt.Errorf("%w: created_at %d ns outside 0..%d (0 = owner's clock)", ErrInvalidCheck, c.CreatedAt, algo.MaxTime)
 	}
-	if err := validateLimit(c.Limit); err != nil {
+	if err := c.Limit.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidCheck, err)
 	}
 	return nil
@@ -55,7 +58,7 @@ func validateKeyState(s KeyState, maxKeyLen int) error {
 	if err := validateKey(s.Key, maxKeyLen); err != nil {
 		return err
 	}
-	if err := validateLimit(s.Limit); err != nil {
+	if err := s.Limit.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidCheck, err)
 	}
 	return nil
