@@ -149,6 +149,9 @@ type Report struct {
 	Errors int
 	// Routes counts decided checks by the path that decided them.
 	Routes map[transport.Route]int
+	// ByOwner counts decided checks by the name of the node that decided them
+	// (transport.Result.Owner); "" counts results that did not name it.
+	ByOwner map[string]int
 	// ByTarget counts checks by the entry point they were sent to.
 	ByTarget map[string]int
 	// First holds the first mismatches in log order (see Options.Details).
@@ -189,12 +192,14 @@ func (r *Report) Write(w io.Writer) error {
 			fmt.Fprintf(tw, "route %s\t%d (%s)\n", RouteName(rt), n, pct(n, decided))
 		}
 	}
-	names := make([]string, 0, len(r.ByTarget))
-	for n := range r.ByTarget {
-		names = append(names, n)
+	for _, n := range sortedKeys(r.ByOwner) {
+		name := n
+		if name == "" {
+			name = "(not named)"
+		}
+		fmt.Fprintf(tw, "decided by %s\t%d (%s)\n", name, r.ByOwner[n], pct(r.ByOwner[n], decided))
 	}
-	slices.Sort(names)
-	for _, n := range names {
+	for _, n := range sortedKeys(r.ByTarget) {
 		fmt.Fprintf(tw, "sent via %s\t%d (%s)\n", n, r.ByTarget[n], pct(r.ByTarget[n], r.Requests))
 	}
 	fmt.Fprintf(tw, "elapsed\t%v\n", r.Elapsed.Round(time.Millisecond))
@@ -212,6 +217,15 @@ func (r *Report) Write(w io.Writer) error {
 		return err
 	}
 	return nil
+}
+
+func sortedKeys(m map[string]int) []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
 }
 
 func pct(n, of int) string {
@@ -278,7 +292,7 @@ func Run(ctx context.Context, entries []accesslog.Entry, o Options) (*Report, er
 
 	r := &Report{
 		Limit: o.Limit, Prefix: o.Prefix, Keys: len(keys), Elapsed: elapsed,
-		Routes: map[transport.Route]int{}, ByTarget: map[string]int{},
+		Routes: map[transport.Route]int{}, ByTarget: map[string]int{}, ByOwner: map[string]int{},
 	}
 	for _, wr := range results {
 		r.Requests += wr.requests
@@ -289,6 +303,9 @@ func Run(ctx context.Context, entries []accesslog.Entry, o Options) (*Report, er
 		r.Errors += wr.errors
 		for rt, n := range wr.routes {
 			r.Routes[transport.Route(rt)] += n
+		}
+		for o, n := range wr.byOwner {
+			r.ByOwner[o] += n
 		}
 		for t, n := range wr.byTarget {
 			r.ByTarget[o.Targets[t].Name] += n
@@ -304,11 +321,12 @@ type workerResult struct {
 	requests, admitted, denied, refAdmitted, mismatches, errors int
 	routes                                                      [4]int
 	byTarget                                                    []int
+	byOwner                                                     map[string]int
 	first                                                       []Mismatch
 }
 
 func runWorker(ctx context.Context, cancel context.CancelCauseFunc, w int, entries []accesslog.Entry, idx []int, o Options) workerResult {
-	res := workerResult{byTarget: make([]int, len(o.Targets))}
+	res := workerResult{byTarget: make([]int, len(o.Targets)), byOwner: map[string]int{}}
 	ref := o.NewReference()
 	for j, i := range idx {
 		if ctx.Err() != nil {
@@ -342,6 +360,7 @@ func runWorker(ctx context.Context, cancel context.CancelCauseFunc, w int, entri
 			} else {
 				res.denied++
 			}
+			res.byOwner[got.Owner]++
 			if int(got.Route) < len(res.routes) {
 				res.routes[got.Route]++
 			}

@@ -60,7 +60,7 @@ func (f *fakeCluster) Check(ctx context.Context, c transport.Check) (transport.R
 	if err != nil {
 		return transport.Result{}, err
 	}
-	r := transport.Result{Decision: d, Route: transport.Route(1 + f.calls%2)}
+	r := transport.Result{Decision: d, Route: transport.Route(1 + f.calls%2), Owner: fmt.Sprintf("node-%d", len(c.Key)%2)}
 	if f.flip != nil {
 		if err := f.flip(f.calls, c, &r); err != nil {
 			return transport.Result{}, err
@@ -115,6 +115,9 @@ func TestRunExactClusterHasNoMismatches(t *testing.T) {
 	if got := r.Routes[transport.RouteOwner] + r.Routes[transport.RouteForwarded]; got != len(es) {
 		t.Errorf("got routes %v, want them to sum to %d", r.Routes, len(es))
 	}
+	if got := r.ByOwner["node-0"] + r.ByOwner["node-1"]; got != len(es) || len(r.ByOwner) != 2 {
+		t.Errorf("got by-owner %v, want node-0 and node-1 summing to %d", r.ByOwner, len(es))
+	}
 	if r.Keys > 40 || r.Keys < 30 {
 		t.Errorf("got %d keys, want about 40", r.Keys)
 	}
@@ -125,7 +128,7 @@ func TestRunExactClusterHasNoMismatches(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^mismatches +0 `).MatchString(buf.String()) {
 		t.Errorf("report lacks a zero mismatch line:\n%s", buf.String())
 	}
-	for _, want := range []string{"route owner", "route forwarded", "sent via b", "throughput"} {
+	for _, want := range []string{"decided by node-1", "route owner", "route forwarded", "sent via b", "throughput"} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, buf.String())
 		}

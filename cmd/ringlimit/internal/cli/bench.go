@@ -1,0 +1,148 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/bench"
+)
+
+func newBenchCmd(deps Deps) *cobra.Command {
+	var (
+		lf     limitFlags
+		tf     targetFlags
+		o      bench.Options
+		dist   string
+		prefix string
+		quiet  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Load a cluster (closed or open loop) and check it never admits more than its limits allow",
+		Long: `bench sends checks for --duration to an in-process cluster (default: 3 nodes on
+loopback) or to daemons (--addr), with keys drawn uniformly or from a Zipf
+distribution, and reports throughput, latency percentiles (HDR histogram) and
+errors.
+
+Closed loop (default): --concurrency callers, each sending its next check when the
+previous one is answered. Open loop (--rate R): checks scheduled at R per second,
+sent by up to --concurrency callers; latency is measured from the scheduled send
+time, so queueing behind a slow cluster counts (no coordinated omission), and
+checks still unsent at the end are reported as missed.
+
+Admission check: for every key the admitted hits are compared with the most its
+algorithm can admit over the run's elapsed time E starting from a fresh state
+(L = --limit, P = --period, B = --burst): fixed_window and sliding_window_counter
+L*(ceil(E/P)+1); sliding_window_log L*(floor(E/P)+1); gcra floor(E/floor(P/L))+B+1;
+token_bucket B+floor(E/floor(P/L)). Keys are fresh per run (--prefix). Exit code
+1 if any key exceeds its bound or any check fails.
+
+A progress bar is drawn on stderr when it is a terminal, unless --quiet.`,
+		Example: `  ringlimit bench --duration 10s --concurrency 64
+  ringlimit bench --rate 20000 --keys 100000 --dist zipf --zipf-s 1.2 --algorithm token_bucket --limit 100 --period 1s --burst 20
+  ringlimit bench --addr 10.0.0.1:8081,10.0.0.2:8081 --duration 30s`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, hits, err := lf.parse(0)
+			if err != nil {
+				return err
+			}
+			if err := tf.validate(cmd.Flags()); err != nil {
+				return err
+			}
+			d, err := bench.ParseDist(dist)
+			if err != nil {
+				return fmt.Errorf("--dist: %w", err)
+			}
+			switch {
+			case o.Duration <= 0:
+				return fmt.Errorf("--duration %v: must be > 0", o.Duration)
+			case o.Concurrency < 1:
+				return fmt.Errorf("--concurrency %d: must be >= 1", o.Concurrency)
+			case o.Keys < 1 || o.Keys > bench.MaxKeys:
+				return fmt.Errorf("--keys %d: want 1..%d", o.Keys, bench.MaxKeys)
+			case o.Rate < 0:
+				return fmt.Errorf("--rate %v: must be >= 0 (0 = closed loop)", o.Rate)
+			case d == bench.Zipf && !(o.ZipfS > 1):
+				return fmt.Errorf("--zipf-s %v: must be > 1", o.ZipfS)
+			}
+			if _, err := bench.MaxAdmitted(l, o.Duration); err != nil {
+				return fmt.Errorf("--limit/--period: %w", err)
+			}
+			o.Limit, o.Hits, o.Dist, o.Prefix = l, hits, d, prefix
+			if o.Seed == 0 {
+				o.Seed = bench.DefaultSeed
+			}
+			targets, stop, err := tf.open(cmd.Context(), deps, false)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			o.Targets = targets
+			stderr := cmd.ErrOrStderr()
+			var bar *progressbar.ProgressBar
+			if !quiet && isTerminal(stderr) {
+				bar = newBar(stderr, o.Duration)
+				o.Progress = func(elapsed time.Duration, checks int64) {
+					bar.Describe(fmt.Sprintf("%d checks, %.0f/s", checks, float64(checks)/max(elapsed.Seconds(), 1e-3)))
+					bar.Set64(min(elapsed.Milliseconds(), o.Duration.Milliseconds()))
+				}
+			}
+			r, runErr := bench.Run(cmd.Context(), o)
+			if bar != nil {
+				bar.Finish()
+				fmt.Fprintln(stderr)
+			}
+			if r != nil {
+				if err := r.Write(cmd.OutOrStdout()); err != nil {
+					return err
+				}
+			}
+			if runErr != nil {
+				return runErr
+			}
+			if err := r.Err(); err != nil {
+				return no(err)
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	lf.register(fs)
+	tf.register(fs)
+	fs.DurationVar(&o.Duration, "duration", bench.DefaultDuration, "how long to send checks")
+	fs.IntVar(&o.Concurrency, "concurrency", bench.DefaultConcurrency, "callers: checks in flight (closed loop) or most in flight (open loop)")
+	fs.Float64Var(&o.Rate, "rate", 0, "open loop: checks per second to offer (0 = closed loop)")
+	fs.IntVar(&o.Keys, "keys", bench.DefaultKeys, "distinct keys")
+	fs.StringVar(&dist, "dist", "uniform", "key distribution: uniform or zipf")
+	fs.Float64Var(&o.ZipfS, "zipf-s", bench.DefaultZipfS, "Zipf exponent (> 1; larger = hotter head)")
+	fs.Uint64Var(&o.Seed, "seed", bench.DefaultSeed, "seed of the key generators (caller i uses PCG(seed, i))")
+	fs.StringVar(&prefix, "prefix", "", `key prefix (default "bench:<unix ns>:", fresh per run)`)
+	fs.BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
+	return cmd
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// newBar returns a progress bar over d, counted in milliseconds.
+func newBar(w io.Writer, d time.Duration) *progressbar.ProgressBar {
+	return progressbar.NewOptions64(d.Milliseconds(),
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription("bench"),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionSetPredictTime(false),
+		progressbar.OptionShowElapsedTimeOnFinish(),
+		progressbar.OptionClearOnFinish(),
+	)
+}

@@ -1,0 +1,151 @@
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
+	"github.com/ringlimit/ringlimit/transport"
+)
+
+// limitFlags are the flags that describe an algo.Limit and the hits per check.
+type limitFlags struct {
+	algorithm string
+	limit     int64
+	period    time.Duration
+	burst     int64
+	hits      int64
+}
+
+func (f *limitFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.algorithm, "algorithm", "gcra", "algorithm: sliding_window_log, sliding_window_counter, fixed_window, gcra or token_bucket")
+	fs.Int64Var(&f.limit, "limit", 10, "hits per period (the rate for gcra and token_bucket)")
+	fs.DurationVar(&f.period, "period", time.Minute, "window length or refill period")
+	fs.Int64Var(&f.burst, "burst", 5, "gcra: max_burst (capacity burst+1); token_bucket: capacity (>= 1); ignored by window algorithms")
+	fs.Int64Var(&f.hits, "hits", 1, "hits taken by each check (0 peeks)")
+}
+
+// parse returns the Limit, validated by algo, and the hits. kind overrides
+// --algorithm when non-zero (demo runs every algorithm).
+func (f *limitFlags) parse(kind algo.Kind) (algo.Limit, int64, error) {
+	if kind == 0 {
+		k, err := algo.ParseKind(f.algorithm)
+		if err != nil {
+			return algo.Limit{}, 0, fmt.Errorf("--algorithm: %w", err)
+		}
+		kind = k
+	}
+	l := algo.Limit{Kind: kind, Limit: f.limit, Period: f.period, Burst: f.burst}
+	if err := l.Validate(); err != nil {
+		return algo.Limit{}, 0, fmt.Errorf("--limit/--period/--burst for %s: %w", kind, err)
+	}
+	if err := algo.ValidateHits(f.hits); err != nil {
+		return algo.Limit{}, 0, fmt.Errorf("--hits: %w", err)
+	}
+	return l, f.hits, nil
+}
+
+// tlsFlags are the client side of the daemons' mTLS.
+type tlsFlags struct {
+	cert, key, ca string
+}
+
+func (f *tlsFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.cert, "tls-cert", "", "client certificate (PEM) for mTLS to the daemons; with --tls-key and --tls-ca")
+	fs.StringVar(&f.key, "tls-key", "", "client private key (PEM) for mTLS")
+	fs.StringVar(&f.ca, "tls-ca", "", "CA certificate (PEM) the daemons' certificates are signed by")
+}
+
+// config returns nil (plaintext) when no flag is set, the client config when
+// all three are, and an error otherwise.
+func (f *tlsFlags) config() (*tls.Config, error) {
+	set := 0
+	for _, s := range []string{f.cert, f.key, f.ca} {
+		if s != "" {
+			set++
+		}
+	}
+	switch set {
+	case 0:
+		return nil, nil
+	case 3:
+		_, client, err := transport.LoadMutualTLS(f.cert, f.key, f.ca)
+		return client, err
+	}
+	return nil, errors.New("--tls-cert, --tls-key and --tls-ca go together: set all three or none")
+}
+
+// targetFlags choose where checks go: an in-process cluster or daemons.
+type targetFlags struct {
+	target string
+	nodes  int
+	addrs  []string
+	tls    tlsFlags
+}
+
+func (f *targetFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.target, "target", "inprocess", "where checks go when --addr is not set: inprocess (a cluster of --nodes nodes started in this process on loopback)")
+	fs.IntVar(&f.nodes, "nodes", 3, "nodes of the in-process cluster")
+	fs.StringSliceVar(&f.addrs, "addr", nil, "comma-separated gRPC addresses (host:port) of ringlimitd daemons; checks are spread over them")
+	f.tls.register(fs)
+}
+
+func (f *targetFlags) validate(fs *pflag.FlagSet) error {
+	if len(f.addrs) > 0 {
+		if fs.Changed("target") || fs.Changed("nodes") {
+			return errors.New("--addr sends to daemons: it excludes --target and --nodes")
+		}
+		for _, a := range f.addrs {
+			if strings.TrimSpace(a) == "" {
+				return fmt.Errorf("--addr %q: empty address", strings.Join(f.addrs, ","))
+			}
+		}
+		return nil
+	}
+	if f.target != "inprocess" {
+		return fmt.Errorf("--target %q: want inprocess (or set --addr)", f.target)
+	}
+	if f.nodes < 1 || f.nodes > 64 {
+		return fmt.Errorf("--nodes %d: want 1..64", f.nodes)
+	}
+	return nil
+}
+
+// open starts or dials the targets. stop releases them.
+func (f *targetFlags) open(ctx context.Context, deps Deps, acceptCallerTimestamps bool) (targets []target.Target, stop func() error, err error) {
+	if len(f.addrs) == 0 {
+		if deps.InProcess == nil {
+			return nil, nil, errors.New("in-process clusters are not available in this build")
+		}
+		return deps.InProcess(ctx, f.nodes, acceptCallerTimestamps)
+	}
+	tlsCfg, err := f.tls.config()
+	if err != nil {
+		return nil, nil, err
+	}
+	var clients []*transport.Client
+	stop = func() error {
+		var errs []error
+		for _, c := range clients {
+			errs = append(errs, c.Close())
+		}
+		return errors.Join(errs...)
+	}
+	for _, a := range f.addrs {
+		c, err := transport.Dial(strings.TrimSpace(a), tlsCfg)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		clients = append(clients, c)
+		targets = append(targets, target.Target{Name: strings.TrimSpace(a), Checker: c})
+	}
+	return targets, stop, nil
+}
