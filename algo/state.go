@@ -38,7 +38,8 @@ type State struct {
 // false. For GCRA, TokenBucket, FixedWindow and SlidingWindowCounter, Take does
 // not allocate; a SlidingWindowLog allocates its log as it grows.
 func (s *State) Take(now, hits int64, l Limit) (Decision, error) {
-	if err := l.Validate(); err != nil {
+	t, err := l.check()
+	if err != nil {
 		return Decision{}, err
 	}
 	if err := ValidateHits(hits); err != nil {
@@ -50,16 +51,17 @@ func (s *State) Take(now, hits int64, l Limit) (Decision, error) {
 	if s.kind != l.Kind {
 		*s = State{kind: l.Kind}
 	}
-	return s.take(now, hits, l), nil
+	return s.take(now, hits, l, t), nil
 }
 
-// take dispatches a validated check to the value type of s.kind == l.Kind.
-func (s *State) take(now, hits int64, l Limit) Decision {
+// take dispatches a validated check to the value type of s.kind == l.Kind; t
+// is GCRA's emission interval from l.check.
+func (s *State) take(now, hits int64, l Limit, t int64) Decision {
 	var d Decision
 	switch l.Kind {
 	case GCRA:
 		g := GCRAState{tat: uint64(s.a)}
-		d = g.Take(now, hits, l)
+		d = g.take(now, hits, l.Burst+1, t, t*(l.Burst+1))
 		s.a = int64(g.tat)
 	case TokenBucket:
 		t := TokenBucketState{debt: s.a, last: uint64(s.b)}
@@ -87,7 +89,7 @@ func (s *State) take(now, hits int64, l Limit) Decision {
 func (s *State) peek(now int64, l Limit) Decision {
 	if s.kind != l.Kind {
 		var fresh State
-		return fresh.take(now, 0, l)
+		return fresh.take(now, 0, l, int64(l.Period)/l.Limit)
 	}
 	if l.Kind == SlidingWindowLog {
 		if s.log == nil {
@@ -96,7 +98,7 @@ func (s *State) peek(now int64, l Limit) Decision {
 		return s.log.peek(now, l)
 	}
 	c := *s
-	return c.take(now, 0, l)
+	return c.take(now, 0, l, int64(l.Period)/l.Limit)
 }
 
 // Kind returns the algorithm s holds, or 0 for a zero State.

@@ -10,8 +10,9 @@ import "time"
 //
 // Cost. Each admitted hit is stored once (8 bytes) and dropped once, when it
 // expires: amortized O(1) per hit. The buffer never holds more than Limit
-// entries; it grows by doubling up to Limit and halves when less than a quarter
-// full, so it uses at most 8*max(minLogCap, 4*stored) bytes and never more than
+// entries; it grows by doubling up to Limit and shrinks to twice the entries
+// when less than a quarter full, so after a check it uses at most
+// 8*max(minLogCap, 4*stored) bytes and never more than
 // 8*Limit (at most 512 KiB, see MaxLogLimit), plus 32 bytes for this header.
 //
 // Decision.Limit is Limit; hits > Limit never pass (RetryNever). RetryAfter is
@@ -88,7 +89,7 @@ func (s *SlidingWindowLogState) normalize(now, p, limit int64) {
 	case int64(c) > limit:
 		s.resize(min(int32(limit), max(2*s.n, minLogCap)))
 	case c > minLogCap && s.n < c/4:
-		s.resize(max(c/2, minLogCap))
+		s.resize(max(2*s.n, minLogCap))
 	}
 }
 

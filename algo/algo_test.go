@@ -1,0 +1,561 @@
+package algo
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The fixed timeline of the step tests, x/time/rate style: t0 is aligned to a
+// second (and a minute), t1..t9 follow one second apart.
+var (
+	t0 = time.Date(2024, 5, 17, 10, 0, 0, 0, time.UTC).UnixNano()
+	t1 = t0 + 1*sec
+	t2 = t0 + 2*sec
+	t3 = t0 + 3*sec
+	t4 = t0 + 4*sec
+	t5 = t0 + 5*sec
+	t9 = t0 + 9*sec
+)
+
+const (
+	sec = int64(time.Second)
+	ms  = int64(time.Millisecond)
+)
+
+// step is one check of a step table and the Decision it must return.
+type step struct {
+	t         int64 // now, Unix ns
+	hits      int64
+	allowed   bool
+	remaining int64
+	retry     time.Duration
+	reset     time.Duration
+}
+
+// taker is anything with the Take shape of the value types.
+type taker interface {
+	Take(now, hits int64, l Limit) Decision
+}
+
+// stateTaker adapts *State to taker, failing the test on an error.
+type stateTaker struct {
+	t *testing.T
+	s *State
+}
+
+func (st stateTaker) Take(now, hits int64, l Limit) Decision {
+	st.t.Helper()
+	d, err := st.s.Take(now, hits, l)
+	if err != nil {
+		st.t.Fatalf("Take(%d, %d, %+v): got error %v, want nil", now, hits, l, err)
+	}
+	return d
+}
+
+// run applies steps in order to x under l and checks every Decision field.
+func run(t *testing.T, x taker, l Limit, steps []step) {
+	t.Helper()
+	for i, s := range steps {
+		d := x.Take(s.t, s.hits, l)
+		want := Decision{Allowed: s.allowed, Limit: d.Limit, Remaining: s.remaining, RetryAfter: s.retry, ResetAfter: s.reset}
+		if d != want {
+			t.Errorf("step %d: Take(t0%+v, %d): got %+v, want %+v", i, time.Duration(s.t-t0), s.hits, d, want)
+		}
+	}
+}
+
+// runBoth runs steps on a fresh value type and on a fresh State.
+func runBoth(t *testing.T, fresh func() taker, l Limit, steps []step) {
+	t.Helper()
+	t.Run("value", func(t *testing.T) { run(t, fresh(), l, steps) })
+	t.Run("State", func(t *testing.T) { run(t, stateTaker{t, new(State)}, l, steps) })
+}
+
+func d(n int64) time.Duration { return time.Duration(n) }
+
+func TestFixedWindow(t *testing.T) {
+	l := Limit{Kind: FixedWindow, Limit: 3, Period: time.Second}
+	runBoth(t, func() taker { return new(FixedWindowState) }, l, []step{
+		{t0, 0, true, 3, 0, 0},                               // peek on a fresh key
+		{t0, 1, true, 2, 0, d(sec)},                          // burst within the window
+		{t0 + 100*ms, 0, true, 2, 0, d(900 * ms)},            // peek consumes nothing
+		{t0 + 100*ms, 0, true, 2, 0, d(900 * ms)},            //
+		{t0 + 500*ms, 2, true, 0, 0, d(500 * ms)},            // changing hits
+		{t0 + 500*ms, 1, false, 0, d(500 * ms), d(500 * ms)}, // denied: wait for the next window
+		{t0 + 500*ms, 4, false, 0, RetryNever, d(500 * ms)},  // hits > Limit never pass
+		{t1 - 1, 1, false, 0, 1, 1},                          // last ns of the window
+		{t1, 3, true, 0, 0, d(sec)},                          // a hit exactly Period ago no longer counts
+		{t1 + 999*ms, 0, true, 0, 0, d(ms)},                  //
+		{t2 + 999*ms, 1, true, 2, 0, d(ms)},                  // steady rate: one window skipped
+		{t3, 2, true, 1, 0, d(sec)},                          //
+		{t3 + 1, 2, false, 1, d(sec - 1), d(sec - 1)},        // denied check changes nothing
+		{t3 + 2, 1, true, 0, 0, d(sec - 2)},                  //
+	})
+}
+
+func TestFixedWindowNegativeTime(t *testing.T) {
+	// Windows are floor(now/Period): -1 ns is in [-1 s, 0), not in [0, 1 s).
+	l := Limit{Kind: FixedWindow, Limit: 1, Period: time.Second}
+	runBoth(t, func() taker { return new(FixedWindowState) }, l, []step{
+		{-sec - 1, 1, true, 0, 0, 1},
+		{-sec, 1, true, 0, 0, d(sec)},
+		{-1, 1, false, 0, 1, 1},
+		{0, 1, true, 0, 0, d(sec)},
+		{sec - 1, 1, false, 0, 1, 1},
+	})
+}
+
+func TestFixedWindowClockBackwards(t *testing.T) {
+	l := Limit{Kind: FixedWindow, Limit: 2, Period: time.Second}
+	runBoth(t, func() taker { return new(FixedWindowState) }, l, []step{
+		{t5, 2, true, 0, 0, d(sec)},
+		// Back to an earlier window: the count is kept (no credit) and the
+		// key is free at the end of that earlier window (no lockout).
+		{t2 + 500*ms, 1, false, 0, d(500 * ms), d(500 * ms)},
+		{t3, 2, true, 0, 0, d(sec)},
+		// Back within the same window changes nothing.
+		{t3 - 1 + sec, 1, false, 0, 1, 1},
+		{t3 + 10*ms, 1, false, 0, d(990 * ms), d(990 * ms)},
+	})
+}
+
+func TestSlidingWindowLog(t *testing.T) {
+	l := Limit{Kind: SlidingWindowLog, Limit: 3, Period: time.Second}
+	runBoth(t, func() taker { return new(SlidingWindowLogState) }, l, []step{
+		{t0, 0, true, 3, 0, 0},
+		{t0, 1, true, 2, 0, d(sec)},
+		{t0 + 100*ms, 2, true, 0, 0, d(sec)},
+		{t0 + 100*ms, 0, true, 0, 0, d(sec)},
+		{t0 + 200*ms, 1, false, 0, d(800 * ms), d(900 * ms)}, // t0's hit must expire
+		{t0 + 200*ms, 2, false, 0, d(900 * ms), d(900 * ms)}, // both t0+100ms hits must expire too
+		{t0 + 200*ms, 4, false, 0, RetryNever, d(900 * ms)},  // hits > Limit
+		{t1 - 1, 1, false, 0, 1, d(100*ms + 1)},              // the t0 hit counts until t1
+		{t1, 1, true, 0, 0, d(sec)},                          // exactly Period ago: no longer counts
+		{t1 + 100*ms, 1, true, 1, 0, d(sec)},                 // the t0+100ms pair expired
+		{t1 + 150*ms, 2, false, 1, d(850 * ms), d(950 * ms)}, // denied check changes nothing
+		{t1 + 150*ms, 1, true, 0, 0, d(sec)},                 //
+		{t9, 3, true, 0, 0, d(sec)},                          // steady: all expired
+	})
+}
+
+func TestSlidingWindowLogClockBackwards(t *testing.T) {
+	l := Limit{Kind: SlidingWindowLog, Limit: 2, Period: time.Second}
+	runBoth(t, func() taker { return new(SlidingWindowLogState) }, l, []step{
+		{t5, 2, true, 0, 0, d(sec)},
+		// 3 s back: the t5 hits are moved back to t2, so they count until t3
+		// (no lockout until t6) and never stop counting early.
+		{t2, 1, false, 0, d(sec), d(sec)},
+		{t3 - 1, 1, false, 0, 1, 1},
+		{t3, 2, true, 0, 0, d(sec)},
+		{t3 + 500*ms, 1, false, 0, d(500 * ms), d(500 * ms)},
+	})
+}
+
+func TestSlidingWindowLogLimitChanges(t *testing.T) {
+	var s SlidingWindowLogState
+	big := Limit{Kind: SlidingWindowLog, Limit: 100, Period: time.Second}
+	small := big
+	small.Limit = 10
+	for i := range int64(100) {
+		if d := s.Take(t0+i*ms, 1, big); !d.Allowed {
+			t.Fatalf("hit %d: got denied, want allowed", i)
+		}
+	}
+	if got := len(s.buf); got != 100 {
+		t.Errorf("buffer capacity: got %d, want %d", got, 100)
+	}
+	// Shrinking keeps the newest 10 hits: nothing is allowed until the oldest
+	// of them (t0+90ms) expires.
+	got := s.Take(t0+200*ms, 1, small)
+	want := Decision{Limit: 10, RetryAfter: d(890 * ms), ResetAfter: d(899 * ms)}
+	if got != want {
+		t.Errorf("after shrink: got %+v, want %+v", got, want)
+	}
+	if got := len(s.buf); got > 10 {
+		t.Errorf("buffer capacity after shrink: got %d, want <= %d", got, 10)
+	}
+	if d := s.Take(t1+90*ms, 1, small); !d.Allowed || d.Remaining != 0 {
+		t.Errorf("at t1+90ms: got %+v, want allowed with 0 remaining", d)
+	}
+	// Growing again: the capacity follows.
+	for i := range int64(50) {
+		if d := s.Take(t2+100*ms+i, 1, big); !d.Allowed {
+			t.Fatalf("hit %d after growth: got denied, want allowed", i)
+		}
+	}
+	if got, want := s.n, int32(50); got != want {
+		t.Errorf("entries: got %d, want %d", got, want)
+	}
+	// All expire: the buffer shrinks back but keeps a small minimum.
+	s.Take(t9, 0, big)
+	if got := len(s.buf); got > minLogCap {
+		t.Errorf("buffer capacity when empty: got %d, want <= %d", got, minLogCap)
+	}
+}
+
+func TestSlidingWindowCounter(t *testing.T) {
+	l := Limit{Kind: SlidingWindowCounter, Limit: 10, Period: time.Second}
+	// fade(c) is when, in the next window, floor(c*(P-e)/P) reaches 0:
+	// e = P - ceil(P/c) + 1. ResetAfter = rest of this window + fade(cur).
+	runBoth(t, func() taker { return new(SlidingWindowCounterState) }, l, []step{
+		{t0, 0, true, 10, 0, 0},
+		{t0, 4, true, 6, 0, d(sec + 750*ms + 1)},                          // fade(4) = 750ms+1
+		{t0 + 200*ms, 6, true, 0, 0, d(800*ms + 900*ms + 1)},              // fade(10) = 900ms+1
+		{t0 + 500*ms, 1, false, 0, d(500*ms + 1), d(500*ms + 900*ms + 1)}, // next window, once 10*(P-e)/P < 10
+		{t0 + 500*ms, 11, false, 0, RetryNever, d(500*ms + 900*ms + 1)},
+		{t1, 1, false, 0, 1, d(900*ms + 1)},                           // a full Period later: E = 10*P/P = 10
+		{t1 + 1, 1, true, 0, 0, d(sec)},                               // E = 9 + 0: allowed; fade(1) = 1ns
+		{t1 + 500*ms, 0, true, 4, 0, d(500*ms + 1)},                   // E = floor(10*0.5) + 1 = 6
+		{t1 + 500*ms, 5, false, 4, 1, d(500*ms + 1)},                  // needs floor(10*(P-e)/P) <= 4: e > 500ms
+		{t1 + 500*ms, 5, false, 4, 1, d(500*ms + 1)},                  // denied check changes nothing
+		{t1 + 600*ms, 5, true, 0, 0, d(400*ms + sec - 166666667 + 1)}, // fade(6) = P - ceil(P/6) + 1
+		{t3 + 300*ms, 10, true, 0, 0, d(700*ms + 900*ms + 1)},         // two windows later: fresh
+	})
+}
+
+func TestSlidingWindowCounterClockBackwards(t *testing.T) {
+	l := Limit{Kind: SlidingWindowCounter, Limit: 2, Period: time.Second}
+	runBoth(t, func() taker { return new(SlidingWindowCounterState) }, l, []step{
+		{t5, 2, true, 0, 0, d(sec + 500*ms + 1)},
+		// Back to t2: both counts are kept in the window of t2 (no credit);
+		// the key frees up as cur fades in the next window (no lockout).
+		{t2, 1, false, 0, d(sec + 1), d(sec + 500*ms + 1)},
+		{t3 + 1, 1, true, 0, 0, d(sec)},
+	})
+}
+
+func TestGCRA(t *testing.T) {
+	// redis-cell's own test table (src/cell/mod.rs, it_rate_limits):
+	// max_burst 4, 1 per second, so capacity 5.
+	l := Limit{Kind: GCRA, Limit: 1, Period: time.Second, Burst: 4}
+	s := func(n int64) time.Duration { return d(n * sec) }
+	runBoth(t, func() taker { return new(GCRAState) }, l, []step{
+		{t0, 6, false, 5, RetryNever, 0}, // never larger than the maximum
+		{t0, 1, true, 4, 0, s(1)},
+		{t0, 1, true, 3, 0, s(2)},
+		{t0, 1, true, 2, 0, s(3)},
+		{t0, 1, true, 1, 0, s(4)},
+		{t0, 1, true, 0, 0, s(5)},
+		{t0, 1, false, 0, s(1), s(5)},
+		{t0 + 3000*ms, 1, true, 2, 0, d(3000 * ms)},
+		{t0 + 3100*ms, 1, true, 1, 0, d(3900 * ms)},
+		{t0 + 4000*ms, 1, true, 1, 0, d(4000 * ms)},
+		{t0 + 8000*ms, 1, true, 4, 0, d(1000 * ms)},
+		{t0 + 9500*ms, 1, true, 4, 0, d(1000 * ms)},
+		{t0 + 9500*ms, 0, true, 4, 0, s(1)}, // peek
+		{t0 + 9500*ms, 2, true, 2, 0, s(3)},
+		{t0 + 9500*ms, 5, false, 2, s(3), s(3)},
+	})
+}
+
+func TestGCRAWindowEdgesAndSteadyRate(t *testing.T) {
+	// Burst 0: capacity 1, one hit per second, exactly.
+	l := Limit{Kind: GCRA, Limit: 1, Period: time.Second, Burst: 0}
+	runBoth(t, func() taker { return new(GCRAState) }, l, []step{
+		{t0, 1, true, 0, 0, d(sec)},
+		{t1 - 1, 1, false, 0, 1, 1},
+		{t1, 1, true, 0, 0, d(sec)}, // exactly Period after the last hit
+		{t2, 1, true, 0, 0, d(sec)},
+		{t3, 1, true, 0, 0, d(sec)},
+		{t3 + 10*ms, 2, false, 0, RetryNever, d(990 * ms)},
+		{t4 + 10*ms, 0, true, 1, 0, 0},
+	})
+}
+
+func TestGCRAClockBackwards(t *testing.T) {
+	l := Limit{Kind: GCRA, Limit: 1, Period: time.Second, Burst: 2} // capacity 3
+	var g GCRAState
+	run(t, &g, l, []step{
+		{t5, 2, true, 1, 0, d(2 * sec)},
+		// 1 s back: the TAT is absolute, so the debt grows by the step
+		// (nothing credited) and nothing changes when the clock returns.
+		{t4, 0, true, 0, 0, d(3 * sec)},
+		{t5, 0, true, 1, 0, d(2 * sec)},
+	})
+	before := g
+	run(t, &g, l, []step{
+		// 4 s back: the debt is capped at tau (a drained key) rather than 6 s,
+		// so the key is not locked out for the length of the step.
+		{t0, 1, false, 0, d(sec), d(3 * sec)},
+		{t1, 1, true, 0, 0, d(3 * sec)},
+	})
+	if g == before {
+		t.Errorf("state after a capped step back: got unchanged, want the cap stored")
+	}
+}
+
+func TestTokenBucket(t *testing.T) {
+	// Capacity 3, refill 1 token per second.
+	l := Limit{Kind: TokenBucket, Limit: 1, Period: time.Second, Burst: 3}
+	runBoth(t, func() taker { return new(TokenBucketState) }, l, []step{
+		{t0, 0, true, 3, 0, 0}, // starts full
+		{t0, 1, true, 2, 0, d(sec)},
+		{t0, 2, true, 0, 0, d(3 * sec)},
+		{t0, 1, false, 0, d(sec), d(3 * sec)},
+		{t0, 4, false, 0, RetryNever, d(3 * sec)},
+		{t0 + 500*ms, 1, false, 0, d(500 * ms), d(2500 * ms)},
+		{t1 - 1, 1, false, 0, 1, d(2*sec + 1)},
+		{t1, 1, true, 0, 0, d(3 * sec)}, // exactly one Period later: one token
+		{t3 + 500*ms, 0, true, 2, 0, d(500 * ms)},
+		{t3 + 500*ms, 3, false, 2, d(500 * ms), d(500 * ms)},
+		{t9, 3, true, 0, 0, d(3 * sec)},
+		{t9 + 2*sec, 2, true, 0, 0, d(3 * sec)}, // steady rate
+	})
+}
+
+func TestTokenBucketExactRefill(t *testing.T) {
+	// 3 tokens per second: one token every 333,333,333.33 ns. Fractions of
+	// a token carry over exactly: no rounding accumulates.
+	l := Limit{Kind: TokenBucket, Limit: 3, Period: time.Second, Burst: 3}
+	runBoth(t, func() taker { return new(TokenBucketState) }, l, []step{
+		{t0, 3, true, 0, 0, d(sec)},
+		{t0 + 333333333, 1, false, 0, 1, d(666666667)}, // 0.999999999 tokens
+		{t0 + 333333334, 1, true, 0, 0, d(sec)},        // 1.000000002 tokens: 2/3 ns carried
+		{t1 + 333333333, 3, false, 2, 1, 1},            // 2.999999999 tokens
+		{t1 + 333333334, 3, true, 0, 0, d(sec)},        // exactly 3
+		{t2 + 333333334, 0, true, 3, 0, 0},             // full: the excess is not kept
+		{t2 + 333333334, 1, true, 2, 0, d(333333334)},
+	})
+}
+
+func TestTokenBucketClockBackwards(t *testing.T) {
+	l := Limit{Kind: TokenBucket, Limit: 1, Period: time.Second, Burst: 3}
+	runBoth(t, func() taker { return new(TokenBucketState) }, l, []step{
+		{t5, 1, true, 2, 0, d(sec)},
+		// 1 s back: the refill of that second is taken back...
+		{t4, 0, true, 1, 0, d(2 * sec)},
+		// ...and given again when the clock returns: nothing credited twice.
+		{t5, 0, true, 2, 0, d(sec)},
+		// 9 s back: capped at an empty bucket, refilling from t0.
+		{t0 - 4*sec, 1, false, 0, d(sec), d(3 * sec)},
+		{t0 - 3*sec, 1, true, 0, 0, d(3 * sec)},
+	})
+}
+
+// TestDeniedChangesNothing checks, for every Kind, that a denied check leaves
+// the State exactly as it was (clock moving forward).
+func TestDeniedChangesNothing(t *testing.T) {
+	for _, k := range Kinds() {
+		t.Run(k.String(), func(t *testing.T) {
+			l := Limit{Kind: k, Limit: 5, Period: time.Second, Burst: 4}
+			var s State
+			if _, err := s.Take(t0, 5, l); err != nil {
+				t.Fatal(err)
+			}
+			before, _ := s.MarshalBinary()
+			for _, hits := range []int64{5, 6, 1000} {
+				d, err := s.Take(t0+ms, hits, l)
+				if err != nil || d.Allowed {
+					t.Fatalf("Take(%d): got %+v, %v, want denied", hits, d, err)
+				}
+				after, _ := s.MarshalBinary()
+				if string(after) != string(before) {
+					t.Errorf("Take(%d) denied: got state %x, want %x", hits, after, before)
+				}
+			}
+		})
+	}
+}
+
+// TestPeekNeverLimited checks that hits == 0 is allowed and consumes nothing,
+// even when the key is exhausted.
+func TestPeekNeverLimited(t *testing.T) {
+	for _, k := range Kinds() {
+		t.Run(k.String(), func(t *testing.T) {
+			l := Limit{Kind: k, Limit: 2, Period: time.Second, Burst: 1}
+			var s State
+			for range 5 {
+				s.Take(t0, 1, l)
+			}
+			for i := range 5 {
+				d, err := s.Take(t0+int64(i), 0, l)
+				if err != nil || !d.Allowed || d.Remaining != 0 {
+					t.Fatalf("peek %d: got %+v, %v, want allowed with 0 remaining", i, d, err)
+				}
+			}
+		})
+	}
+}
+
+func TestCLThrottle(t *testing.T) {
+	// The README example: CL.THROTTLE user123 15 30 60.
+	l, hits, err := CLThrottle(15, 30, 60, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s State
+	for i := 1; i <= 17; i++ {
+		d, err := s.Take(t0, hits, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := [5]int64{0, 16, int64(16 - i), -1, int64(2 * i)}
+		if i == 17 {
+			want = [5]int64{1, 16, 0, 2, 32}
+		}
+		if got := d.CLThrottleReply(); got != want {
+			t.Errorf("call %d: got %v, want %v", i, got, want)
+		}
+	}
+	// Default quantity 1 vs an explicit 0 (peek), 60 s later.
+	d, _ := s.Take(t0+60*sec, 0, l)
+	if got, want := d.CLThrottleReply(), [5]int64{0, 16, 16, -1, 0}; got != want {
+		t.Errorf("peek after 60 s: got %v, want %v", got, want)
+	}
+}
+
+func TestCLThrottleReplyRounding(t *testing.T) {
+	for _, c := range []struct {
+		d    Decision
+		want [5]int64
+	}{
+		{Decision{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: d(sec)}, [5]int64{0, 5, 4, -1, 1}},
+		{Decision{Allowed: true, Limit: 5, Remaining: 3, ResetAfter: d(3900 * ms)}, [5]int64{0, 5, 3, -1, 4}},
+		{Decision{Allowed: true, Limit: 5, Remaining: 3, ResetAfter: d(2*sec + ms)}, [5]int64{0, 5, 3, -1, 3}},
+		{Decision{Allowed: true, Limit: 5, Remaining: 3, ResetAfter: d(2*sec + ms - 1)}, [5]int64{0, 5, 3, -1, 2}}, // sub-ms: not rounded
+		{Decision{Limit: 5, RetryAfter: d(500 * ms), ResetAfter: d(5 * sec)}, [5]int64{1, 5, 0, 1, 5}},
+		{Decision{Limit: 5, RetryAfter: d(999 * 1000), ResetAfter: d(5 * sec)}, [5]int64{1, 5, 0, 0, 5}}, // redis-cell replies 0
+		{Decision{Limit: 5, Remaining: 5, RetryAfter: RetryNever}, [5]int64{1, 5, 5, -1, 0}},
+	} {
+		if got := c.d.CLThrottleReply(); got != c.want {
+			t.Errorf("%+v: got %v, want %v", c.d, got, c.want)
+		}
+	}
+}
+
+func TestCLThrottleInvalid(t *testing.T) {
+	for _, c := range []struct {
+		burst, count, period, qty int64
+		field                     string
+	}{
+		{-1, 30, 60, 1, "max_burst"},
+		{15, 0, 60, 1, "count"},
+		{15, -3, 60, 1, "count"},
+		{15, 30, 0, 1, "period"},
+		{15, 30, 1 << 62, 1, "period"},
+		{15, 30, 60, -1, "quantity"},
+		{15, 30, 60, MaxHits + 1, "quantity"},
+		{15, 2_000_000_000, 1, 1, "Limit"}, // T below 1 ns
+		{1 << 40, 1, 1 << 30, 1, "Burst"},  // tau overflows
+	} {
+		_, _, err := CLThrottle(c.burst, c.count, c.period, c.qty)
+		if !errors.Is(err, ErrInvalidLimit) || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("CLThrottle(%d, %d, %d, %d): got %v, want ErrInvalidLimit naming %s", c.burst, c.count, c.period, c.qty, err, c.field)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	ok := func(k Kind) Limit { return Limit{Kind: k, Limit: 10, Period: time.Second, Burst: 5} }
+	with := func(k Kind, f func(*Limit)) Limit { l := ok(k); f(&l); return l }
+	for _, k := range Kinds() {
+		if err := ok(k).Validate(); err != nil {
+			t.Errorf("%v: got %v, want nil", k, err)
+		}
+	}
+	for _, c := range []struct {
+		name  string
+		l     Limit
+		field string
+		value string
+	}{
+		{"zero kind", with(GCRA, func(l *Limit) { l.Kind = 0 }), "Kind", "0"},
+		{"unknown kind", with(GCRA, func(l *Limit) { l.Kind = 9 }), "Kind", "9"},
+		{"zero limit", with(FixedWindow, func(l *Limit) { l.Limit = 0 }), "Limit", "0"},
+		{"negative limit", with(SlidingWindowCounter, func(l *Limit) { l.Limit = -5 }), "Limit", "-5"},
+		{"zero period", with(TokenBucket, func(l *Limit) { l.Period = 0 }), "Period", "0"},
+		{"negative period", with(GCRA, func(l *Limit) { l.Period = -time.Second }), "Period", "-1000000000"},
+		{"huge period", with(FixedWindow, func(l *Limit) { l.Period = MaxDuration + 1 }), "Period", "4611686018427387904"},
+		{"negative burst", with(FixedWindow, func(l *Limit) { l.Burst = -1 }), "Burst", "-1"},
+		{"token bucket burst 0", with(TokenBucket, func(l *Limit) { l.Burst = 0 }), "Burst", "0"},
+		{"log limit", with(SlidingWindowLog, func(l *Limit) { l.Limit = MaxLogLimit + 1 }), "Limit", "65537"},
+		{"gcra interval < 1ns", with(GCRA, func(l *Limit) { l.Limit = 2_000_000_000 }), "Limit", "2000000000"},
+		{"gcra tau overflow", with(GCRA, func(l *Limit) { l.Limit = 1; l.Burst = 1 << 40 }), "Burst", "1099511627776"},
+		{"gcra burst+1 overflow", with(GCRA, func(l *Limit) { l.Burst = 1<<63 - 1 }), "Burst", "9223372036854775807"},
+		{"token bucket burst*period", with(TokenBucket, func(l *Limit) { l.Burst = 1 << 33 }), "Burst", "8589934592"},
+	} {
+		err := c.l.Validate()
+		if !errors.Is(err, ErrInvalidLimit) {
+			t.Errorf("%s: got %v, want ErrInvalidLimit", c.name, err)
+			continue
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, "field "+c.field+" ") || !strings.Contains(msg, "value "+c.value) {
+			t.Errorf("%s: got %q, want the field %s and value %s named", c.name, msg, c.field, c.value)
+		}
+		// State.Take returns the same error and leaves the state untouched.
+		var s State
+		s.Take(t0, 1, ok(SlidingWindowLog))
+		before, _ := s.MarshalBinary()
+		if _, err := s.Take(t0, 1, c.l); !errors.Is(err, ErrInvalidLimit) {
+			t.Errorf("%s: State.Take: got %v, want ErrInvalidLimit", c.name, err)
+		}
+		if after, _ := s.MarshalBinary(); string(after) != string(before) {
+			t.Errorf("%s: State.Take with an error changed the state", c.name)
+		}
+	}
+	// Window algorithms accept huge Limits and Burst 0.
+	for _, l := range []Limit{
+		{Kind: FixedWindow, Limit: 1<<63 - 1, Period: 1},
+		{Kind: SlidingWindowCounter, Limit: 1<<63 - 1, Period: MaxDuration},
+		{Kind: GCRA, Limit: 1, Period: MaxDuration, Burst: 0},
+		{Kind: TokenBucket, Limit: 1<<63 - 1, Period: 1, Burst: int64(MaxDuration)},
+	} {
+		if err := l.Validate(); err != nil {
+			t.Errorf("%+v: got %v, want nil", l, err)
+		}
+	}
+}
+
+func TestValidateHitsAndNow(t *testing.T) {
+	for _, h := range []int64{0, 1, MaxHits} {
+		if err := ValidateHits(h); err != nil {
+			t.Errorf("ValidateHits(%d): got %v, want nil", h, err)
+		}
+	}
+	for _, h := range []int64{-1, MaxHits + 1, -1 << 63} {
+		err := ValidateHits(h)
+		if !errors.Is(err, ErrInvalidLimit) || !strings.Contains(err.Error(), "field hits") {
+			t.Errorf("ValidateHits(%d): got %v, want ErrInvalidLimit naming hits", h, err)
+		}
+	}
+	l := Limit{Kind: GCRA, Limit: 1, Period: time.Second}
+	for _, now := range []int64{MinTime - 1, MaxTime + 1, -1 << 63, 1<<63 - 1} {
+		var s State
+		_, err := s.Take(now, 1, l)
+		if !errors.Is(err, ErrInvalidLimit) || !strings.Contains(err.Error(), "field now") {
+			t.Errorf("Take(now %d): got %v, want ErrInvalidLimit naming now", now, err)
+		}
+		if s.Kind() != 0 {
+			t.Errorf("Take(now %d) with an error: got Kind %v, want 0", now, s.Kind())
+		}
+	}
+	for _, now := range []int64{MinTime, MaxTime} {
+		for _, k := range Kinds() {
+			var s State
+			lk := Limit{Kind: k, Limit: 3, Period: MaxDuration, Burst: 1}
+			if d, err := s.Take(now, 1, lk); err != nil || !d.Allowed {
+				t.Errorf("%v at %d: got %+v, %v, want allowed", k, now, d, err)
+			}
+		}
+	}
+}
+
+func TestStateKindChange(t *testing.T) {
+	var s State
+	if s.Kind() != 0 {
+		t.Errorf("zero State: got Kind %v, want 0", s.Kind())
+	}
+	fw := Limit{Kind: FixedWindow, Limit: 1, Period: time.Second}
+	s.Take(t0, 1, fw)
+	if d, _ := s.Take(t0, 1, fw); d.Allowed {
+		t.Fatalf("second hit: got allowed, want denied")
+	}
+	// A different Kind starts fresh.
+	gc := Limit{Kind: GCRA, Limit: 1, Period: time.Second}
+	if d, _ := s.Take(t0, 1, gc); !d.Allowed || s.Kind() != GCRA {
+		t.Errorf("after kind change: got %+v kind %v, want allowed gcra", d, s.Kind())
+	}
+}
