@@ -1,0 +1,390 @@
+// Package config reads ringlimitd's configuration from command-line flags and
+// RINGLIMIT_* environment variables, validates it, and turns it into a
+// node.Config.
+//
+// Data flow: Register declares one flag per setting on a pflag.FlagSet, bound to
+// the fields of a Config that starts from Default. After the flag set has parsed
+// the command line, ApplyEnv fills every flag the command line did not set from
+// its environment variable (the flag name upper-cased, dashes turned into
+// underscores, prefixed with RINGLIMIT_: --gossip-port is RINGLIMIT_GOSSIP_PORT).
+// The precedence is therefore flag, then environment, then default. Validate then
+// checks the whole Config, and NodeConfig reads the files it names (the gossip
+// key) and builds the node.Config. Every error names the flag or variable at
+// fault; the daemon exits with status 2 on any of them.
+package config
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/ringlimit/ringlimit/node"
+)
+
+// ErrInvalid is wrapped by every error of this package: a flag, variable or file
+// whose value the daemon cannot use.
+var ErrInvalid = errors.New("config: invalid")
+
+// EnvPrefix prefixes the environment variable of every flag.
+const EnvPrefix = "RINGLIMIT_"
+
+// Gossip profiles accepted by --gossip-profile.
+const (
+	// ProfileLAN uses memberlist's LAN timings (node.DefaultConfig): a crashed
+	// member is declared dead after about 5 s.
+	ProfileLAN = "lan"
+	// ProfileFast uses node.TestConfig's timings (probe every 100 ms, dead after
+	// about a second): for single-host clusters such as docker-compose, at the cost
+	// of more gossip traffic and more false suspicions under load.
+	ProfileFast = "fast"
+)
+
+// Config is the daemon's configuration. Start from Default; every field has a
+// flag (named in its comment) and an environment variable (EnvName of the flag).
+type Config struct {
+	// NodeName is the member name, unique in the cluster (--node-name). Default:
+	// the hostname.
+	NodeName string
+	// BindAddr is the IP address every listener binds to: gossip, gRPC and HTTP
+	// (--bind-addr). Default "0.0.0.0".
+	BindAddr string
+	// AdvertiseAddr is the IP address peers use to reach this node
+	// (--advertise-addr). Default empty: BindAddr when specific, else the first
+	// private address of the host.
+	AdvertiseAddr string
+	// GossipPort is the memberlist TCP+UDP port (--gossip-port). Default 7946; 0
+	// picks a free port.
+	GossipPort int
+	// GRPCPort serves the gRPC Limiter and Peer services (--grpc-port). Default
+	// 8081; 0 picks a free port.
+	GRPCPort int
+	// HTTPPort serves the HTTP/JSON API, /metrics, /healthz and /readyz
+	// (--http-port). Default 8080; 0 picks a free port.
+	HTTPPort int
+	// Join lists the seeds' gossip addresses, "host:port" or "host" for port 7946
+	// (--join, comma-separated). Default none: a cluster of one until others join.
+	Join []string
+	// ClusterLabel keeps clusters sharing a network apart (--cluster-label).
+	// Default "ringlimit".
+	ClusterLabel string
+	// GossipKeyFile names a file holding the gossip encryption key
+	// (--gossip-key-file): either the key in standard base64 (surrounding
+	// whitespace ignored, as printed by `head -c 32 /dev/urandom | base64`) or the
+	// raw key bytes; the key is 16, 24 or 32 bytes (AES-128/192/256). Content
+	// that is valid base64 is read as base64 (see ReadGossipKey). Every node
+	// needs the same key. Default empty: gossip in clear.
+	GossipKeyFile string
+	// TLSCertFile, TLSKeyFile and TLSCAFile turn on mutual TLS between peers when
+	// all three are set (--tls-cert-file, --tls-key-file, --tls-ca-file; PEM).
+	// Default empty: plaintext gRPC.
+	TLSCertFile, TLSKeyFile, TLSCAFile string
+	// OwnerUnreachable is the policy for checks whose owner cannot be reached
+	// (--owner-unreachable: local, fail-open or fail-closed). Default local.
+	OwnerUnreachable string
+	// MaxKeys bounds the keys this node holds (--max-keys). Default 1,000,000.
+	MaxKeys int
+	// AcceptCallerTimestamps honours created_at_unix_ns from callers
+	// (--accept-caller-timestamps). Needed by `ringlimit replay`. Default false.
+	AcceptCallerTimestamps bool
+	// ForwardTimeout bounds a forward to an owner before OwnerUnreachable decides
+	// (--forward-timeout). Default 1 s.
+	ForwardTimeout time.Duration
+	// RejoinInterval is how often the seeds are joined again so a healed partition
+	// re-forms (--rejoin-interval). Default 30 s; 0 disables.
+	RejoinInterval time.Duration
+	// GossipProfile selects failure-detection timings (--gossip-profile: lan or
+	// fast). Default lan.
+	GossipProfile string
+	// ShutdownTimeout bounds the graceful stop on SIGTERM or SIGINT: HTTP drain,
+	// leave and handoff together (--shutdown-timeout). Default 10 s.
+	ShutdownTimeout time.Duration
+	// LogLevel is the minimum level logged (--log-level: debug, info, warn or
+	// error). Default info.
+	LogLevel string
+	// LogFormat is json or text (--log-format). Default json.
+	LogFormat string
+}
+
+// Default returns the documented defaults of every field.
+func Default() Config {
+	d := node.DefaultConfig()
+	return Config{
+		NodeName:         d.Name,
+		BindAddr:         d.BindAddr,
+		GossipPort:       d.GossipPort,
+		GRPCPort:         d.GRPCPort,
+		HTTPPort:         8080,
+		ClusterLabel:     d.ClusterLabel,
+		OwnerUnreachable: d.OwnerUnreachable.String(),
+		MaxKeys:          d.MaxKeys,
+		ForwardTimeout:   d.ForwardTimeout,
+		RejoinInterval:   d.RejoinInterval,
+		GossipProfile:    ProfileLAN,
+		ShutdownTimeout:  10 * time.Second,
+		LogLevel:         "info",
+		LogFormat:        "json",
+	}
+}
+
+// Register declares one flag per field of c on fs, with c's current values as
+// defaults, and binds the flags to c's fields.
+func (c *Config) Register(fs *pflag.FlagSet) {
+	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "member name, unique in the cluster (default: hostname)")
+	fs.StringVar(&c.BindAddr, "bind-addr", c.BindAddr, "IP address the gossip, gRPC and HTTP listeners bind to")
+	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", c.AdvertiseAddr, "IP address peers use to reach this node (default: bind address, or the first private IP when binding 0.0.0.0)")
+	fs.IntVar(&c.GossipPort, "gossip-port", c.GossipPort, "memberlist TCP+UDP port (0 = any free port)")
+	fs.IntVar(&c.GRPCPort, "grpc-port", c.GRPCPort, "gRPC Limiter and Peer port (0 = any free port)")
+	fs.IntVar(&c.HTTPPort, "http-port", c.HTTPPort, "HTTP port for /v1/check, /v1/members, /metrics, /healthz, /readyz (0 = any free port)")
+	fs.StringSliceVar(&c.Join, "join", c.Join, "comma-separated seed gossip addresses host[:port]")
+	fs.StringVar(&c.ClusterLabel, "cluster-label", c.ClusterLabel, "cluster label; gossip from another label is dropped")
+	fs.StringVar(&c.GossipKeyFile, "gossip-key-file", c.GossipKeyFile, "file with the gossip encryption key: base64 or raw, 16/24/32 bytes (default: no encryption)")
+	fs.StringVar(&c.TLSCertFile, "tls-cert-file", c.TLSCertFile, "PEM certificate for mutual TLS between peers (with --tls-key-file and --tls-ca-file)")
+	fs.StringVar(&c.TLSKeyFile, "tls-key-file", c.TLSKeyFile, "PEM private key for mutual TLS between peers")
+	fs.StringVar(&c.TLSCAFile, "tls-ca-file", c.TLSCAFile, "PEM CA that signs the peers' certificates")
+	fs.StringVar(&c.OwnerUnreachable, "owner-unreachable", c.OwnerUnreachable, "policy when a key's owner is unreachable: local, fail-open or fail-closed")
+	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "maximum keys held by this node")
+	fs.BoolVar(&c.AcceptCallerTimestamps, "accept-caller-timestamps", c.AcceptCallerTimestamps, "honour caller timestamps (created_at_unix_ns); needed for replays")
+	fs.DurationVar(&c.ForwardTimeout, "forward-timeout", c.ForwardTimeout, "deadline of a forward to a key's owner")
+	fs.DurationVar(&c.RejoinInterval, "rejoin-interval", c.RejoinInterval, "how often seeds are joined again so partitions heal (0 = never)")
+	fs.StringVar(&c.GossipProfile, "gossip-profile", c.GossipProfile, "failure-detection timings: lan (dead after ~5 s) or fast (~1 s, single host)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on the graceful stop (HTTP drain, leave, handoff)")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "json or text")
+}
+
+// EnvName returns the environment variable of the flag named flag:
+// EnvName("gossip-port") == "RINGLIMIT_GOSSIP_PORT".
+func EnvName(flag string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// ApplyEnv sets every flag of fs that the command line did not set from its
+// environment variable, if lookupEnv finds one (os.LookupEnv in the daemon).
+// A variable set to the empty string counts as set. Call it after fs.Parse.
+func ApplyEnv(fs *pflag.FlagSet, lookupEnv func(string) (string, bool)) error {
+	var errs []error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed {
+			return
+		}
+		name := EnvName(f.Name)
+		v, ok := lookupEnv(name)
+		if !ok {
+			return
+		}
+		if err := f.Value.Set(v); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %s=%q: %v", ErrInvalid, name, v, err))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// Load parses args (without the program name) and the environment into a
+// validated Config starting from Default. It is Register, Parse, ApplyEnv and
+// Validate in one call, for callers that do not need the flag set.
+func Load(args []string, lookupEnv func(string) (string, bool)) (Config, error) {
+	c := Default()
+	fs := pflag.NewFlagSet("ringlimitd", pflag.ContinueOnError)
+	fs.SetOutput(discard{})
+	c.Register(fs)
+	if err := fs.Parse(args); err != nil {
+		return Config{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("%w: unexpected argument %q", ErrInvalid, fs.Arg(0))
+	}
+	if err := ApplyEnv(fs, lookupEnv); err != nil {
+		return Config{}, err
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// Validate checks every field and returns the first problem found, naming its
+// flag and variable. It normalizes Join (spaces trimmed, empty entries dropped)
+// and reads no file.
+func (c *Config) Validate() error {
+	bad := func(flag string, v any, why string) error {
+		return fmt.Errorf("%w: --%s (%s) = %v: %s", ErrInvalid, flag, EnvName(flag), v, why)
+	}
+	if strings.TrimSpace(c.NodeName) == "" {
+		return bad("node-name", `""`, "must not be empty")
+	}
+	if net.ParseIP(c.BindAddr) == nil {
+		return bad("bind-addr", strconv.Quote(c.BindAddr), "want an IP address")
+	}
+	if c.AdvertiseAddr != "" && net.ParseIP(c.AdvertiseAddr) == nil {
+		return bad("advertise-addr", strconv.Quote(c.AdvertiseAddr), "want an IP address")
+	}
+	for _, p := range []struct {
+		flag string
+		v    int
+	}{{"gossip-port", c.GossipPort}, {"grpc-port", c.GRPCPort}, {"http-port", c.HTTPPort}} {
+		if p.v < 0 || p.v > 65535 {
+			return bad(p.flag, p.v, "want 0..65535")
+		}
+	}
+	if c.HTTPPort != 0 && (c.HTTPPort == c.GRPCPort || c.HTTPPort == c.GossipPort) ||
+		c.GRPCPort != 0 && c.GRPCPort == c.GossipPort {
+		return fmt.Errorf("%w: --gossip-port %d, --grpc-port %d and --http-port %d must differ",
+			ErrInvalid, c.GossipPort, c.GRPCPort, c.HTTPPort)
+	}
+	seeds := c.Join[:0:0]
+	for _, s := range c.Join {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if host, port, err := net.SplitHostPort(s); err == nil {
+			if host == "" {
+				return bad("join", strconv.Quote(s), "empty host")
+			}
+			if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+				return bad("join", strconv.Quote(s), "want host:port with a port in 1..65535")
+			}
+		} else if strings.ContainsAny(s, ":/ ") && net.ParseIP(s) == nil {
+			return bad("join", strconv.Quote(s), "want host:port or host")
+		}
+		seeds = append(seeds, s)
+	}
+	c.Join = seeds
+	if c.ClusterLabel == "" {
+		return bad("cluster-label", `""`, "must not be empty")
+	}
+	tls := 0
+	for _, f := range []string{c.TLSCertFile, c.TLSKeyFile, c.TLSCAFile} {
+		if f != "" {
+			tls++
+		}
+	}
+	if tls != 0 && tls != 3 {
+		return fmt.Errorf("%w: --tls-cert-file, --tls-key-file and --tls-ca-file must be set together (got %q, %q, %q)",
+			ErrInvalid, c.TLSCertFile, c.TLSKeyFile, c.TLSCAFile)
+	}
+	if _, err := node.ParsePolicy(c.OwnerUnreachable); err != nil {
+		return bad("owner-unreachable", strconv.Quote(c.OwnerUnreachable), "want local, fail-open or fail-closed")
+	}
+	if c.MaxKeys <= 0 {
+		return bad("max-keys", c.MaxKeys, "must be > 0")
+	}
+	if c.ForwardTimeout <= 0 {
+		return bad("forward-timeout", c.ForwardTimeout, "must be > 0")
+	}
+	if c.RejoinInterval < 0 {
+		return bad("rejoin-interval", c.RejoinInterval, "must be >= 0")
+	}
+	if c.GossipProfile != ProfileLAN && c.GossipProfile != ProfileFast {
+		return bad("gossip-profile", strconv.Quote(c.GossipProfile), "want lan or fast")
+	}
+	if c.ShutdownTimeout <= 0 {
+		return bad("shutdown-timeout", c.ShutdownTimeout, "must be > 0")
+	}
+	if _, err := c.Level(); err != nil {
+		return err
+	}
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		return bad("log-format", strconv.Quote(c.LogFormat), "want json or text")
+	}
+	return nil
+}
+
+// Level returns LogLevel as a slog.Level.
+func (c *Config) Level() (slog.Level, error) {
+	var l slog.Level
+	switch strings.ToLower(c.LogLevel) {
+	case "debug":
+		l = slog.LevelDebug
+	case "info":
+		l = slog.LevelInfo
+	case "warn", "warning":
+		l = slog.LevelWarn
+	case "error":
+		l = slog.LevelError
+	default:
+		return 0, fmt.Errorf("%w: --log-level (%s) = %q: want debug, info, warn or error", ErrInvalid, EnvName("log-level"), c.LogLevel)
+	}
+	return l, nil
+}
+
+// HTTPAddr returns the host:port the HTTP server listens on.
+func (c *Config) HTTPAddr() string {
+	return net.JoinHostPort(c.BindAddr, strconv.Itoa(c.HTTPPort))
+}
+
+// NodeConfig returns the node.Config this Config describes, starting from
+// node.DefaultConfig (or node.TestConfig's timings for the fast gossip profile),
+// with logger and metrics installed. It reads the gossip key file; node.New
+// validates the rest again.
+func (c *Config) NodeConfig(logger *slog.Logger, metrics node.Metrics) (node.Config, error) {
+	policy, err := node.ParsePolicy(c.OwnerUnreachable)
+	if err != nil {
+		return node.Config{}, fmt.Errorf("%w: --owner-unreachable: %w", ErrInvalid, err)
+	}
+	nc := node.DefaultConfig()
+	if c.GossipProfile == ProfileFast {
+		nc.Gossip = node.TestConfig().Gossip
+	}
+	nc.Name = c.NodeName
+	nc.BindAddr = c.BindAddr
+	nc.AdvertiseAddr = c.AdvertiseAddr
+	nc.GossipPort = c.GossipPort
+	nc.GRPCPort = c.GRPCPort
+	nc.Join = append([]string(nil), c.Join...)
+	nc.ClusterLabel = c.ClusterLabel
+	nc.TLSCertFile, nc.TLSKeyFile, nc.TLSCAFile = c.TLSCertFile, c.TLSKeyFile, c.TLSCAFile
+	nc.OwnerUnreachable = policy
+	nc.MaxKeys = c.MaxKeys
+	nc.AcceptCallerTimestamps = c.AcceptCallerTimestamps
+	nc.ForwardTimeout = c.ForwardTimeout
+	nc.RejoinInterval = c.RejoinInterval
+	nc.CloseTimeout = c.ShutdownTimeout
+	nc.Logger = logger
+	nc.Metrics = metrics
+	if c.GossipKeyFile != "" {
+		key, err := ReadGossipKey(c.GossipKeyFile)
+		if err != nil {
+			return node.Config{}, err
+		}
+		nc.SecretKey = key
+	}
+	return nc, nil
+}
+
+// ReadGossipKey reads a gossip encryption key from path: standard base64 of 16,
+// 24 or 32 bytes (surrounding whitespace ignored), or else exactly 16, 24 or 32
+// raw bytes. A file whose content is valid base64 is always read as base64 (and
+// refused unless it decodes to a valid length), so a mistyped base64 key is never
+// taken for a raw one; a random raw key is valid base64 with negligible
+// probability. The error names the file but never the key.
+func ReadGossipKey(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --gossip-key-file: %v", ErrInvalid, err)
+	}
+	validLen := func(n int) bool { return n == 16 || n == 24 || n == 32 }
+	if dec, err := base64.StdEncoding.DecodeString(string(bytes.TrimSpace(b))); err == nil && len(dec) > 0 {
+		if !validLen(len(dec)) {
+			return nil, fmt.Errorf("%w: --gossip-key-file %q: base64 of %d bytes, want 16, 24 or 32", ErrInvalid, path, len(dec))
+		}
+		return dec, nil
+	}
+	if validLen(len(b)) {
+		return b, nil
+	}
+	return nil, fmt.Errorf("%w: --gossip-key-file %q: want 16, 24 or 32 bytes, raw or base64 (file has %d bytes)", ErrInvalid, path, len(b))
+}

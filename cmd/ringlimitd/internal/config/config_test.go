@@ -1,0 +1,233 @@
+package config
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/node"
+)
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		v, ok := m[k]
+		return v, ok
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	t.Parallel()
+	c, err := Load(nil, env(nil))
+	if err != nil {
+		t.Fatalf("Load with nothing set: %v", err)
+	}
+	want := Default()
+	if !reflect.DeepEqual(c, want) {
+		t.Errorf("got %+v, want %+v", c, want)
+	}
+	if c.HTTPPort != 8080 || c.GossipPort != 7946 || c.GRPCPort != 8081 || c.OwnerUnreachable != "local" ||
+		c.ShutdownTimeout != 10*time.Second || c.LogLevel != "info" || c.AcceptCallerTimestamps {
+		t.Errorf("defaults: got %+v", c)
+	}
+}
+
+func TestPrecedence(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		get  func(Config) any
+		want any
+	}{
+		{"default", nil, nil, func(c Config) any { return c.HTTPPort }, 8080},
+		{"env over default", nil, map[string]string{"RINGLIMIT_HTTP_PORT": "9000"}, func(c Config) any { return c.HTTPPort }, 9000},
+		{"flag over env", []string{"--http-port", "9001"}, map[string]string{"RINGLIMIT_HTTP_PORT": "9000"}, func(c Config) any { return c.HTTPPort }, 9001},
+		{"flag=form", []string{"--http-port=9002"}, nil, func(c Config) any { return c.HTTPPort }, 9002},
+		{"env name", nil, map[string]string{"RINGLIMIT_NODE_NAME": "n-7"}, func(c Config) any { return c.NodeName }, "n-7"},
+		{"flag name", []string{"--node-name", "n-8"}, map[string]string{"RINGLIMIT_NODE_NAME": "n-7"}, func(c Config) any { return c.NodeName }, "n-8"},
+		{"join env list", nil, map[string]string{"RINGLIMIT_JOIN": "a:7946, b:7946,,c"}, func(c Config) any { return c.Join }, []string{"a:7946", "b:7946", "c"}},
+		{"join flag over env", []string{"--join", "x:1", "--join", "y:2"}, map[string]string{"RINGLIMIT_JOIN": "a:7946"}, func(c Config) any { return c.Join }, []string{"x:1", "y:2"}},
+		{"bool env", nil, map[string]string{"RINGLIMIT_ACCEPT_CALLER_TIMESTAMPS": "true"}, func(c Config) any { return c.AcceptCallerTimestamps }, true},
+		{"bool flag over env", []string{"--accept-caller-timestamps=false"}, map[string]string{"RINGLIMIT_ACCEPT_CALLER_TIMESTAMPS": "true"}, func(c Config) any { return c.AcceptCallerTimestamps }, false},
+		{"policy env", nil, map[string]string{"RINGLIMIT_OWNER_UNREACHABLE": "fail-closed"}, func(c Config) any { return c.OwnerUnreachable }, "fail-closed"},
+		{"duration env", nil, map[string]string{"RINGLIMIT_SHUTDOWN_TIMEOUT": "3s"}, func(c Config) any { return c.ShutdownTimeout }, 3 * time.Second},
+		{"every flag has its variable", nil, map[string]string{
+			"RINGLIMIT_BIND_ADDR": "127.0.0.1", "RINGLIMIT_ADVERTISE_ADDR": "10.0.0.1", "RINGLIMIT_GOSSIP_PORT": "1",
+			"RINGLIMIT_GRPC_PORT": "2", "RINGLIMIT_CLUSTER_LABEL": "l", "RINGLIMIT_MAX_KEYS": "5",
+			"RINGLIMIT_FORWARD_TIMEOUT": "2s", "RINGLIMIT_REJOIN_INTERVAL": "0s", "RINGLIMIT_GOSSIP_PROFILE": "fast",
+			"RINGLIMIT_LOG_LEVEL": "debug", "RINGLIMIT_LOG_FORMAT": "text",
+		}, func(c Config) any {
+			return []any{c.BindAddr, c.AdvertiseAddr, c.GossipPort, c.GRPCPort, c.ClusterLabel, c.MaxKeys, c.ForwardTimeout, c.RejoinInterval, c.GossipProfile, c.LogLevel, c.LogFormat}
+		}, []any{"127.0.0.1", "10.0.0.1", 1, 2, "l", 5, 2 * time.Second, time.Duration(0), "fast", "debug", "text"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := Load(tt.args, env(tt.env))
+			if err != nil {
+				t.Fatalf("Load(%q, %v): %v", tt.args, tt.env, err)
+			}
+			if got := tt.get(c); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got %#v, want %#v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestInvalid(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string // substring of the error
+	}{
+		{"unknown flag", []string{"--htp-port", "1"}, nil, "unknown flag: --htp-port"},
+		{"stray argument", []string{"serve"}, nil, `unexpected argument "serve"`},
+		{"port not a number", []string{"--http-port", "x"}, nil, "http-port"},
+		{"env port not a number", nil, map[string]string{"RINGLIMIT_GOSSIP_PORT": "many"}, `RINGLIMIT_GOSSIP_PORT="many"`},
+		{"port range", []string{"--grpc-port", "70000"}, nil, "--grpc-port (RINGLIMIT_GRPC_PORT) = 70000"},
+		{"negative port", nil, map[string]string{"RINGLIMIT_HTTP_PORT": "-1"}, "--http-port"},
+		{"same ports", []string{"--http-port", "8081"}, nil, "must differ"},
+		{"empty name", []string{"--node-name", " "}, nil, "--node-name"},
+		{"bind not ip", []string{"--bind-addr", "localhost"}, nil, "--bind-addr"},
+		{"advertise not ip", nil, map[string]string{"RINGLIMIT_ADVERTISE_ADDR": "host.example"}, "--advertise-addr"},
+		{"bad seed port", []string{"--join", "a:0"}, nil, `--join (RINGLIMIT_JOIN) = "a:0"`},
+		{"bad seed", []string{"--join", "http://a:1"}, nil, "--join"},
+		{"empty seed host", []string{"--join", ":7946"}, nil, "empty host"},
+		{"empty label", []string{"--cluster-label="}, nil, "--cluster-label"},
+		{"partial tls", []string{"--tls-cert-file", "c.pem"}, nil, "must be set together"},
+		{"policy", nil, map[string]string{"RINGLIMIT_OWNER_UNREACHABLE": "fail-sometimes"}, `--owner-unreachable (RINGLIMIT_OWNER_UNREACHABLE) = "fail-sometimes"`},
+		{"max keys", []string{"--max-keys", "0"}, nil, "--max-keys"},
+		{"forward timeout", []string{"--forward-timeout", "0s"}, nil, "--forward-timeout"},
+		{"rejoin", []string{"--rejoin-interval", "-1s"}, nil, "--rejoin-interval"},
+		{"profile", []string{"--gossip-profile", "wan"}, nil, "--gossip-profile"},
+		{"shutdown", []string{"--shutdown-timeout", "0s"}, nil, "--shutdown-timeout"},
+		{"duration syntax", nil, map[string]string{"RINGLIMIT_SHUTDOWN_TIMEOUT": "10"}, "RINGLIMIT_SHUTDOWN_TIMEOUT"},
+		{"bool syntax", nil, map[string]string{"RINGLIMIT_ACCEPT_CALLER_TIMESTAMPS": "yes please"}, "RINGLIMIT_ACCEPT_CALLER_TIMESTAMPS"},
+		{"log level", []string{"--log-level", "loud"}, nil, "--log-level"},
+		{"log format", []string{"--log-format", "xml"}, nil, "--log-format"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Load(tt.args, env(tt.env))
+			if err == nil {
+				t.Fatalf("Load(%q, %v): got nil error, want one containing %q", tt.args, tt.env, tt.want)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("error %v does not wrap ErrInvalid", err)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error: got %q, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestGossipKey(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	key32 := bytes.Repeat([]byte{0xa5, 0x01, 0xff, 0x10}, 8)
+	key16 := []byte("0123456789abc\x00\xfe!") // raw: not base64
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tests := []struct {
+		name string
+		path string
+		want []byte
+		err  string
+	}{
+		{"base64 with newline", write("b64", []byte(base64.StdEncoding.EncodeToString(key32)+"\n")), key32, ""},
+		{"raw 32", write("raw32", key32), key32, ""},
+		{"raw 16", write("raw16", key16), key16, ""},
+		{"base64 of 24", write("b64-24", []byte(base64.StdEncoding.EncodeToString(key32[:24]))), key32[:24], ""},
+		{"wrong length", write("short", []byte("abc")), nil, "want 16, 24 or 32 bytes"},
+		{"base64 wrong length", write("b64-5", []byte(base64.StdEncoding.EncodeToString(key32[:5]))), nil, "base64 of 5 bytes"},
+		// 16 characters of base64 (12 bytes) are not taken for a raw 16-byte key.
+		{"base64 of 12 is not raw 16", write("b64-12", []byte(base64.StdEncoding.EncodeToString(key32[:12]))), nil, "base64 of 12 bytes"},
+		{"missing", filepath.Join(dir, "nope"), nil, "no such file"},
+	}
+	for _, tt := range tests {
+		got, err := ReadGossipKey(tt.path)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) || !errors.Is(err, ErrInvalid) {
+				t.Errorf("%s: got error %v, want one containing %q", tt.name, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || !bytes.Equal(got, tt.want) {
+			t.Errorf("%s: got %x, %v, want %x", tt.name, got, err, tt.want)
+		}
+	}
+
+	// The key reaches node.Config; an unreadable key is a config error.
+	c, err := Load([]string{"--gossip-key-file", filepath.Join(dir, "b64"), "--node-name", "n"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := c.NodeConfig(nil, nil)
+	if err != nil || !bytes.Equal(nc.SecretKey, key32) {
+		t.Errorf("NodeConfig SecretKey: got %x, %v, want %x", nc.SecretKey, err, key32)
+	}
+	c.GossipKeyFile = filepath.Join(dir, "short")
+	if _, err := c.NodeConfig(nil, nil); !errors.Is(err, ErrInvalid) {
+		t.Errorf("NodeConfig with a bad key: got %v, want ErrInvalid", err)
+	}
+}
+
+func TestNodeConfig(t *testing.T) {
+	t.Parallel()
+	c, err := Load([]string{
+		"--node-name", "n1", "--bind-addr", "127.0.0.1", "--advertise-addr", "127.0.0.2",
+		"--gossip-port", "0", "--grpc-port", "0", "--http-port", "0", "--join", "a:1,b:2",
+		"--cluster-label", "test", "--owner-unreachable", "fail-open", "--max-keys", "42",
+		"--accept-caller-timestamps", "--forward-timeout", "300ms", "--rejoin-interval", "2s",
+		"--gossip-profile", "fast", "--shutdown-timeout", "4s",
+		"--tls-cert-file", "c", "--tls-key-file", "k", "--tls-ca-file", "ca",
+	}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := c.NodeConfig(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := node.DefaultConfig()
+	want.Gossip = node.TestConfig().Gossip
+	want.Name, want.BindAddr, want.AdvertiseAddr = "n1", "127.0.0.1", "127.0.0.2"
+	want.GossipPort, want.GRPCPort = 0, 0
+	want.Join = []string{"a:1", "b:2"}
+	want.ClusterLabel = "test"
+	want.OwnerUnreachable = node.FailOpen
+	want.MaxKeys = 42
+	want.AcceptCallerTimestamps = true
+	want.ForwardTimeout = 300 * time.Millisecond
+	want.RejoinInterval = 2 * time.Second
+	want.CloseTimeout = 4 * time.Second
+	want.TLSCertFile, want.TLSKeyFile, want.TLSCAFile = "c", "k", "ca"
+	if !reflect.DeepEqual(nc, want) {
+		t.Errorf("got  %+v\nwant %+v", nc, want)
+	}
+}
+
+func TestEnvName(t *testing.T) {
+	t.Parallel()
+	for flag, want := range map[string]string{"gossip-port": "RINGLIMIT_GOSSIP_PORT", "node-name": "RINGLIMIT_NODE_NAME", "join": "RINGLIMIT_JOIN"} {
+		if got := EnvName(flag); got != want {
+			t.Errorf("EnvName(%q): got %q, want %q", flag, got, want)
+		}
+	}
+}

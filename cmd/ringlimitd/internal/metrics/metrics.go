@@ -1,0 +1,198 @@
+// Package metrics implements node.Metrics with Prometheus collectors on a
+// registry of its own (never the global default), and serves it for /metrics.
+//
+// Data flow: the node calls Check, Forward, Handoff and Eviction on its check and
+// membership paths; each call updates a counter or histogram without blocking.
+// The gauges (keys resident, members) are GaugeFuncs that read the node's Stats
+// when Prometheus scrapes, so nothing polls in the background. The registry also
+// carries the Go runtime and process collectors.
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/transport"
+)
+
+// Metric names exposed on /metrics, besides the go_* and process_* collectors.
+const (
+	// ChecksTotal counts decided checks by result (allowed, denied), route (owner,
+	// forwarded, fallback) and algorithm (algo.Kind.String).
+	ChecksTotal = "ringlimit_checks_total"
+	// ForwardSeconds is the round-trip time of batches forwarded to an owner, by
+	// peer (member name) and result (ok, error).
+	ForwardSeconds = "ringlimit_forward_duration_seconds"
+	// ForwardBatchSize is the number of checks per forwarded batch.
+	ForwardBatchSize = "ringlimit_forward_batch_size"
+	// KeysResident is the number of key states this node holds as owner.
+	KeysResident = "ringlimit_keys_resident"
+	// FallbackKeysResident is the number of key states in the node's local
+	// fallback limiter (owner unreachable, policy local).
+	FallbackKeysResident = "ringlimit_fallback_keys_resident"
+	// Members is the number of cluster members this node sees, itself included.
+	Members = "ringlimit_members"
+	// HandoffsTotal counts handoffs sent to new owners, by result (ok, error).
+	HandoffsTotal = "ringlimit_handoffs_total"
+	// HandoffKeysTotal counts key states sent in handoffs.
+	HandoffKeysTotal = "ringlimit_handoff_keys_total"
+	// HandoffSeconds is the duration of handoffs.
+	HandoffSeconds = "ringlimit_handoff_duration_seconds"
+	// EvictionsTotal counts key states dropped other than by handoff, by reason
+	// ("idle": back to full capacity; "refused": a new key refused at MaxKeys).
+	EvictionsTotal = "ringlimit_evictions_total"
+)
+
+// Metrics is a node.Metrics backed by Prometheus collectors. Its methods are safe
+// for concurrent use and never block.
+type Metrics struct {
+	reg          *prometheus.Registry
+	checks       *prometheus.CounterVec
+	forward      *prometheus.HistogramVec
+	batchSize    prometheus.Histogram
+	handoffs     *prometheus.CounterVec
+	handoffKeys  prometheus.Counter
+	handoffTime  prometheus.Histogram
+	evictions    *prometheus.CounterVec
+	checkCounter [2][4][6]prometheus.Counter // [allowed][route][kind], resolved once
+}
+
+var _ node.Metrics = (*Metrics)(nil)
+
+// New returns Metrics on a new registry. stats is called at every scrape for
+// the keys and members gauges (the daemon passes the node's Stats method, which
+// must be cheap and safe to call concurrently); nil reports both as 0.
+func New(stats func() node.Stats) *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: ChecksTotal,
+			Help: "Checks decided on this node, by result, route and algorithm.",
+		}, []string{"result", "route", "algorithm"}),
+		forward: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    ForwardSeconds,
+			Help:    "Round-trip time of check batches forwarded to their owner, by peer and result.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16), // 50 µs .. 1.6 s
+		}, []string{"peer", "result"}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    ForwardBatchSize,
+			Help:    "Checks per batch forwarded to an owner.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 11), // 1 .. 1024
+		}),
+		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: HandoffsTotal,
+			Help: "Handoffs of key states sent to their new owner, by result.",
+		}, []string{"result"}),
+		handoffKeys: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: HandoffKeysTotal,
+			Help: "Key states sent in handoffs.",
+		}),
+		handoffTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    HandoffSeconds,
+			Help:    "Duration of handoffs.",
+			Buckets: prometheus.ExponentialBuckets(1e-3, 2, 14), // 1 ms .. 8 s
+		}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: EvictionsTotal,
+			Help: `Key states dropped other than by handoff, by reason ("idle": back to full capacity; "refused": new key refused at max keys).`,
+		}, []string{"reason"}),
+	}
+	if stats == nil {
+		stats = func() node.Stats { return node.Stats{} }
+	}
+	keys := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: KeysResident,
+		Help: "Key states held by this node as owner.",
+	}, func() float64 { return float64(stats().Keys) })
+	fallbackKeys := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: FallbackKeysResident,
+		Help: "Key states held by this node's local fallback limiter (owner unreachable).",
+	}, func() float64 { return float64(stats().FallbackKeys) })
+	members := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: Members,
+		Help: "Cluster members seen by this node, itself included.",
+	}, func() float64 { return float64(stats().Members) })
+	m.reg.MustRegister(m.checks, m.forward, m.batchSize, m.handoffs, m.handoffKeys, m.handoffTime, m.evictions, keys, fallbackKeys, members,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Resolve the label combinations of the hot path once, so Check costs an
+	// atomic add and no map lookup; they also appear at 0 before the first check.
+	for a, result := range []string{"denied", "allowed"} {
+		for _, r := range []transport.Route{transport.RouteOwner, transport.RouteForwarded, transport.RouteFallback} {
+			for _, k := range algo.Kinds() {
+				m.checkCounter[a][r][k] = m.checks.WithLabelValues(result, routeName(r), k.String())
+			}
+		}
+	}
+	for _, reason := range []string{"idle", "refused"} {
+		m.evictions.WithLabelValues(reason)
+	}
+	for _, result := range []string{"ok", "error"} {
+		m.handoffs.WithLabelValues(result)
+	}
+	return m
+}
+
+// Registry returns the registry holding every collector.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the registry in the Prometheus exposition formats.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// Check counts one decided check.
+func (m *Metrics) Check(kind algo.Kind, route node.Route, allowed bool) {
+	a := 0
+	if allowed {
+		a = 1
+	}
+	if kind.Valid() && route >= transport.RouteOwner && route <= transport.RouteFallback {
+		m.checkCounter[a][route][kind].Inc()
+		return
+	}
+	m.checks.WithLabelValues([]string{"denied", "allowed"}[a], routeName(route), kind.String()).Inc()
+}
+
+// Forward records one forwarded batch.
+func (m *Metrics) Forward(peer string, batchSize int, took time.Duration, err error) {
+	m.forward.WithLabelValues(peer, result(err)).Observe(took.Seconds())
+	m.batchSize.Observe(float64(batchSize))
+}
+
+// Handoff records one handoff sent.
+func (m *Metrics) Handoff(keys int, took time.Duration, err error) {
+	m.handoffs.WithLabelValues(result(err)).Inc()
+	m.handoffKeys.Add(float64(keys))
+	m.handoffTime.Observe(took.Seconds())
+}
+
+// Eviction counts one key state dropped for reason.
+func (m *Metrics) Eviction(reason string) {
+	m.evictions.WithLabelValues(reason).Inc()
+}
+
+func result(err error) string {
+	if err != nil {
+		return "error"
+	}
+	return "ok"
+}
+
+func routeName(r transport.Route) string {
+	switch r {
+	case transport.RouteOwner:
+		return "owner"
+	case transport.RouteForwarded:
+		return "forwarded"
+	case transport.RouteFallback:
+		return "fallback"
+	}
+	return "route(" + strconv.Itoa(int(r)) + ")"
+}
