@@ -245,7 +245,9 @@ func TestMainLifecycle(t *testing.T) {
 	defer cancel()
 	var stderr syncBuffer
 	done := make(chan int, 1)
-	go func() { done <- Main(ctx, []string{"--http-port", "0", "--log-level", "debug"}, lookup, io.Discard, &stderr) }()
+	go func() {
+		done <- Main(ctx, []string{"--http-port", "0", "--log-level", "debug"}, lookup, io.Discard, &stderr)
+	}()
 
 	var addr string
 	re := regexp.MustCompile(`"msg":"started".*"http":"([^"]+)"`)
