@@ -251,7 +251,9 @@ func (r *refTokenBucket) take(now, hits int64) Decision {
 }
 
 // newRef returns the brute-force reference of l.Kind (not SlidingWindowCounter).
-func newRef(l Limit) interface{ take(now, hits int64) Decision } {
+func newRef(l Limit) interface {
+	take(now, hits int64) Decision
+} {
 	switch l.Kind {
 	case FixedWindow:
 		return &refFixedWindow{l: l}
