@@ -15,6 +15,13 @@ import (
 	pb "github.com/ringlimit/ringlimit/transport/ringlimitv1"
 )
 
+// HTTP/2 flow-control windows of every connection, client and server side:
+// 1 MiB per RPC, 8 MiB per connection.
+const (
+	streamWindow = 1 << 20
+	connWindow   = 8 << 20
+)
+
 // Client defaults, used for zero ClientConfig fields.
 const (
 	// DefaultBatchMaxItems is the default ClientConfig.BatchMaxItems (500).
@@ -184,6 +191,11 @@ func dialOptions(tlsCfg *tls.Config, kaTime, kaTimeout time.Duration, extra []gr
 			Timeout:             kaTimeout,
 			PermitWithoutStream: true,
 		}),
+		// Fixed windows turn off grpc-go's BDP estimation, whose pings ride on
+		// every burst of small responses; peers are on a LAN, so the windows
+		// below cover the bandwidth-delay product anyway.
+		grpc.WithInitialWindowSize(streamWindow),
+		grpc.WithInitialConnWindowSize(connWindow),
 	}
 	return append(opts, extra...)
 }

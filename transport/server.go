@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,6 +129,10 @@ func NewServer(cfg ServerConfig, peer PeerHandler, lim LimiterHandler) *grpc.Ser
 			Timeout: cfg.KeepaliveTimeout,
 		}),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes),
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
+		// Reuse a goroutine per core for RPCs instead of one new goroutine each.
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
