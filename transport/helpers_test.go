@@ -37,6 +37,7 @@ type fakePeer struct {
 	sizes     []int
 	states    []KeyState
 	xferSizes []int
+	batches   []TransferBatch // without their States
 
 	// entered, if not nil, receives the size of every Forward batch on entry.
 	entered chan int
@@ -78,12 +79,13 @@ func answer(c Check) Result {
 }
 
 func (f *fakePeer) Transfer(ctx context.Context, b TransferBatch) error {
-	states := b.States
 	f.transfers.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.xferSizes = append(f.xferSizes, len(states))
-	f.states = append(f.states, states...)
+	f.xferSizes = append(f.xferSizes, len(b.States))
+	f.states = append(f.states, b.States...)
+	b.States = nil
+	f.batches = append(f.batches, b)
 	return nil
 }
 

@@ -1,0 +1,34 @@
+package transport
+
+import "strconv"
+
+// String returns "owner", "forwarded", "fallback" or "unknown", the names used
+// in logs and metrics.
+func (r Route) String() string {
+	switch r {
+	case RouteOwner:
+		return "owner"
+	case RouteForwarded:
+		return "forwarded"
+	case RouteFallback:
+		return "fallback"
+	case RouteUnknown:
+		return "unknown"
+	}
+	return "route(" + strconv.Itoa(int(r)) + ")"
+}
+
+// String returns "ok", "not_owner", "invalid_argument" or "unavailable".
+func (c Code) String() string {
+	switch c {
+	case CodeOK:
+		return "ok"
+	case CodeNotOwner:
+		return "not_owner"
+	case CodeInvalidArgument:
+		return "invalid_argument"
+	case CodeUnavailable:
+		return "unavailable"
+	}
+	return "code(" + strconv.Itoa(int(c)) + ")"
+}
