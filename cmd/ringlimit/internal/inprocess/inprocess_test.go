@@ -1,0 +1,79 @@
+package inprocess
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/accesslog"
+	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/bench"
+	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/replay"
+)
+
+// TestReplayBundledLog replays the real log through a 3-node cluster and wants
+// every decision equal to the single-node reference. Under -race on a loaded
+// 2-core machine forwards can pass TestConfig's 500 ms ForwardTimeout: the
+// fallback then decides and the failure message counts those decisions.
+func TestReplayBundledLog(t *testing.T) {
+	t.Parallel()
+	f, err := os.Open("../../../../testdata/apache_logs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	log, err := accesslog.Read(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	targets, stop, err := Start(ctx, 3, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	r, err := replay.Run(ctx, log.Entries, replay.Options{
+		Limit:   algo.Limit{Kind: algo.SlidingWindowCounter, Limit: 10, Period: time.Minute},
+		Targets: targets, NewReference: replay.NewStateReference,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Requests != 10000 || r.Keys != 1753 {
+		t.Errorf("got %d requests over %d keys, want 10000 over 1753", r.Requests, r.Keys)
+	}
+	if r.Mismatches != 0 {
+		t.Errorf("got %d mismatches (%d errors, %d decided by the fallback), want 0; first: %v", r.Mismatches, r.Errors, r.Routes[3], r.First)
+	}
+	if len(r.ByOwner) != 3 || r.Routes[1] == 0 || r.Routes[2] == 0 {
+		t.Errorf("got owners %v routes %v, want all 3 nodes deciding, owner-local and forwarded", r.ByOwner, r.Routes)
+	}
+}
+
+// TestBenchWithinBounds loads a 3-node cluster with every algorithm and wants no
+// key admitted beyond bench.MaxAdmitted: a check of the bounds against the real
+// algorithms and of the cluster's per-key atomicity.
+func TestBenchWithinBounds(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	targets, stop, err := Start(ctx, 3, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	for _, k := range algo.Kinds() {
+		r, err := bench.Run(ctx, bench.Options{
+			Targets: targets, Limit: algo.Limit{Kind: k, Limit: 4, Period: 200 * time.Millisecond, Burst: 2},
+			Keys: 8, Dist: bench.Zipf, Duration: 300 * time.Millisecond, Concurrency: 16, Seed: 7,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Err() != nil || r.DeniedChecks == 0 {
+			t.Errorf("%v: got %v with %d denied, want within bounds and some denials", k, r.Err(), r.DeniedChecks)
+		}
+	}
+}
