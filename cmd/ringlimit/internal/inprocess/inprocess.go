@@ -13,11 +13,18 @@ import (
 	"github.com/ringlimit/ringlimit/node"
 )
 
+// ForwardTimeout replaces TestConfig's forward timeout (500 ms). A forward
+// that times out is decided by the fallback, which a replay counts as a
+// mismatch; on a loaded 2-core machine forwards were seen to pass 500 ms, so the
+// CLI's cluster waits longer for the owner rather than fall back.
+const ForwardTimeout = 5 * time.Second
+
 // StartTimeout bounds how long Start waits for the cluster to converge when ctx
 // has no earlier deadline.
 const StartTimeout = 30 * time.Second
 
-// Start starts a cluster of nodes nodes (>= 1). acceptCallerTimestamps sets
+// Start starts a cluster of nodes nodes (>= 1) from node.TestConfig with
+// ForwardTimeout. acceptCallerTimestamps sets
 // node.Config.AcceptCallerTimestamps (replays need it). stop closes every node
 // gracefully. Errors: an invalid size or config (wrapping
 // node.ErrInvalidConfig), a listener that cannot bind, or a cluster that does not
@@ -25,6 +32,7 @@ const StartTimeout = 30 * time.Second
 func Start(ctx context.Context, nodes int, acceptCallerTimestamps bool) (targets []target.Target, stop func() error, err error) {
 	cfg := node.TestConfig()
 	cfg.AcceptCallerTimestamps = acceptCallerTimestamps
+	cfg.ForwardTimeout = ForwardTimeout
 	ctx, cancel := context.WithTimeout(ctx, StartTimeout)
 	defer cancel()
 	c, err := node.StartCluster(ctx, nodes, cfg)
