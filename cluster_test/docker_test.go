@@ -1,0 +1,253 @@
+package cluster_test
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestDockerCompose runs docker-compose.yml's three-node cluster of the daemon,
+// built from this tree into a FROM scratch image, and checks it end to end:
+//
+//	(a) the bundled access log replayed through the cluster (`ringlimit replay`)
+//	    gives the decisions of a single-node reference, for every algorithm;
+//	(b) after `docker kill` of a node, the survivors list two members within a
+//	    deadline, and checks sent to them never fail while they converge;
+//	(c) after a node is cut off the network for 10 s and reconnected, the cluster
+//	    re-forms on its own and every node names the same owner for a key;
+//	(d) `docker-compose down` leaves no container, network or volume behind.
+//
+// It needs a Docker engine and docker-compose, and is skipped when `docker info`
+// fails and under -short. It does not call t.Parallel: its timings (failure
+// detection, healing) are those of a real deployment and should not compete
+// with the in-process clusters for the CPU.
+func TestDockerCompose(t *testing.T) {
+	if testing.Short() {
+		t.Skip("docker-compose cluster test skipped under -short")
+	}
+	if why := dockerAvailable(); why != "" {
+		t.Skip("docker-compose cluster test skipped: " + why)
+	}
+	start := time.Now()
+	root := dockerModuleRoot(t)
+	tmp := t.TempDir()
+	id := fmt.Sprintf("%d%06d", os.Getpid()%100000, time.Now().UnixNano()/1000%1000000)
+	c := &composeCluster{
+		t:       t,
+		root:    root,
+		bin:     filepath.Join(tmp, "bin"),
+		project: "rltest" + id,
+		image:   "ringlimit:test-" + id,
+		client:  &http.Client{Timeout: 5 * time.Second},
+	}
+
+	dockerBuildBinaries(t, root, tmp)
+	dockerBuildImage(t, root, tmp, c.image)
+	t.Logf("binaries and image %s built in %v", c.image, time.Since(start).Round(time.Millisecond))
+
+	c.subnet = dockerFreeSubnet(t, os.Getpid())
+	c.env = []string{"RINGLIMIT_IMAGE=" + c.image, "RINGLIMIT_SUBNET=" + c.subnet}
+	for i := 1; i <= 3; i++ { // empty: Docker picks free host ports
+		c.env = append(c.env, fmt.Sprintf("RINGLIMIT_HOST_HTTP_%d=", i), fmt.Sprintf("RINGLIMIT_HOST_GRPC_%d=", i))
+	}
+	t.Cleanup(c.down) // (d), registered before up so a failed up is cleaned too
+	c.up()
+	all := dockerServices()
+	t.Logf("project %s up on %s: http %v grpc %v", c.project, c.subnet, c.http, c.grpc)
+	c.waitFor("all three ready", 60*time.Second, c.ready(all...))
+	c.waitFor("all three list three members", 60*time.Second, c.membersAre(all, all...))
+
+	t.Run("replay", func(t *testing.T) { dockerReplay(t, c.on(t)) })
+	if t.Failed() {
+		return
+	}
+	t.Run("kill", func(t *testing.T) { dockerKill(t, c.on(t)) })
+	if t.Failed() {
+		return
+	}
+	t.Run("partition", func(t *testing.T) { dockerPartition(t, c.on(t)) })
+	t.Logf("docker test took %v (before down)", time.Since(start).Round(time.Millisecond))
+}
+
+// replayMismatches returns the count on the mismatches line of `ringlimit
+// replay`'s summary.
+func replayMismatches(out string) (string, bool) {
+	m := regexp.MustCompile(`(?m)^mismatches\s+(\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		return "", false
+	}
+	return m[1], true
+}
+
+// dockerReplay replays testdata/apache_logs through the three nodes, once per
+// algorithm, with the built CLI, and requires zero mismatches.
+func dockerReplay(t *testing.T, c *composeCluster) {
+	addrs := []string{c.grpc["ringlimit-1"], c.grpc["ringlimit-2"], c.grpc["ringlimit-3"]}
+	logPath := filepath.Join(c.root, "testdata", "apache_logs")
+	for _, alg := range []string{"gcra", "token_bucket", "sliding_window_log", "sliding_window_counter", "fixed_window"} {
+		began := time.Now()
+		out, err := dockerTry(3*time.Minute, c.root, nil, filepath.Join(c.bin, "ringlimit"),
+			"replay", "--addr", strings.Join(addrs, ","), "--algorithm", alg, "--log", logPath)
+		n, ok := replayMismatches(out)
+		if err != nil || !ok || n != "0" {
+			t.Fatalf("replay %s: exit %v, mismatches %q (summary found: %v)\n%s", alg, err, n, ok, out)
+		}
+		t.Logf("replay %s: 0 mismatches in %v", alg, time.Since(began).Round(time.Millisecond))
+		if alg == "gcra" {
+			t.Logf("replay gcra summary:\n%s", out)
+		}
+	}
+}
+
+// dockerKill kills ringlimit-3 and checks that the survivors drop it from their
+// member lists within a deadline while checks sent to them keep answering, then
+// restarts it and waits for the cluster to list three members again.
+func dockerKill(t *testing.T, c *composeCluster) {
+	survivors := []string{"ringlimit-1", "ringlimit-2"}
+	victim := c.container("ringlimit-3")
+
+	// Checks run against both survivors from before the kill until they have
+	// converged and a little after: none may fail, whatever decides it.
+	var (
+		stop     = make(chan struct{})
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		routes   = map[string]int{}
+		failures []string
+		sent     atomic.Int64
+	)
+	for _, s := range survivors {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("kill:%s:%d", s, i%64) // 64 keys: some owned by the victim
+				code, d, err := c.check(s, key)
+				sent.Add(1)
+				mu.Lock()
+				switch {
+				case err != nil:
+					failures = append(failures, fmt.Sprintf("%s %s: %v", s, key, err))
+				case code != http.StatusOK:
+					failures = append(failures, fmt.Sprintf("%s %s: status %d: %s", s, key, code, d.Error))
+				case d.Route != "owner" && d.Route != "forwarded" && d.Route != "fallback":
+					failures = append(failures, fmt.Sprintf("%s %s: route %q", s, key, d.Route))
+				default:
+					routes[d.Route]++
+				}
+				mu.Unlock()
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		wg.Wait()
+	}()
+
+	time.Sleep(300 * time.Millisecond) // some checks before the kill, for the record
+	dockerRun(t, time.Minute, "", nil, "docker", "kill", victim)
+	killed := time.Now()
+	c.waitFor("survivors list two members after docker kill", 60*time.Second, c.membersAre(survivors, survivors...))
+	// Keep checking a moment after convergence: the ring has changed under them.
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+	mu.Lock()
+	t.Logf("checks to survivors during %v: %d sent, routes %v, failures %d", time.Since(killed).Round(time.Millisecond), sent.Load(), routes, len(failures))
+	if len(failures) > 0 {
+		t.Errorf("%d checks to survivors failed, first: %v", len(failures), failures[:min(5, len(failures))])
+	}
+	if routes["owner"]+routes["forwarded"]+routes["fallback"] == 0 {
+		t.Errorf("no check was answered")
+	}
+	mu.Unlock()
+
+	c.mustCompose(2*time.Minute, "start", "ringlimit-3")
+	c.http["ringlimit-3"] = c.port("ringlimit-3", 8080) // Docker may publish new ports
+	c.grpc["ringlimit-3"] = c.port("ringlimit-3", 8081)
+	all := dockerServices()
+	c.waitFor("restarted ringlimit-3 ready", 60*time.Second, c.ready("ringlimit-3"))
+	c.waitFor("all three list three members after restart", 60*time.Second, c.membersAre(all, all...))
+}
+
+// dockerPartition disconnects ringlimit-2 from the compose network for 10 s
+// (longer if the others take longer to notice), reconnects it with its address, and checks that the cluster re-forms by
+// itself and that every node names the same owner for the same keys.
+func dockerPartition(t *testing.T, c *composeCluster) {
+	const cut = "ringlimit-2"
+	others := []string{"ringlimit-1", "ringlimit-3"}
+	all := dockerServices()
+	id := c.container(cut)
+	netName := c.network()
+	ip := strings.TrimSpace(dockerRun(t, time.Minute, "", nil, "docker", "inspect", "--format",
+		`{{(index .NetworkSettings.Networks "`+netName+`").IPAddress}}`, id))
+	if ip == "" {
+		t.Fatalf("no address of %s on %s", cut, netName)
+	}
+
+	dockerRun(t, time.Minute, "", nil, "docker", "network", "disconnect", netName, id)
+	cutAt := time.Now()
+	reconnected := false
+	reconnect := func() {
+		if !reconnected {
+			reconnected = true
+			dockerRun(t, time.Minute, "", nil, "docker", "network", "connect", "--ip", ip, "--alias", cut, netName, id)
+		}
+	}
+	defer reconnect() // never leave it cut off, even on failure
+
+	// The partition lasts 10 s, or until the others have noticed it if failure
+	// detection is slower than that on a loaded machine.
+	c.waitFor("the others drop the cut-off node", 30*time.Second, c.membersAre(others, others...))
+	time.Sleep(time.Until(cutAt.Add(10 * time.Second)))
+	reconnect()
+	t.Logf("%s reconnected with %s after %v", cut, ip, time.Since(cutAt).Round(time.Millisecond))
+	// Publishing of the node's ports may come back with new host ports.
+	c.http[cut] = c.port(cut, 8080)
+	c.grpc[cut] = c.port(cut, 8081)
+
+	c.waitFor("cluster re-formed: all three list three members", 90*time.Second, c.membersAre(all, all...))
+	keys := make([]string, 32)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("partition:%d", i)
+	}
+	c.waitFor("every node names the same owner for every key", 30*time.Second, func() error {
+		for _, k := range keys {
+			var owners []string
+			for _, s := range all {
+				code, d, err := c.check(s, k)
+				if err != nil {
+					return fmt.Errorf("%s %s: %w", s, k, err)
+				}
+				if code != http.StatusOK {
+					return fmt.Errorf("%s %s: status %d: %s", s, k, code, d.Error)
+				}
+				if d.Route == "fallback" || d.Owner == "" {
+					return fmt.Errorf("%s %s: route %q owner %q", s, k, d.Route, d.Owner)
+				}
+				owners = append(owners, d.Owner)
+			}
+			if owners[0] != owners[1] || owners[1] != owners[2] {
+				return fmt.Errorf("key %s: owners via %v are %v", k, all, owners)
+			}
+		}
+		return nil
+	})
+}
