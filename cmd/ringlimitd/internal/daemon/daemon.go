@@ -143,7 +143,7 @@ func run(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	var serveErr error
 	select {
 	case <-ctx.Done():
-		logger.Info("stopping", "cause", context.Cause(ctx), "timeout", cfg.ShutdownTimeout)
+		logger.Info("stopping", "cause", context.Cause(ctx), "timeout", cfg.ShutdownTimeout.String())
 	case serveErr = <-d.Err():
 		logger.Error("http server failed, stopping", "error", serveErr)
 	}
@@ -152,10 +152,10 @@ func run(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	start := time.Now()
 	err = d.Shutdown(sctx)
 	if err != nil {
-		logger.Error("stopped uncleanly", "error", err, "took", time.Since(start))
+		logger.Error("stopped uncleanly", "error", err, "took", time.Since(start).String())
 		return &exitError{ExitFailure, err}
 	}
-	logger.Info("stopped", "took", time.Since(start))
+	logger.Info("stopped", "took", time.Since(start).String())
 	if serveErr != nil {
 		return &exitError{ExitFailure, serveErr}
 	}
