@@ -25,15 +25,22 @@ type FixedWindowState struct {
 // assumes l.Validate() and ValidateHits(hits) returned nil (State.Take checks
 // them); an unvalidated l may give a meaningless Decision or panic.
 func (s *FixedWindowState) Take(now, hits int64, l Limit) Decision {
+	var d Decision
+	s.take(&d, now, floorMod(now, int64(l.Period)), hits, l)
+	return d
+}
+
+// take is Take with off = floorMod(now, Period) computed by the caller,
+// writing the Decision to d.
+func (s *FixedWindowState) take(d *Decision, now, off, hits int64, l Limit) {
 	p := int64(l.Period)
-	off := floorMod(now, p)
 	start := now - off
 	if start > s.start {
 		s.start, s.count = start, 0
 	} else if start < s.start {
 		s.start = start
 	}
-	d := Decision{Limit: l.Limit}
+	*d = Decision{Limit: l.Limit}
 	switch {
 	case hits == 0:
 		d.Allowed = true
@@ -51,7 +58,6 @@ func (s *FixedWindowState) Take(now, hits int64, l Limit) Decision {
 	} else {
 		d.Remaining = l.Limit
 	}
-	return d
 }
 
 // idle reports whether no hit counts against the window of now.

@@ -46,12 +46,17 @@ type GCRAState struct {
 // divides by zero).
 func (s *GCRAState) Take(now, hits int64, l Limit) Decision {
 	t := int64(l.Period) / l.Limit
-	return s.take(now, hits, l.Burst+1, t, t*(l.Burst+1))
+	var d Decision
+	s.take(&d, now, hits, l.Burst+1, t, t*(l.Burst+1))
+	return d
 }
 
 // take is Take with the derived parameters: capacity = Burst+1, emission
-// interval t (ns) and tau = t*capacity (ns).
-func (s *GCRAState) take(now, hits, capacity, t, tau int64) Decision {
+// interval t (ns) and tau = t*capacity (ns). It writes the Decision to d (the
+// hot paths fill a *Decision rather than return one: Decision has too many
+// fields for the compiler to keep in registers, and copying it between frames
+// costs more than the algorithm).
+func (s *GCRAState) take(d *Decision, now, hits, capacity, t, tau int64) {
 	n := uint64(now - MinTime)
 	tat := s.tat
 	if tat < n {
@@ -61,7 +66,7 @@ func (s *GCRAState) take(now, hits, capacity, t, tau int64) Decision {
 		s.tat = tat
 	}
 	ttl := int64(tat - n) // in [0, tau]
-	d := Decision{Limit: capacity}
+	*d = Decision{Limit: capacity}
 	switch {
 	case hits == 0:
 		d.Allowed = true
@@ -78,7 +83,6 @@ func (s *GCRAState) take(now, hits, capacity, t, tau int64) Decision {
 	}
 	d.Remaining = (tau - ttl) / t
 	d.ResetAfter = time.Duration(ttl)
-	return d
 }
 
 // idle reports whether s is back to full capacity at now.

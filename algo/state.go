@@ -23,8 +23,12 @@ var ErrInvalidState = errors.New("algo: invalid state")
 // key. Copying a State copies the pointer to a SlidingWindowLog's log, so two
 // copies would share it: keep one copy in use, or copy with Clone.
 type State struct {
-	kind    Kind
-	a, b, c int64                  // the value type's fields, see take
+	kind Kind
+	// a, b, c hold the value type's fields (see take). Fields a value type
+	// does not use cache what saves a division on the next check: GCRA's
+	// emission interval in b, FixedWindow's Period in c. Caches are verified
+	// before use and are not part of the binary form.
+	a, b, c int64
 	log     *SlidingWindowLogState // SlidingWindowLog only
 }
 
@@ -38,50 +42,66 @@ type State struct {
 // false. For GCRA, TokenBucket, FixedWindow and SlidingWindowCounter, Take does
 // not allocate; a SlidingWindowLog allocates its log as it grows.
 func (s *State) Take(now, hits int64, l Limit) (Decision, error) {
-	t, err := l.check()
-	if err != nil {
-		return Decision{}, err
+	var hint int64
+	if s.kind == GCRA {
+		hint = s.b // the emission interval of the last check
 	}
-	if err := ValidateHits(hits); err != nil {
-		return Decision{}, err
-	}
-	if err := validateNow(now); err != nil {
-		return Decision{}, err
+	t, ok := l.fast(hint)
+	if !ok || uint64(hits) > uint64(MaxHits) || uint64(now-MinTime) > uint64(MaxTime-MinTime) {
+		return Decision{}, takeError(now, hits, l)
 	}
 	if s.kind != l.Kind {
 		*s = State{kind: l.Kind}
 	}
-	return s.take(now, hits, l, t), nil
+	var d Decision
+	s.take(&d, now, hits, l, t)
+	return d, nil
+}
+
+// takeError returns the error of a check that Take rejects.
+func takeError(now, hits int64, l Limit) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	if err := ValidateHits(hits); err != nil {
+		return err
+	}
+	return validateNow(now)
 }
 
 // take dispatches a validated check to the value type of s.kind == l.Kind; t
-// is GCRA's emission interval from l.check.
-func (s *State) take(now, hits int64, l Limit, t int64) Decision {
-	var d Decision
+// is GCRA's emission interval from l.fast. It writes the Decision to d.
+func (s *State) take(d *Decision, now, hits int64, l Limit, t int64) {
 	switch l.Kind {
 	case GCRA:
 		g := GCRAState{tat: uint64(s.a)}
-		d = g.take(now, hits, l.Burst+1, t, t*(l.Burst+1))
-		s.a = int64(g.tat)
+		g.take(d, now, hits, l.Burst+1, t, t*(l.Burst+1))
+		s.a, s.b = int64(g.tat), t
 	case TokenBucket:
-		t := TokenBucketState{debt: s.a, last: uint64(s.b)}
-		d = t.Take(now, hits, l)
-		s.a, s.b = t.debt, int64(t.last)
+		tb := TokenBucketState{debt: s.a, last: uint64(s.b)}
+		tb.take(d, now, hits, l)
+		s.a, s.b = tb.debt, int64(tb.last)
 	case FixedWindow:
+		p := int64(l.Period)
+		var off int64
+		if s.c == p && now >= s.a && uint64(now)-uint64(s.a) < uint64(p) {
+			off = now - s.a // s.a is a window start aligned to p: no division
+		} else {
+			off = floorMod(now, p)
+		}
 		f := FixedWindowState{start: s.a, count: s.b}
-		d = f.Take(now, hits, l)
-		s.a, s.b = f.start, f.count
+		f.take(d, now, off, hits, l)
+		s.a, s.b, s.c = f.start, f.count, p
 	case SlidingWindowCounter:
 		w := SlidingWindowCounterState{start: s.a, prev: s.b, cur: s.c}
-		d = w.Take(now, hits, l)
+		w.take(d, now, hits, l)
 		s.a, s.b, s.c = w.start, w.prev, w.cur
 	case SlidingWindowLog:
 		if s.log == nil {
 			s.log = new(SlidingWindowLogState)
 		}
-		d = s.log.Take(now, hits, l)
+		s.log.take(d, now, hits, l)
 	}
-	return d
 }
 
 // peek returns the Decision of a check of 0 hits at now under a validated l,
@@ -89,7 +109,9 @@ func (s *State) take(now, hits int64, l Limit, t int64) Decision {
 func (s *State) peek(now int64, l Limit) Decision {
 	if s.kind != l.Kind {
 		var fresh State
-		return fresh.take(now, 0, l, int64(l.Period)/l.Limit)
+		var d Decision
+		fresh.take(&d, now, 0, l, int64(l.Period)/l.Limit)
+		return d
 	}
 	if l.Kind == SlidingWindowLog {
 		if s.log == nil {
@@ -98,7 +120,9 @@ func (s *State) peek(now int64, l Limit) Decision {
 		return s.log.peek(now, l)
 	}
 	c := *s
-	return c.take(now, 0, l, int64(l.Period)/l.Limit)
+	var d Decision
+	c.take(&d, now, 0, l, int64(l.Period)/l.Limit)
+	return d
 }
 
 // Kind returns the algorithm s holds, or 0 for a zero State.

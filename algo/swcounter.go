@@ -47,12 +47,19 @@ type SlidingWindowCounterState struct {
 // assumes l.Validate() and ValidateHits(hits) returned nil (State.Take checks
 // them); an unvalidated l may give a meaningless Decision or panic.
 func (s *SlidingWindowCounterState) Take(now, hits int64, l Limit) Decision {
+	var d Decision
+	s.take(&d, now, hits, l)
+	return d
+}
+
+// take is Take writing the Decision to d.
+func (s *SlidingWindowCounterState) take(d *Decision, now, hits int64, l Limit) {
 	p := int64(l.Period)
 	e := floorMod(now, p)
 	s.advance(now-e, p)
 	est := s.estimate(e, p) // uint64: prev and cur are each < 2^63
 	lim := uint64(l.Limit)
-	d := Decision{Limit: l.Limit}
+	*d = Decision{Limit: l.Limit}
 	switch {
 	case hits == 0:
 		d.Allowed = true
@@ -69,7 +76,6 @@ func (s *SlidingWindowCounterState) Take(now, hits int64, l Limit) Decision {
 		d.Remaining = int64(lim - est)
 	}
 	d.ResetAfter = time.Duration(s.reset(e, p))
-	return d
 }
 
 // advance moves the state to the window starting at start (aligned, Period p).

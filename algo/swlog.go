@@ -45,10 +45,17 @@ const minLogCap = 4
 // (State.Take checks them); an unvalidated l may give a meaningless Decision or
 // panic.
 func (s *SlidingWindowLogState) Take(now, hits int64, l Limit) Decision {
+	var d Decision
+	s.take(&d, now, hits, l)
+	return d
+}
+
+// take is Take writing the Decision to d.
+func (s *SlidingWindowLogState) take(d *Decision, now, hits int64, l Limit) {
 	p := int64(l.Period)
 	s.normalize(now, p, l.Limit)
 	count := int64(s.n)
-	d := Decision{Limit: l.Limit}
+	*d = Decision{Limit: l.Limit}
 	switch {
 	case hits == 0:
 		d.Allowed = true
@@ -65,7 +72,6 @@ func (s *SlidingWindowLogState) Take(now, hits int64, l Limit) Decision {
 	if s.n > 0 {
 		d.ResetAfter = time.Duration(s.at(s.n-1) + p - now)
 	}
-	return d
 }
 
 // normalize applies the clock rule, drops expired hits and hits beyond limit,

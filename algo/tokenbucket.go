@@ -41,6 +41,13 @@ type TokenBucketState struct {
 // assumes l.Validate() and ValidateHits(hits) returned nil (State.Take checks
 // them); an unvalidated l may give a meaningless Decision or panic.
 func (s *TokenBucketState) Take(now, hits int64, l Limit) Decision {
+	var d Decision
+	s.take(&d, now, hits, l)
+	return d
+}
+
+// take is Take writing the Decision to d.
+func (s *TokenBucketState) take(d *Decision, now, hits int64, l Limit) {
 	p := int64(l.Period)
 	n := uint64(now - MinTime)
 	full := l.Burst * p
@@ -67,7 +74,7 @@ func (s *TokenBucketState) Take(now, hits int64, l Limit) Decision {
 	if debt > full {
 		debt, store = full, true
 	}
-	d := Decision{Limit: l.Burst}
+	*d = Decision{Limit: l.Burst}
 	switch {
 	case hits == 0:
 		d.Allowed = true
@@ -84,7 +91,6 @@ func (s *TokenBucketState) Take(now, hits int64, l Limit) Decision {
 	}
 	d.Remaining = (full - debt) / p
 	d.ResetAfter = time.Duration(ceilDiv(debt, l.Limit))
-	return d
 }
 
 // idle reports whether the bucket is full at now.

@@ -63,6 +63,37 @@ func (l Limit) check() (t int64, err error) {
 	return t, nil
 }
 
+// fast is the allocation-free form of check for the hot path: GCRA's T and
+// whether l is valid. It must accept exactly what check accepts. hint is a
+// previous T of the key: if it is Period/Limit, fast skips the division.
+func (l Limit) fast(hint int64) (t int64, ok bool) {
+	if !l.Kind.Valid() || l.Limit <= 0 || l.Period <= 0 || l.Period > MaxDuration || l.Burst < 0 {
+		return 0, false
+	}
+	switch l.Kind {
+	case SlidingWindowLog:
+		return 0, l.Limit <= MaxLogLimit
+	case GCRA:
+		if t = hint; !l.isInterval(t) {
+			t = int64(l.Period) / l.Limit
+		}
+		return t, t >= 1 && mulFits(t, l.Burst, 1)
+	case TokenBucket:
+		return 0, l.Burst >= 1 && mulFits(int64(l.Period), l.Burst, 0)
+	}
+	return 0, true
+}
+
+// isInterval reports whether t == Period/Limit (rounded down), by
+// multiplication: t*Limit <= Period < (t+1)*Limit.
+func (l Limit) isInterval(t int64) bool {
+	if t < 1 {
+		return false
+	}
+	hi, lo := bits.Mul64(uint64(t), uint64(l.Limit))
+	return hi == 0 && lo <= uint64(l.Period) && uint64(l.Period)-lo < uint64(l.Limit)
+}
+
 // ValidateHits reports whether hits is a valid hit count for one check:
 // 0 (a peek) to MaxHits. Otherwise it returns an error wrapping ErrInvalidLimit
 // that names the field and value.
