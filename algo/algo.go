@@ -97,6 +97,9 @@ const (
 	SlidingWindowLog Kind = iota + 1
 	// SlidingWindowCounter estimates the sliding window from two fixed windows
 	// (Cloudflare's approach): prev*(Period-elapsed)/Period + cur, integer math.
+	// Approximate: the estimate is within prev (the previous window's count) of
+	// the exact count, so any window of length Period admits at most 2*Limit;
+	// see SlidingWindowCounterState for the full bound.
 	SlidingWindowCounter
 	// FixedWindow counts hits in windows aligned to the Unix epoch,
 	// window = floor(now/Period): the INCR+EXPIRE recipe.
@@ -151,6 +154,7 @@ func ParseKind(s string) (Kind, error) {
 // Limit is the rate-limit policy of a check. The same key may be checked with a
 // different Limit over time; every algorithm applies the Limit given with each
 // check (as redis-cell does), and changing Kind for a key starts a new state.
+// The zero value is invalid (Kind 0); Validate lists every rule.
 type Limit struct {
 	// Kind selects the algorithm; the zero value is invalid.
 	Kind Kind
@@ -159,9 +163,9 @@ type Limit struct {
 	Limit int64
 	// Period is the window length or refill period, in nanoseconds. Must be > 0.
 	Period time.Duration
-	// Burst is redis-cell's max_burst for GCRA (capacity Burst+1, may be 0) and the
-	// bucket capacity for TokenBucket (must be >= 1). Window algorithms ignore it;
-	// it must still not be negative.
+	// Burst is redis-cell's max_burst for GCRA (capacity Burst+1 hits, may be 0)
+	// and the bucket capacity in hits for TokenBucket (must be >= 1). Window
+	// algorithms ignore it; it must still not be negative.
 	Burst int64
 }
 

@@ -1,7 +1,6 @@
 package algo
 
 import (
-	"fmt"
 	"runtime"
 	"strconv"
 	"testing"
@@ -124,5 +123,3 @@ func BenchmarkHeapPerKey(b *testing.B) {
 	}
 	runtime.KeepAlive(names)
 }
-
-var _ = fmt.Sprint
