@@ -310,6 +310,26 @@ func (c *composeCluster) members(service string) ([]string, error) {
 	return names, nil
 }
 
+// membersInside returns the sorted member names the daemon in container id
+// lists, asked from inside the container with the image's ringlimit CLI: it
+// works while the container is cut off the network.
+func (c *composeCluster) membersInside(id string) ([]string, error) {
+	out, err := dockerTry(30*time.Second, "", nil, "docker", "exec", id, "/usr/local/bin/ringlimit", "members", "--json", "--addr", "127.0.0.1:8080")
+	if err != nil {
+		return nil, fmt.Errorf("docker exec ringlimit members: %w: %s", err, firstLine([]byte(out)))
+	}
+	var ms []dockerMember
+	if err := json.Unmarshal([]byte(out), &ms); err != nil {
+		return nil, fmt.Errorf("ringlimit members --json: %w: %s", err, firstLine([]byte(out)))
+	}
+	names := make([]string, len(ms))
+	for i, m := range ms {
+		names[i] = m.Name
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
 // check POSTs one check to service and returns the status and decision.
 func (c *composeCluster) check(service, key string) (int, dockerDecision, error) {
 	body := fmt.Sprintf(`{"key":%q,"algorithm":"gcra","limit":100,"period":"1s","burst":100}`, key)

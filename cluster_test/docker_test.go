@@ -179,12 +179,14 @@ func dockerKill(t *testing.T, c *composeCluster) {
 	}
 	mu.Unlock()
 
+	restartAt := time.Now()
 	c.mustCompose(2*time.Minute, "start", "ringlimit-3")
 	c.http["ringlimit-3"] = c.port("ringlimit-3", 8080) // Docker may publish new ports
 	c.grpc["ringlimit-3"] = c.port("ringlimit-3", 8081)
 	all := dockerServices()
 	c.waitFor("restarted ringlimit-3 ready", 60*time.Second, c.ready("ringlimit-3"))
 	c.waitFor("all three list three members after restart", 60*time.Second, c.membersAre(all, all...))
+	t.Logf("cluster of three again %v after `docker-compose start`", time.Since(restartAt).Round(time.Millisecond))
 }
 
 // dockerPartition disconnects ringlimit-2 from the compose network for 10 s
@@ -216,14 +218,38 @@ func dockerPartition(t *testing.T, c *composeCluster) {
 	// The partition lasts 10 s, or until the others have noticed it if failure
 	// detection is slower than that on a loaded machine.
 	c.waitFor("the others drop the cut-off node", 30*time.Second, c.membersAre(others, others...))
+	// Its published ports are gone with its network; ask it from inside.
+	c.waitFor("the cut-off node sees itself alone", 30*time.Second, func() error {
+		got, err := c.membersInside(id)
+		if err != nil {
+			return err
+		}
+		if len(got) != 1 || got[0] != cut {
+			return fmt.Errorf("%s lists %v, want [%s]", cut, got, cut)
+		}
+		return nil
+	})
 	time.Sleep(time.Until(cutAt.Add(10 * time.Second)))
 	reconnect()
+	reconnectedAt := time.Now()
 	t.Logf("%s reconnected with %s after %v", cut, ip, time.Since(cutAt).Round(time.Millisecond))
+	c.waitFor("cluster re-formed: all three list three members (seen from inside)", 90*time.Second, func() error {
+		for _, s := range all {
+			got, err := c.membersInside(c.container(s))
+			if err != nil {
+				return fmt.Errorf("%s: %w", s, err)
+			}
+			if strings.Join(got, ",") != strings.Join(all, ",") {
+				return fmt.Errorf("%s lists %v, want %v", s, got, all)
+			}
+		}
+		return nil
+	})
+	t.Logf("re-formed %v after the reconnect", time.Since(reconnectedAt).Round(time.Millisecond))
 	// Publishing of the node's ports may come back with new host ports.
 	c.http[cut] = c.port(cut, 8080)
 	c.grpc[cut] = c.port(cut, 8081)
-
-	c.waitFor("cluster re-formed: all three list three members", 90*time.Second, c.membersAre(all, all...))
+	c.waitFor("all three list three members over HTTP", 30*time.Second, c.membersAre(all, all...))
 	keys := make([]string, 32)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("partition:%d", i)
