@@ -1,0 +1,70 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node"
+)
+
+// BenchmarkCluster3 drives a 3-node in-process cluster with 64 concurrent callers
+// spread over the nodes, on uniform random keys (about 2/3 of checks are
+// forwarded). It reports aggregate checks/s and latency percentiles (µs) from an
+// HDR histogram. Run with -cpu 2 to pin GOMAXPROCS=2.
+func BenchmarkCluster3(b *testing.B) {
+	nodes := startCluster(b, 3, nil)
+	const callers = 64
+	keys := make([]string, 100_000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("bench:%d", i)
+	}
+	l := algo.Limit{Kind: algo.GCRA, Burst: 1000, Limit: 1000, Period: time.Second}
+	var next atomic.Int64
+	var mu sync.Mutex
+	hist := hdrhistogram.New(1, int64(10*time.Second/time.Microsecond), 3)
+	var forwarded atomic.Int64
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for g := 0; g < callers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h := hdrhistogram.New(1, int64(10*time.Second/time.Microsecond), 3)
+			r := rand.New(rand.NewPCG(uint64(g), 1))
+			n := nodes[g%3]
+			fw := int64(0)
+			for next.Add(1) <= int64(b.N) {
+				t0 := time.Now()
+				d, err := n.Allow(context.Background(), keys[r.IntN(len(keys))], l)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				_ = h.RecordValue(time.Since(t0).Microseconds())
+				if d.Route == node.RouteForwarded {
+					fw++
+				}
+			}
+			forwarded.Add(fw)
+			mu.Lock()
+			hist.Merge(h)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "checks/s")
+	b.ReportMetric(float64(hist.ValueAtQuantile(50)), "p50-µs")
+	b.ReportMetric(float64(hist.ValueAtQuantile(99)), "p99-µs")
+	b.ReportMetric(float64(forwarded.Load())/float64(b.N), "forwarded-share")
+}

@@ -1,0 +1,314 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/transport"
+)
+
+// ErrInvalidConfig is returned by New, wrapped with the offending field and value,
+// when a Config cannot be honoured.
+var ErrInvalidConfig = errors.New("node: invalid config")
+
+// Policy says how a node decides a check whose owner cannot be reached (down,
+// partitioned, or past the forward deadline). Whatever the policy, the Decision
+// carries RouteFallback so the caller can tell.
+type Policy uint8
+
+const (
+	// Local decides on a limiter local to this node for that key until the owner
+	// answers again. Each node that falls back admits up to the full limit on its
+	// own, so during an outage a key may admit up to (nodes falling back + 1) times
+	// its limit: the availability/accuracy trade-off most callers want. Default.
+	Local Policy = iota
+	// FailOpen admits every check while the owner is unreachable (Remaining is
+	// reported as Limit-hits, clamped at 0 only in the reply). Protects availability.
+	FailOpen
+	// FailClosed denies every check while the owner is unreachable (RetryAfter is
+	// the forward timeout). Protects the limited resource.
+	FailClosed
+)
+
+// String returns "local", "fail-open" or "fail-closed".
+func (p Policy) String() string {
+	switch p {
+	case Local:
+		return "local"
+	case FailOpen:
+		return "fail-open"
+	case FailClosed:
+		return "fail-closed"
+	}
+	return fmt.Sprintf("policy(%d)", uint8(p))
+}
+
+// ParsePolicy maps "local", "fail-open" or "fail-closed" to its Policy. Any other
+// string returns an error wrapping ErrInvalidConfig.
+func ParsePolicy(s string) (Policy, error) {
+	for _, p := range []Policy{Local, FailOpen, FailClosed} {
+		if p.String() == s {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: policy %q (want local, fail-open or fail-closed)", ErrInvalidConfig, s)
+}
+
+// Metrics receives the node's events. Implementations must be safe for concurrent
+// use and must not block: they are called on the check path. A nil Metrics in
+// Config records nothing.
+type Metrics interface {
+	// Check is called once per decided check on the node that received it.
+	Check(kind algo.Kind, route Route, allowed bool)
+	// Forward is called once per batch forwarded to a peer: its size in checks,
+	// the round-trip time and the transport error (nil on success).
+	Forward(peer string, batchSize int, took time.Duration, err error)
+	// Handoff is called once per handoff this node sends (on a ring change or on
+	// Close): the number of key states and how long the transfer took.
+	Handoff(keys int, took time.Duration, err error)
+	// Eviction is called when a key state leaves memory for a reason other than a
+	// handoff: "idle" (back to full capacity, dropping it changes no decision) or
+	// "refused" (a new key was refused because the node holds MaxKeys keys).
+	Eviction(reason string)
+}
+
+// Config configures a Node. Every field is read once by New and never changed
+// afterwards. Start from DefaultConfig (a LAN) or TestConfig (loopback, fast
+// failure detection) and override fields.
+type Config struct {
+	// Name is the member name, unique in the cluster; it decides the key ranges
+	// this node owns, so a node restarted under the same name takes back the same
+	// keys. Default: the hostname.
+	Name string
+	// BindAddr is the IP address the gossip and gRPC listeners bind to.
+	// Default "0.0.0.0"; TestConfig uses "127.0.0.1".
+	BindAddr string
+	// AdvertiseAddr is the IP address peers use to reach this node. Default: empty,
+	// meaning BindAddr when it is a specific address, else memberlist picks the
+	// first private address of the host.
+	AdvertiseAddr string
+	// GossipPort is the memberlist TCP+UDP port. Default 7946; 0 picks a free port
+	// (tests).
+	GossipPort int
+	// GRPCPort is the port of the gRPC Limiter and Peer services. Default 8081; 0
+	// picks a free port (tests).
+	GRPCPort int
+	// Join lists seed gossip addresses ("host:port"). New joins them before it
+	// returns (an unreachable seed is not an error as long as the node can start
+	// alone), and the node re-joins them every RejoinInterval so a healed network
+	// partition re-forms the cluster. Default: none (a cluster of one).
+	Join []string
+	// ClusterLabel is memberlist's Label: gossip packets from a cluster with a
+	// different label are dropped, so two clusters on one network never merge.
+	// Default "ringlimit".
+	ClusterLabel string
+	// SecretKey enables gossip encryption (AES-GCM) with a 16, 24 or 32 byte key.
+	// A node with another key cannot join. Default nil: gossip in clear text.
+	SecretKey []byte
+	// TLSCertFile, TLSKeyFile and TLSCAFile turn on mutual TLS for the gRPC services
+	// when all three are set: peers must present a certificate signed by the CA.
+	// Default: all empty, plaintext gRPC (keep it on a private network).
+	TLSCertFile, TLSKeyFile, TLSCAFile string
+	// OwnerUnreachable decides checks whose owner cannot be reached. Default Local.
+	OwnerUnreachable Policy
+	// AcceptCallerTimestamps lets a check carry its own time (transport.Check.
+	// CreatedAt, Unix ns) used by the owner instead of its clock: for replays and for
+	// callers that need consistent reset times. Default false: such checks are
+	// refused with an error wrapping transport.ErrInvalidCheck, so a caller with a
+	// wrong clock cannot move a key's window.
+	AcceptCallerTimestamps bool
+	// MaxKeys bounds the key states this node holds as owner (and separately as
+	// local fallback). At the bound, idle keys (back to full capacity) are dropped
+	// first; if none is idle, a check that would create a new key returns
+	// ErrTooManyKeys and is counted as Eviction("refused"). An unexpired key is never
+	// dropped. Default 1,000,000 (about 100 MB with 40-byte keys).
+	MaxKeys int
+	// IdleScanInterval is how often idle keys are dropped. Default 10 s. Shorter
+	// frees memory sooner at the cost of more scanning.
+	IdleScanInterval time.Duration
+	// MaxKeyLen is the longest key accepted, in bytes. Default
+	// transport.DefaultMaxKeyLen.
+	MaxKeyLen int
+	// BatchMaxItems flushes a micro-batch to a peer when it holds this many checks.
+	// Default 500. Larger batches raise throughput and latency under load.
+	BatchMaxItems int
+	// BatchMaxWait flushes a micro-batch this long after its first check. Default
+	// 200 µs. Longer waits batch more at low load but add that much latency.
+	BatchMaxWait time.Duration
+	// ForwardTimeout bounds every forward to an owner, including retries after a
+	// "not owner" answer, after which OwnerUnreachable decides. Default 1 s.
+	ForwardTimeout time.Duration
+	// HandoffTimeout bounds a handoff: sending key states to a new owner on a ring
+	// change, and how long a new owner holds checks for keys whose previous owner
+	// is still alive while it waits for their states. Default 2 s. Past it the new
+	// owner decides on what it has (possibly a fresh state).
+	HandoffTimeout time.Duration
+	// CloseTimeout bounds Close: leave, hand off, drain. Default 10 s.
+	CloseTimeout time.Duration
+	// RejoinInterval is how often the seeds in Join are joined again so that a
+	// healed partition re-forms. Default 30 s; 0 disables.
+	RejoinInterval time.Duration
+	// Gossip tunes failure detection (memberlist). Default: memberlist's LAN preset.
+	Gossip GossipConfig
+	// Ring configures the consistent-hash ring. Default ring.DefaultConfig().
+	Ring ring.Config
+	// Logger receives structured logs. Default: discard.
+	Logger *slog.Logger
+	// Metrics receives events for monitoring. Default: none.
+	Metrics Metrics
+	// Clock returns the current time in Unix ns; the owner reads it once per check.
+	// Default: the system clock.
+	Clock func() int64
+}
+
+// GossipConfig holds the memberlist timings that decide how fast a crash is
+// detected and how much gossip traffic the cluster makes.
+type GossipConfig struct {
+	// ProbeInterval between failure probes of a random member. LAN 1 s.
+	ProbeInterval time.Duration
+	// ProbeTimeout for a probe's ack. LAN 500 ms. Must be below ProbeInterval.
+	ProbeTimeout time.Duration
+	// GossipInterval between gossip rounds. LAN 200 ms.
+	GossipInterval time.Duration
+	// PushPullInterval between full state syncs with a random member. LAN 30 s.
+	PushPullInterval time.Duration
+	// SuspicionMult scales how long a suspect member has to refute before it is
+	// declared dead: SuspicionMult * log10(N+1) * ProbeInterval. LAN 4.
+	SuspicionMult int
+	// TCPTimeout for push/pull and join. LAN 10 s.
+	TCPTimeout time.Duration
+	// DeadNodeReclaimTime after which a dead or left member's name may be taken by a
+	// new process at another address (a restart under the same name). LAN 10 s.
+	DeadNodeReclaimTime time.Duration
+}
+
+// DefaultConfig returns the configuration for a LAN deployment: the documented
+// defaults of every field, memberlist's LAN timings.
+func DefaultConfig() Config {
+	host, _ := os.Hostname()
+	return Config{
+		Name:             host,
+		BindAddr:         "0.0.0.0",
+		GossipPort:       7946,
+		GRPCPort:         8081,
+		ClusterLabel:     "ringlimit",
+		OwnerUnreachable: Local,
+		MaxKeys:          1_000_000,
+		IdleScanInterval: 10 * time.Second,
+		MaxKeyLen:        transport.DefaultMaxKeyLen,
+		BatchMaxItems:    500,
+		BatchMaxWait:     200 * time.Microsecond,
+		ForwardTimeout:   time.Second,
+		HandoffTimeout:   2 * time.Second,
+		CloseTimeout:     10 * time.Second,
+		RejoinInterval:   30 * time.Second,
+		Gossip: GossipConfig{
+			ProbeInterval:       time.Second,
+			ProbeTimeout:        500 * time.Millisecond,
+			GossipInterval:      200 * time.Millisecond,
+			PushPullInterval:    30 * time.Second,
+			SuspicionMult:       4,
+			TCPTimeout:          10 * time.Second,
+			DeadNodeReclaimTime: 10 * time.Second,
+		},
+		Ring: ring.DefaultConfig(),
+	}
+}
+
+// TestConfig returns a fast profile for tests and single-machine clusters:
+// loopback, free ports, memberlist's LAN preset with short probe, suspicion and
+// gossip intervals (a crash is detected in about a second). It is deliberately not
+// memberlist's Local preset, which stalls for 16-26 s at times. Name must still be
+// set per node.
+func TestConfig() Config {
+	c := DefaultConfig()
+	c.Name = ""
+	c.BindAddr = "127.0.0.1"
+	c.GossipPort = 0
+	c.GRPCPort = 0
+	c.IdleScanInterval = time.Second
+	c.ForwardTimeout = 2 * time.Second // generous: tests run under -race on loaded machines
+	c.HandoffTimeout = time.Second
+	c.CloseTimeout = 5 * time.Second
+	c.RejoinInterval = 500 * time.Millisecond
+	c.Gossip = GossipConfig{
+		ProbeInterval:       100 * time.Millisecond,
+		ProbeTimeout:        50 * time.Millisecond,
+		GossipInterval:      20 * time.Millisecond,
+		PushPullInterval:    500 * time.Millisecond,
+		SuspicionMult:       3,
+		TCPTimeout:          time.Second,
+		DeadNodeReclaimTime: 100 * time.Millisecond,
+	}
+	return c
+}
+
+func (c *Config) validate() error {
+	bad := func(field string, v any) error {
+		return fmt.Errorf("%w: %s = %v", ErrInvalidConfig, field, v)
+	}
+	switch {
+	case c.Name == "":
+		return bad("Name", `""`)
+	case c.BindAddr == "":
+		return bad("BindAddr", `""`)
+	case c.GossipPort < 0 || c.GossipPort > 65535:
+		return bad("GossipPort", c.GossipPort)
+	case c.GRPCPort < 0 || c.GRPCPort > 65535:
+		return bad("GRPCPort", c.GRPCPort)
+	case c.OwnerUnreachable > FailClosed:
+		return bad("OwnerUnreachable", c.OwnerUnreachable)
+	case c.MaxKeys <= 0:
+		return bad("MaxKeys", c.MaxKeys)
+	case c.IdleScanInterval <= 0:
+		return bad("IdleScanInterval", c.IdleScanInterval)
+	case c.MaxKeyLen <= 0:
+		return bad("MaxKeyLen", c.MaxKeyLen)
+	case c.BatchMaxItems <= 0:
+		return bad("BatchMaxItems", c.BatchMaxItems)
+	case c.BatchMaxWait <= 0:
+		return bad("BatchMaxWait", c.BatchMaxWait)
+	case c.ForwardTimeout <= 0:
+		return bad("ForwardTimeout", c.ForwardTimeout)
+	case c.HandoffTimeout <= 0:
+		return bad("HandoffTimeout", c.HandoffTimeout)
+	case c.CloseTimeout <= 0:
+		return bad("CloseTimeout", c.CloseTimeout)
+	case c.RejoinInterval < 0:
+		return bad("RejoinInterval", c.RejoinInterval)
+	case c.Gossip.ProbeInterval <= 0:
+		return bad("Gossip.ProbeInterval", c.Gossip.ProbeInterval)
+	case c.Gossip.ProbeTimeout <= 0 || c.Gossip.ProbeTimeout >= c.Gossip.ProbeInterval:
+		return bad("Gossip.ProbeTimeout", c.Gossip.ProbeTimeout)
+	case c.Gossip.GossipInterval <= 0:
+		return bad("Gossip.GossipInterval", c.Gossip.GossipInterval)
+	case c.Gossip.PushPullInterval <= 0:
+		return bad("Gossip.PushPullInterval", c.Gossip.PushPullInterval)
+	case c.Gossip.SuspicionMult <= 0:
+		return bad("Gossip.SuspicionMult", c.Gossip.SuspicionMult)
+	case c.Gossip.TCPTimeout <= 0:
+		return bad("Gossip.TCPTimeout", c.Gossip.TCPTimeout)
+	case c.Gossip.DeadNodeReclaimTime < 0:
+		return bad("Gossip.DeadNodeReclaimTime", c.Gossip.DeadNodeReclaimTime)
+	}
+	switch len(c.SecretKey) {
+	case 0, 16, 24, 32:
+	default:
+		return bad("len(SecretKey)", len(c.SecretKey))
+	}
+	tlsSet := 0
+	for _, f := range []string{c.TLSCertFile, c.TLSKeyFile, c.TLSCAFile} {
+		if f != "" {
+			tlsSet++
+		}
+	}
+	if tlsSet != 0 && tlsSet != 3 {
+		return fmt.Errorf("%w: TLSCertFile, TLSKeyFile and TLSCAFile must be set together", ErrInvalidConfig)
+	}
+	return nil
+}

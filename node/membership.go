@@ -1,0 +1,518 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	sockaddr "github.com/hashicorp/go-sockaddr"
+	"github.com/hashicorp/memberlist"
+
+	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/transport"
+)
+
+// ringState is one published view of the cluster: the ring snapshot, the
+// partitions gained from a live previous owner that still wait for its handoff,
+// and a channel closed when a newer ringState replaces this one.
+type ringState struct {
+	snap    *ring.Snapshot
+	leaving bool // this node is leaving: it owns nothing
+	// gates[p] is closed when the handoff for partition p has arrived; nil (or a
+	// nil slice) means p is open. deadline (wall ns) bounds the wait.
+	gates    []chan struct{}
+	pending  map[string]chan struct{} // previous owner -> its gate
+	deadline time.Time
+	next     chan struct{}
+}
+
+// gate returns the open-or-not channel of key's partition, nil when open.
+func (rs *ringState) gate(key string) chan struct{} {
+	if rs.gates == nil {
+		return nil
+	}
+	g := rs.gates[rs.snap.Partition(key)]
+	if g == nil {
+		return nil
+	}
+	select {
+	case <-g:
+		return nil
+	default:
+		return g
+	}
+}
+
+// waitGate waits until g is released, the handoff deadline passes (then the new
+// owner decides on what it has), ctx ends or the node stops.
+func (rs *ringState) waitGate(ctx context.Context, g chan struct{}, stop chan struct{}) error {
+	t := time.NewTimer(time.Until(rs.deadline))
+	defer t.Stop()
+	select {
+	case <-g:
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-stop:
+		return ErrStopped
+	}
+	return nil
+}
+
+// advertiseHost picks the IP peers use to reach this node.
+func advertiseHost(cfg Config) (string, error) {
+	if cfg.AdvertiseAddr != "" {
+		return cfg.AdvertiseAddr, nil
+	}
+	if ip := net.ParseIP(cfg.BindAddr); ip != nil && !ip.IsUnspecified() {
+		return cfg.BindAddr, nil
+	}
+	ip, err := sockaddr.GetPrivateIP()
+	if err != nil || ip == "" {
+		return "", fmt.Errorf("%w: AdvertiseAddr: no private IP found to advertise (set it): %v", ErrInvalidConfig, err)
+	}
+	return ip, nil
+}
+
+// meta is the node metadata carried in gossip: "v1|<grpc addr>|<instance id>".
+func encodeMeta(grpcAddr, id string) []byte { return []byte("v1|" + grpcAddr + "|" + id) }
+
+func decodeMeta(b []byte) (grpcAddr, id string, ok bool) {
+	parts := strings.Split(string(b), "|")
+	if len(parts) != 3 || parts[0] != "v1" {
+		return "", "", false
+	}
+	return parts[1], parts[2], true
+}
+
+// delegate answers memberlist's hooks. Its methods must not block and must not
+// call back into memberlist (that deadlocks), so events only signal the
+// membership loop.
+type delegate struct{ n *Node }
+
+func (d delegate) NodeMeta(limit int) []byte                  { return encodeMeta(d.n.grpcAddr, d.n.id) }
+func (d delegate) NotifyMsg([]byte)                           {}
+func (d delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (d delegate) LocalState(join bool) []byte                { return nil }
+func (d delegate) MergeRemoteState(buf []byte, join bool)     {}
+func (d delegate) NotifyJoin(m *memberlist.Node)              { d.n.setMember(m, true) }
+func (d delegate) NotifyLeave(m *memberlist.Node)             { d.n.setMember(m, false) }
+func (d delegate) NotifyUpdate(m *memberlist.Node)            { d.n.setMember(m, true) }
+
+// setMember copies what the node needs of a memberlist member while memberlist
+// holds its lock (the *Node it passes is its own and changes after the callback
+// returns), then signals the membership loop.
+func (n *Node) setMember(m *memberlist.Node, alive bool) {
+	n.membersMu.Lock()
+	if alive {
+		if addr, id, ok := decodeMeta(m.Meta); ok {
+			n.members[m.Name] = Member{
+				Name: m.Name, Addr: addr, ID: id, Self: m.Name == n.cfg.Name,
+				GossipAddr: net.JoinHostPort(m.Addr.String(), strconv.Itoa(int(m.Port))),
+			}
+		}
+	} else {
+		delete(n.members, m.Name)
+	}
+	n.membersMu.Unlock()
+	n.signalMembers()
+}
+
+func (n *Node) signalMembers() {
+	select {
+	case n.memberSig <- struct{}{}:
+	default: // a rebuild is already pending; it will read the latest members
+	}
+}
+
+func (n *Node) startGossip(host string) error {
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = n.cfg.Name
+	mc.BindAddr = n.cfg.BindAddr
+	mc.BindPort = n.cfg.GossipPort
+	mc.AdvertiseAddr = host
+	mc.AdvertisePort = n.cfg.GossipPort
+	mc.Label = n.cfg.ClusterLabel
+	mc.SecretKey = n.cfg.SecretKey
+	g := n.cfg.Gossip
+	mc.ProbeInterval = g.ProbeInterval
+	mc.ProbeTimeout = g.ProbeTimeout
+	mc.GossipInterval = g.GossipInterval
+	mc.PushPullInterval = g.PushPullInterval
+	mc.SuspicionMult = g.SuspicionMult
+	mc.TCPTimeout = g.TCPTimeout
+	mc.DeadNodeReclaimTime = g.DeadNodeReclaimTime
+	mc.Delegate = delegate{n}
+	mc.Events = delegate{n}
+	mc.Logger = nil
+	mc.LogOutput = slogWriter{n}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return fmt.Errorf("node: gossip: %w", err)
+	}
+	n.ml = ml
+	if len(n.cfg.Join) > 0 {
+		if k, err := ml.Join(n.cfg.Join); err != nil {
+			n.log.Warn("join failed; running alone until a seed answers", "seeds", n.cfg.Join, "err", err)
+		} else {
+			n.log.Info("joined", "contacted", k)
+		}
+	}
+	return nil
+}
+
+// slogWriter routes memberlist's log lines to the node's logger at debug level.
+type slogWriter struct{ n *Node }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	w.n.log.Debug(strings.TrimSpace(string(p)), "src", "memberlist")
+	return len(p), nil
+}
+
+// Members returns the live members of the cluster as this node's gossip sees them,
+// sorted by name.
+func (n *Node) Members() []Member {
+	n.membersMu.Lock()
+	out := make([]Member, 0, len(n.members))
+	for _, m := range n.members {
+		out = append(out, m)
+	}
+	n.membersMu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// ringMembers is the member set the ring is built from: the live (or suspect)
+// gossip members, without this node once it is leaving.
+func (n *Node) ringMembers() []ring.Member {
+	var out []ring.Member
+	for _, m := range n.Members() {
+		if m.Self && n.leaving.Load() {
+			continue
+		}
+		if !m.Self {
+			n.joinedPeer.Store(true)
+		}
+		out = append(out, ring.Member{Name: m.Name, Addr: m.Addr, ID: m.ID})
+	}
+	return out
+}
+
+func (n *Node) membershipLoop() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-n.memberSig:
+			if !n.leaving.Load() {
+				n.rebuild()
+			}
+		}
+	}
+}
+
+func (n *Node) rejoinLoop() {
+	defer n.wg.Done()
+	if len(n.cfg.Join) == 0 || n.cfg.RejoinInterval == 0 {
+		return
+	}
+	t := time.NewTicker(n.cfg.RejoinInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+			if n.leaving.Load() {
+				return
+			}
+			// Join is a push/pull with each seed: cheap, and it is what merges two
+			// halves of a healed partition (memberlist alone would not).
+			if _, err := n.ml.Join(n.cfg.Join); err != nil {
+				n.log.Debug("rejoin", "err", err)
+			}
+		}
+	}
+}
+
+func (n *Node) idleLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(n.cfg.IdleScanInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+			wall := n.clock()
+			n.owned.dropIdle(wall, n.onEvict)
+			n.fallback.dropIdle(wall, n.onEvict)
+		}
+	}
+}
+
+// rebuild recomputes the ring from the gossip members, publishes it, gates the
+// partitions gained from live members until their handoff arrives, and hands off
+// the states of keys this node no longer owns. It runs on the membership loop (or
+// on Close), never inside a memberlist callback.
+func (n *Node) rebuild() {
+	n.rebuildMu.Lock()
+	defer n.rebuildMu.Unlock()
+	members := n.ringMembers()
+	old := n.rs.Load()
+	if err := n.ring.SetMembers(members); err != nil {
+		n.log.Error("ring rebuild failed; keeping the previous ring", "err", err)
+		return
+	}
+	snap := n.ring.Snapshot()
+	leaving := n.leaving.Load()
+	if snap == old.snap || (snap.Equal(old.snap) && leaving == old.leaving) {
+		if snap != old.snap {
+			n.publish(&ringState{snap: snap, leaving: leaving, gates: old.gates, pending: old.pending, deadline: old.deadline}, old)
+		}
+		return
+	}
+	self := n.cfg.Name
+	digest := snap.Digest()
+
+	// The previous owner of each partition: the old ring's, or on the first build
+	// after joining, the ring the others had without us.
+	prev := old.snap
+	if prev.Len() == 0 {
+		if others := without(members, self); len(others) > 0 {
+			if r, err := ring.New(n.cfg.Ring); err == nil && r.SetMembers(others) == nil {
+				prev = r.Snapshot()
+			}
+		}
+	}
+
+	ns := &ringState{snap: snap, leaving: leaving}
+	// marksMu is held from reading the markers to publishing the gates so that a
+	// marker arriving meanwhile is either seen here or opens the published gate.
+	n.marksMu.Lock()
+	if !leaving && prev.Len() > 0 {
+		for p := 0; p < snap.PartitionCount(); p++ {
+			from := prev.PartitionOwner(p).Name
+			if snap.PartitionOwner(p).Name != self || from == self || from == "" || !snap.Has(from) {
+				continue // not gained, or gained from a member that is gone: nothing to wait for
+			}
+			if d, ok := n.marks[from]; ok && d == digest {
+				continue // its handoff for this ring already arrived
+			}
+			if ns.gates == nil {
+				ns.gates = make([]chan struct{}, snap.PartitionCount())
+				ns.pending = make(map[string]chan struct{})
+			}
+			g := ns.pending[from]
+			if g == nil {
+				g = make(chan struct{})
+				ns.pending[from] = g
+			}
+			ns.gates[p] = g
+		}
+		ns.deadline = time.Now().Add(n.cfg.HandoffTimeout)
+	}
+	n.publish(ns, old)
+	n.marksMu.Unlock()
+	n.log.Info("ring changed", "members", snap.Len(), "version", snap.Version(), "waiting_for", len(ns.pending))
+
+	// Drop peers that are gone.
+	for _, m := range old.snap.Members() {
+		if !snap.Has(m.Name) {
+			n.peers.Drop(m.Addr)
+		}
+	}
+	n.handoff(ns, old.snap)
+}
+
+func without(ms []ring.Member, name string) []ring.Member {
+	var out []ring.Member
+	for _, m := range ms {
+		if m.Name != name {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (n *Node) publish(ns, old *ringState) {
+	ns.next = make(chan struct{})
+	n.rs.Store(ns)
+	close(old.next)
+}
+
+// handoff moves the states of keys this node no longer owns under ns to their new
+// owners, then tells every member that gained partitions from this node that its
+// handoff for this ring is complete.
+func (n *Node) handoff(ns *ringState, old *ring.Snapshot) {
+	self := n.cfg.Name
+	snap := ns.snap
+	moved := n.owned.extract(func(key string) bool {
+		m, ok := snap.Owner(key)
+		return !ok || m.Name != self || ns.leaving
+	})
+	byOwner := make(map[string][]transport.KeyState)
+	addrs := make(map[string]string)
+	for p := 0; p < snap.PartitionCount(); p++ {
+		if old.Len() > 0 && old.PartitionOwner(p).Name == self {
+			if m := snap.PartitionOwner(p); m.Name != self && m.Name != "" {
+				addrs[m.Name] = m.Addr
+				if _, ok := byOwner[m.Name]; !ok {
+					byOwner[m.Name] = nil
+				}
+			}
+		}
+	}
+	lost := 0
+	for _, ms := range moved {
+		m, ok := snap.Owner(ms.key)
+		if !ok {
+			lost++
+			continue
+		}
+		b, err := ms.e.st.MarshalBinary()
+		if err != nil {
+			lost++
+			continue
+		}
+		addrs[m.Name] = m.Addr
+		byOwner[m.Name] = append(byOwner[m.Name], transport.KeyState{Key: ms.key, Limit: ms.e.limit, State: b})
+	}
+	if len(byOwner) == 0 {
+		return
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.HandoffTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for name, states := range byOwner {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := n.peers.Handoff(ctx, addrs[name], transport.TransferBatch{
+				From: self, RingDigest: snap.Digest(), States: states, Done: true,
+			})
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("to %s (%d keys): %w", name, len(states), err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	err := errors.Join(errs...)
+	if n.cfg.Metrics != nil {
+		n.cfg.Metrics.Handoff(len(moved), time.Since(start), err)
+	}
+	if err != nil || lost > 0 {
+		n.log.Warn("handoff incomplete", "keys", len(moved), "lost", lost, "err", err)
+		return
+	}
+	n.log.Info("handoff", "keys", len(moved), "to", len(byOwner), "took", time.Since(start))
+}
+
+// markHandoffDone records that from finished handing off for the ring with the
+// given digest, and opens the partitions waiting for it.
+func (n *Node) markHandoffDone(from string, digest uint64) {
+	n.marksMu.Lock()
+	defer n.marksMu.Unlock()
+	n.marks[from] = digest
+	rs := n.rs.Load()
+	if g := rs.pending[from]; g != nil && rs.snap.Digest() == digest {
+		select {
+		case <-g:
+		default:
+			close(g)
+		}
+	}
+}
+
+// Close leaves the cluster gracefully: it stops owning keys, hands every state to
+// its new owner, leaves the gossip cluster, waits until peers stop forwarding to it
+// (bounded), then stops the gRPC server and all goroutines. The whole sequence is
+// bounded by Config.CloseTimeout. It is safe to call more than once; later calls
+// return the first call's result.
+func (n *Node) Close() error {
+	n.closeMu.Lock()
+	defer n.closeMu.Unlock()
+	if n.closed {
+		return n.closeErr
+	}
+	n.closed = true
+	deadline := time.Now().Add(n.cfg.CloseTimeout)
+	var errs []error
+
+	n.leaving.Store(true)
+	n.rebuild() // a ring without this node: every key is handed off
+	if err := n.ml.Leave(time.Until(deadline) / 2); err != nil {
+		errs = append(errs, fmt.Errorf("leave: %w", err))
+	}
+	// Keep answering "not owner" until the peers' rings drop us: stop once no
+	// forward arrived for a few gossip rounds, or at the deadline.
+	quiet := 5 * n.cfg.Gossip.GossipInterval
+	if quiet < 50*time.Millisecond {
+		quiet = 50 * time.Millisecond
+	}
+	tick := time.NewTicker(quiet)
+	for last := n.inbound.Load(); time.Now().Add(quiet).Before(deadline); {
+		<-tick.C
+		cur := n.inbound.Load()
+		if cur == last {
+			break
+		}
+		last = cur
+	}
+	tick.Stop()
+	n.stopping.Store(true)
+	errs = append(errs, n.shutdown(deadline)...)
+	n.closeErr = errors.Join(errs...)
+	return n.closeErr
+}
+
+// Abort stops the node at once, as a crash would: no leave, no handoff. Peers
+// detect the failure by gossip. For tests of failure handling, and for processes
+// that must exit now. Safe to call more than once, and after Close.
+func (n *Node) Abort() error {
+	n.closeMu.Lock()
+	defer n.closeMu.Unlock()
+	if n.closed {
+		return n.closeErr
+	}
+	n.closed = true
+	n.stopping.Store(true)
+	n.closeErr = errors.Join(n.shutdown(time.Now())...)
+	return n.closeErr
+}
+
+func (n *Node) shutdown(deadline time.Time) []error {
+	var errs []error
+	close(n.stop)
+	if err := n.ml.Shutdown(); err != nil {
+		errs = append(errs, fmt.Errorf("gossip shutdown: %w", err))
+	}
+	done := make(chan struct{})
+	go func() { n.grpcSrv.GracefulStop(); close(done) }()
+	t := time.NewTimer(time.Until(deadline))
+	select {
+	case <-done:
+	case <-t.C:
+		n.grpcSrv.Stop()
+		<-done
+	}
+	t.Stop()
+	if err := n.peers.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("peers: %w", err))
+	}
+	n.wg.Wait()
+	n.log.Info("node stopped")
+	return errs
+}

@@ -1,0 +1,519 @@
+// Package node is the ringlimit library: one Node per service instance turns a
+// fleet of instances into one atomic rate limiter with no shared storage.
+//
+// A check enters any node through Allow, AllowN or Check. The node looks up the
+// key's owner in its consistent-hash ring (package ring, built from the gossip
+// member list of hashicorp/memberlist). If it owns the key it applies the
+// algorithm (package algo) under the lock of the key's shard, with its own clock
+// (or the caller's timestamp when allowed), so checks of one key are serialized and
+// every decision is atomic. Otherwise it forwards the check over gRPC (package
+// transport, micro-batched per peer) to the owner; a receiver that disagrees
+// answers "not owner" and never re-forwards, and the sender re-resolves. When the
+// owner cannot be reached, the OwnerUnreachable policy decides and the Decision
+// says so (RouteFallback). When the ring changes, the previous owner of a key hands
+// its state to the new owner, which holds checks of those keys until the state
+// arrives (bounded by HandoffTimeout), so limits do not reset when members come and
+// go; Close leaves the cluster and hands everything off first.
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"google.golang.org/grpc"
+
+	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/transport"
+)
+
+// Named errors of the node package. Being over the limit is a Decision, never an
+// error.
+var (
+	// ErrStopped is returned by every check after Close or Abort began.
+	ErrStopped = errors.New("node: stopped")
+	// ErrTooManyKeys is returned for a check that would create a new key on a node
+	// that holds Config.MaxKeys keys, none of them idle.
+	ErrTooManyKeys = errors.New("node: too many keys")
+	// ErrCallerTimestamp is returned (wrapping transport.ErrInvalidCheck) for a
+	// check carrying CreatedAt on a node with AcceptCallerTimestamps off.
+	ErrCallerTimestamp = fmt.Errorf("%w: created_at is refused by this node (AcceptCallerTimestamps is off)", transport.ErrInvalidCheck)
+
+	errNotOwner = errors.New("node: not owner")
+)
+
+// Route says which path decided a check: RouteOwner (this node owns the key),
+// RouteForwarded (its owner decided) or RouteFallback (the owner was unreachable
+// and Config.OwnerUnreachable decided).
+type Route = transport.Route
+
+// The routes a Decision reports.
+const (
+	RouteOwner     = transport.RouteOwner
+	RouteForwarded = transport.RouteForwarded
+	RouteFallback  = transport.RouteFallback
+)
+
+// Decision is the outcome of a check: the algorithm's Decision, the path that
+// decided it, and the name of the member that decided it (this node's name for
+// RouteOwner and RouteFallback).
+type Decision struct {
+	algo.Decision
+	Route Route
+	Owner string
+}
+
+// Member is one live member of the cluster as this node sees it.
+type Member struct {
+	// Name is the member name (Config.Name).
+	Name string
+	// Addr is its gRPC address, "host:port".
+	Addr string
+	// GossipAddr is its memberlist address, "host:port".
+	GossipAddr string
+	// ID is its instance id, new at every start.
+	ID string
+	// Self is true for the node that answered.
+	Self bool
+}
+
+// Stats is a point-in-time view of a node for monitoring.
+type Stats struct {
+	// Keys is the number of key states this node holds as owner.
+	Keys int
+	// FallbackKeys is the number of key states in the local fallback limiter.
+	FallbackKeys int
+	// Members is the number of members in this node's ring.
+	Members int
+}
+
+// Node is one member of a ringlimit cluster. Create it with New; its methods are
+// safe for concurrent use.
+type Node struct {
+	cfg   Config
+	log   *slog.Logger
+	clock func() int64
+	id    string
+
+	ring     *ring.Ring
+	rs       atomic.Pointer[ringState]
+	owned    *store
+	fallback *store
+	peers    peerClient
+
+	ml         *memberlist.Memberlist
+	grpcSrv    *grpc.Server
+	grpcLis    net.Listener
+	grpcAddr   string
+	memberSig  chan struct{}
+	membersMu  sync.Mutex
+	members    map[string]Member // live gossip members, copied in memberlist's callbacks
+	rebuildMu  sync.Mutex        // one rebuild at a time (membership loop, Close)
+	marksMu    sync.Mutex
+	marks      map[string]uint64 // handoff-complete markers: from -> ring digest
+	inbound    atomic.Int64      // Forward RPCs received, for the drain on Close
+	joinedPeer atomic.Bool       // has ever seen another member
+	ready      atomic.Bool
+
+	leaving  atomic.Bool
+	stopping atomic.Bool
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	closeMu  sync.Mutex
+	closed   bool
+	closeErr error
+}
+
+// peerClient is what the node needs from the transport: forwarding to an owner
+// and handing states to a new owner. transport.Pool implements it.
+type peerClient interface {
+	Forward(ctx context.Context, addr string, c transport.Check) (transport.Result, error)
+	Handoff(ctx context.Context, addr string, b transport.TransferBatch) error
+	Drop(addr string)
+	Close() error
+}
+
+// New validates cfg, starts the gRPC services and gossip, joins the seeds in
+// cfg.Join and builds the first ring. It returns an error wrapping
+// ErrInvalidConfig for a bad Config, or the error of a listener that could not
+// start; it never panics. The caller must Close the Node.
+func New(cfg Config) (*Node, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	r, err := ring.New(cfg.Ring)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Ring: %w", ErrInvalidConfig, err)
+	}
+	n := &Node{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		clock:     cfg.Clock,
+		id:        newInstanceID(),
+		ring:      r,
+		owned:     newStore(cfg.MaxKeys),
+		fallback:  newStore(cfg.MaxKeys),
+		memberSig: make(chan struct{}, 1),
+		members:   make(map[string]Member),
+		marks:     make(map[string]uint64),
+		stop:      make(chan struct{}),
+	}
+	if n.log == nil {
+		n.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	n.log = n.log.With("node", cfg.Name)
+	if n.clock == nil {
+		n.clock = func() int64 { return time.Now().UnixNano() }
+	}
+	n.rs.Store(&ringState{snap: r.Snapshot(), next: make(chan struct{})})
+
+	var serverTLS, clientTLS *tls.Config
+	if cfg.TLSCertFile != "" {
+		serverTLS, clientTLS, err = transport.LoadMutualTLS(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: TLS files: %w", ErrInvalidConfig, err)
+		}
+	}
+	pool, err := transport.NewPool(transport.ClientConfig{
+		TLS:            clientTLS,
+		BatchMaxItems:  cfg.BatchMaxItems,
+		BatchMaxWait:   cfg.BatchMaxWait,
+		ForwardTimeout: cfg.ForwardTimeout,
+		OnBatch:        n.onBatch,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node: peer pool: %w", err)
+	}
+	n.peers = pool
+
+	n.grpcLis, err = net.Listen("tcp", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.GRPCPort)))
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("node: grpc listen: %w", err)
+	}
+	host, err := advertiseHost(cfg)
+	if err != nil {
+		n.grpcLis.Close()
+		pool.Close()
+		return nil, err
+	}
+	n.grpcAddr = net.JoinHostPort(host, strconv.Itoa(n.grpcLis.Addr().(*net.TCPAddr).Port))
+	n.grpcSrv = transport.NewServer(transport.ServerConfig{TLS: serverTLS, MaxKeyLen: cfg.MaxKeyLen}, peerService{n}, n)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := n.grpcSrv.Serve(n.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			n.log.Error("grpc serve", "err", err)
+		}
+	}()
+
+	if err := n.startGossip(host); err != nil {
+		n.grpcSrv.Stop()
+		pool.Close()
+		n.wg.Wait()
+		return nil, err
+	}
+	n.rebuild()
+	n.ready.Store(true)
+	n.wg.Add(3)
+	go n.membershipLoop()
+	go n.rejoinLoop()
+	go n.idleLoop()
+	n.log.Info("node started", "grpc", n.grpcAddr, "gossip", n.GossipAddr(), "members", n.rs.Load().snap.Len())
+	return n, nil
+}
+
+func newInstanceID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Name returns the member name of this node.
+func (n *Node) Name() string { return n.cfg.Name }
+
+// GRPCAddr returns the advertised address of this node's gRPC services.
+func (n *Node) GRPCAddr() string { return n.grpcAddr }
+
+// GossipAddr returns the advertised memberlist address ("host:port") to give as a
+// seed in other nodes' Config.Join.
+func (n *Node) GossipAddr() string {
+	ln := n.ml.LocalNode()
+	return net.JoinHostPort(ln.Addr.String(), strconv.Itoa(int(ln.Port)))
+}
+
+// Ready reports whether the node has built its ring and, when it was given seeds,
+// has joined at least one other member since it started.
+func (n *Node) Ready() bool {
+	return n.ready.Load() && !n.stopping.Load() && (len(n.cfg.Join) == 0 || n.joinedPeer.Load())
+}
+
+// Stats returns the node's key and member counts.
+func (n *Node) Stats() Stats {
+	return Stats{Keys: n.owned.len(), FallbackKeys: n.fallback.len(), Members: n.rs.Load().snap.Len()}
+}
+
+// RingDigest returns a digest of this node's partition table: nodes that agree on
+// the owner of every partition return the same value.
+func (n *Node) RingDigest() uint64 { return n.rs.Load().snap.Digest() }
+
+// Owner returns the member that owns key in this node's current ring (false when
+// the ring is empty, which happens only while the node is stopping).
+func (n *Node) Owner(key string) (Member, bool) {
+	m, ok := n.rs.Load().snap.Owner(key)
+	if !ok {
+		return Member{}, false
+	}
+	return Member{Name: m.Name, Addr: m.Addr, ID: m.ID, Self: m.Name == n.cfg.Name}, true
+}
+
+// Allow checks one hit of key against l. See AllowN.
+func (n *Node) Allow(ctx context.Context, key string, l algo.Limit) (Decision, error) {
+	return n.AllowN(ctx, key, l, 1)
+}
+
+// AllowN checks hits hits of key against l on the key's owner and returns its
+// Decision (hits == 0 peeks). Errors: a wrapped algo.ErrInvalidLimit or
+// transport.ErrInvalidCheck for bad input (empty or too long key, hits < 0 or
+// above algo.MaxHits, invalid limit), ErrTooManyKeys, ErrStopped, or ctx's error.
+// An unreachable owner is not an error: the Decision reports RouteFallback.
+func (n *Node) AllowN(ctx context.Context, key string, l algo.Limit, hits int64) (Decision, error) {
+	return n.decide(ctx, transport.Check{Key: key, Limit: l, Hits: hits})
+}
+
+// Check implements transport.LimiterHandler: the entry point of the public gRPC
+// and HTTP services. c.CreatedAt (Unix ns) is honoured only with
+// Config.AcceptCallerTimestamps; otherwise a non-zero value is ErrCallerTimestamp.
+func (n *Node) Check(ctx context.Context, c transport.Check) (transport.Result, error) {
+	if c.CreatedAt != 0 && !n.cfg.AcceptCallerTimestamps {
+		return transport.Result{}, ErrCallerTimestamp
+	}
+	d, err := n.decide(ctx, c)
+	if err != nil {
+		if errors.Is(err, ErrStopped) {
+			err = fmt.Errorf("%w: %w", transport.ErrUnavailable, err)
+		}
+		return transport.Result{}, err
+	}
+	return transport.Result{Decision: d.Decision, Route: d.Route, Owner: d.Owner, Code: transport.CodeOK}, nil
+}
+
+// decide routes one check: decide it here if this node owns the key, else forward
+// it to the owner, re-resolving after a "not owner" answer until the ring settles
+// or ForwardTimeout passes, else fall back.
+func (n *Node) decide(ctx context.Context, c transport.Check) (Decision, error) {
+	if n.stopping.Load() {
+		return Decision{}, ErrStopped
+	}
+	if err := transport.ValidateCheck(c, n.cfg.MaxKeyLen); err != nil {
+		return Decision{}, err
+	}
+	var deadline time.Time
+	rs := n.rs.Load()
+	for attempt := 0; ; attempt++ {
+		owner, ok := rs.snap.Owner(c.Key)
+		if !ok || owner.Name == n.cfg.Name {
+			d, err := n.decideOwned(ctx, rs, c)
+			if errors.Is(err, errNotOwner) && attempt < 8 {
+				rs = n.rs.Load() // the ring changed under us: route again
+				continue
+			}
+			if err != nil {
+				if errors.Is(err, errNotOwner) {
+					return n.decideFallback(c)
+				}
+				return Decision{}, err
+			}
+			n.observe(c.Limit.Kind, RouteOwner, d.Allowed)
+			return Decision{Decision: d, Route: RouteOwner, Owner: n.cfg.Name}, nil
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(n.cfg.ForwardTimeout)
+		}
+		fctx, cancel := context.WithDeadline(ctx, deadline)
+		res, err := n.peers.Forward(fctx, owner.Addr, c)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return Decision{}, ctx.Err()
+			}
+			n.log.Debug("owner unreachable", "owner", owner.Name, "err", err)
+			return n.decideFallback(c)
+		}
+		switch res.Code {
+		case transport.CodeOK:
+			n.observe(c.Limit.Kind, RouteForwarded, res.Decision.Allowed)
+			return Decision{Decision: res.Decision, Route: RouteForwarded, Owner: owner.Name}, nil
+		case transport.CodeInvalidArgument:
+			return Decision{}, fmt.Errorf("%w: %s", transport.ErrInvalidCheck, res.Message)
+		case transport.CodeNotOwner:
+			// Re-resolve: at once if our ring has moved on, else when it next changes.
+			next := n.rs.Load()
+			if next == rs {
+				t := time.NewTimer(time.Until(deadline))
+				select {
+				case <-rs.next:
+				case <-t.C:
+				case <-ctx.Done():
+				case <-n.stop:
+				}
+				t.Stop()
+				next = n.rs.Load()
+			}
+			if next == rs || time.Now().After(deadline) {
+				return n.decideFallback(c)
+			}
+			rs = next
+		default: // CodeUnavailable: the owner is stopping
+			return n.decideFallback(c)
+		}
+	}
+}
+
+// decideOwned applies c on this node as its owner under ring state rs. It first
+// waits, bounded by HandoffTimeout, for the previous owner's handoff when the key's
+// partition was just gained from a live member.
+func (n *Node) decideOwned(ctx context.Context, rs *ringState, c transport.Check) (algo.Decision, error) {
+	if gate := rs.gate(c.Key); gate != nil {
+		if err := rs.waitGate(ctx, gate, n.stop); err != nil {
+			return algo.Decision{}, err
+		}
+	}
+	wall := n.clock()
+	now := c.CreatedAt
+	if now == 0 {
+		now = wall
+	}
+	return n.owned.take(c.Key, c.Limit, c.Hits, now, wall, func() bool { return n.owns(rs, c.Key) }, n.onEvict)
+}
+
+// owns reports, under a shard lock, whether this node still owns key: true when
+// the ring has not changed since rs was used to route (rs already said so), else
+// the current ring decides. A leaving node owns nothing.
+func (n *Node) owns(rs *ringState, key string) bool {
+	cur := n.rs.Load()
+	if cur == rs {
+		return !cur.leaving
+	}
+	m, ok := cur.snap.Owner(key)
+	return ok && m.Name == n.cfg.Name && !cur.leaving
+}
+
+// decideFallback applies the OwnerUnreachable policy.
+func (n *Node) decideFallback(c transport.Check) (Decision, error) {
+	wall := n.clock()
+	now := c.CreatedAt
+	if now == 0 {
+		now = wall
+	}
+	var d algo.Decision
+	switch n.cfg.OwnerUnreachable {
+	case Local:
+		var err error
+		d, err = n.fallback.take(c.Key, c.Limit, c.Hits, now, wall, nil, n.onEvict)
+		if err != nil {
+			return Decision{}, err
+		}
+	case FailOpen, FailClosed:
+		var fresh algo.State
+		full, err := fresh.Take(now, 0, c.Limit)
+		if err != nil {
+			return Decision{}, err
+		}
+		d = full
+		d.Allowed = n.cfg.OwnerUnreachable == FailOpen
+		if !d.Allowed {
+			d.Remaining = 0
+			d.RetryAfter = n.cfg.ForwardTimeout
+		}
+	}
+	n.observe(c.Limit.Kind, RouteFallback, d.Allowed)
+	return Decision{Decision: d, Route: RouteFallback, Owner: n.cfg.Name}, nil
+}
+
+func (n *Node) observe(k algo.Kind, r Route, allowed bool) {
+	if n.cfg.Metrics != nil {
+		n.cfg.Metrics.Check(k, r, allowed)
+	}
+}
+
+func (n *Node) onEvict(reason string) {
+	if n.cfg.Metrics != nil {
+		n.cfg.Metrics.Eviction(reason)
+	}
+}
+
+func (n *Node) onBatch(addr string, size int, took time.Duration, err error) {
+	if n.cfg.Metrics != nil {
+		n.cfg.Metrics.Forward(addr, size, took, err)
+	}
+}
+
+// peerService is the owner side of the Peer gRPC service. It is a separate type
+// so that Forward and Transfer stay out of Node's public API.
+type peerService struct{ n *Node }
+
+// Forward decides a batch of checks this node owns, in order. Keys it does not
+// own in its current ring get CodeNotOwner; it never re-forwards.
+func (p peerService) Forward(ctx context.Context, checks []transport.Check) []transport.Result {
+	n := p.n
+	n.inbound.Add(1)
+	out := make([]transport.Result, len(checks))
+	for i, c := range checks {
+		if n.stopping.Load() {
+			out[i] = transport.Result{Code: transport.CodeUnavailable, Message: "node is stopping"}
+			continue
+		}
+		rs := n.rs.Load()
+		owner, ok := rs.snap.Owner(c.Key)
+		if !ok || owner.Name != n.cfg.Name || rs.leaving || !n.ready.Load() {
+			out[i] = transport.Result{Code: transport.CodeNotOwner, Message: "not owner"}
+			continue
+		}
+		d, err := n.decideOwned(ctx, rs, c)
+		switch {
+		case err == nil:
+			out[i] = transport.Result{Decision: d, Route: RouteOwner, Owner: n.cfg.Name, Code: transport.CodeOK}
+		case errors.Is(err, errNotOwner):
+			out[i] = transport.Result{Code: transport.CodeNotOwner, Message: "not owner"}
+		case errors.Is(err, algo.ErrInvalidLimit), errors.Is(err, transport.ErrInvalidCheck):
+			out[i] = transport.Result{Code: transport.CodeInvalidArgument, Message: err.Error()}
+		default:
+			out[i] = transport.Result{Code: transport.CodeUnavailable, Message: err.Error()}
+		}
+	}
+	return out
+}
+
+// Transfer installs handed-off states (the more restrictive state wins where the
+// key exists) and records the sender's "handoff complete" marker.
+func (p peerService) Transfer(ctx context.Context, b transport.TransferBatch) error {
+	n := p.n
+	wall := n.clock()
+	for _, ks := range b.States {
+		var st algo.State
+		if err := st.UnmarshalBinary(ks.State); err != nil {
+			return fmt.Errorf("%w: state of key %q: %w", transport.ErrInvalidCheck, ks.Key, err)
+		}
+		if err := ks.Limit.Validate(); err != nil {
+			return err
+		}
+		n.owned.install(ks.Key, ks.Limit, st, wall, wall)
+	}
+	if b.Done {
+		n.markHandoffDone(b.From, b.RingDigest)
+	}
+	return nil
+}

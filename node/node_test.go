@@ -1,0 +1,255 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/transport"
+)
+
+func testNode(t testing.TB, mod func(*Config)) *Node {
+	t.Helper()
+	cfg := TestConfig()
+	cfg.Name = "solo"
+	if mod != nil {
+		mod(&cfg)
+	}
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+var hourly = algo.Limit{Kind: algo.FixedWindow, Limit: 5, Period: time.Hour}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		field string
+		mod   func(*Config)
+	}{
+		{"Name", func(c *Config) { c.Name = "" }},
+		{"GossipPort", func(c *Config) { c.GossipPort = 70000 }},
+		{"MaxKeys", func(c *Config) { c.MaxKeys = 0 }},
+		{"ForwardTimeout", func(c *Config) { c.ForwardTimeout = 0 }},
+		{"Gossip.ProbeTimeout", func(c *Config) { c.Gossip.ProbeTimeout = c.Gossip.ProbeInterval }},
+		{"len(SecretKey)", func(c *Config) { c.SecretKey = []byte("short") }},
+		{"TLSCertFile", func(c *Config) { c.TLSCertFile = "x.pem" }},
+		{"OwnerUnreachable", func(c *Config) { c.OwnerUnreachable = 9 }},
+	}
+	for _, tc := range cases {
+		cfg := TestConfig()
+		cfg.Name = "x"
+		tc.mod(&cfg)
+		_, err := New(cfg)
+		if !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: got %v, want ErrInvalidConfig", tc.field, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s: error %q does not name the field", tc.field, err)
+		}
+	}
+}
+
+func TestParsePolicy(t *testing.T) {
+	t.Parallel()
+	for _, p := range []Policy{Local, FailOpen, FailClosed} {
+		got, err := ParsePolicy(p.String())
+		if err != nil || got != p {
+			t.Errorf("ParsePolicy(%q) = %v, %v; want %v", p.String(), got, err, p)
+		}
+	}
+	if _, err := ParsePolicy("open"); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("ParsePolicy(open): got %v, want ErrInvalidConfig", err)
+	}
+}
+
+func TestSingleNodeExactUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	n := testNode(t, nil)
+	ctx := context.Background()
+	l := algo.Limit{Kind: algo.SlidingWindowLog, Limit: 100, Period: time.Hour}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				d, err := n.Allow(ctx, "k", l)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Route != RouteOwner || d.Owner != "solo" {
+					t.Errorf("route %v owner %q, want owner solo", d.Route, d.Owner)
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 100 {
+		t.Fatalf("admitted %d, want 100", got)
+	}
+}
+
+func TestBadInputIsTypedError(t *testing.T) {
+	t.Parallel()
+	n := testNode(t, nil)
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		key  string
+		l    algo.Limit
+		hits int64
+		want error
+	}{
+		{"empty key", "", hourly, 1, transport.ErrInvalidCheck},
+		{"long key", strings.Repeat("k", transport.DefaultMaxKeyLen+1), hourly, 1, transport.ErrInvalidCheck},
+		{"negative hits", "k", hourly, -1, algo.ErrInvalidLimit},
+		{"zero limit", "k", algo.Limit{Kind: algo.GCRA, Period: time.Second}, 1, algo.ErrInvalidLimit},
+		{"no kind", "k", algo.Limit{Limit: 1, Period: time.Second}, 1, algo.ErrInvalidLimit},
+	}
+	for _, tc := range cases {
+		_, err := n.AllowN(ctx, tc.key, tc.l, tc.hits)
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	if d, err := n.Allow(ctx, "k", hourly); err != nil || !d.Allowed {
+		t.Fatalf("after bad input: got %+v, %v; want allowed", d, err)
+	}
+}
+
+func TestCallerTimestamp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	refuse := testNode(t, nil)
+	c := transport.Check{Key: "k", Limit: hourly, Hits: 1, CreatedAt: 1_000_000_000}
+	if _, err := refuse.Check(ctx, c); !errors.Is(err, ErrCallerTimestamp) || !errors.Is(err, transport.ErrInvalidCheck) {
+		t.Fatalf("got %v, want ErrCallerTimestamp", err)
+	}
+	accept := testNode(t, func(c *Config) { c.Name = "accept"; c.AcceptCallerTimestamps = true })
+	// Two checks an hour apart by the caller's clock fall in two fixed windows.
+	for i, at := range []int64{int64(time.Hour), 2 * int64(time.Hour)} {
+		for j := 0; j < 5; j++ {
+			c.CreatedAt = at
+			r, err := accept.Check(ctx, c)
+			if err != nil || !r.Decision.Allowed {
+				t.Fatalf("window %d hit %d: got %+v, %v; want allowed", i, j, r, err)
+			}
+		}
+		r, _ := accept.Check(ctx, c)
+		if r.Decision.Allowed {
+			t.Fatalf("window %d: 6th hit allowed, want denied", i)
+		}
+	}
+}
+
+func TestMaxKeysRefusesNewKeysButNeverDropsLiveOnes(t *testing.T) {
+	t.Parallel()
+	var now atomic.Int64
+	now.Store(int64(time.Hour))
+	m := (&countMetrics{}).init()
+	n := testNode(t, func(c *Config) {
+		c.MaxKeys = 3
+		c.Clock = now.Load
+		c.Metrics = m
+		c.IdleScanInterval = time.Hour // only the bound triggers drops here
+	})
+	ctx := context.Background()
+	l := algo.Limit{Kind: algo.GCRA, Burst: 1, Limit: 1, Period: time.Second}
+	for i := 0; i < 3; i++ {
+		if _, err := n.Allow(ctx, fmt.Sprint("k", i), l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := n.Allow(ctx, "k3", l); !errors.Is(err, ErrTooManyKeys) {
+		t.Fatalf("4th key: got %v, want ErrTooManyKeys", err)
+	}
+	if got := m.evictions["refused"].Load(); got != 1 {
+		t.Fatalf("refused evictions %d, want 1", got)
+	}
+	// Existing keys keep their state: a second hit within the same second passes
+	// (burst 1 = capacity 2), a third is denied.
+	d, _ := n.Allow(ctx, "k0", l)
+	d2, _ := n.Allow(ctx, "k0", l)
+	if !d.Allowed || d2.Allowed {
+		t.Fatalf("k0 lost its state: got %v then %v, want allowed then denied", d.Allowed, d2.Allowed)
+	}
+	// Once every key is idle (back to full), a new key may replace them.
+	now.Add(int64(10 * time.Second))
+	if _, err := n.Allow(ctx, "k3", l); err != nil {
+		t.Fatalf("after idle: got %v, want nil", err)
+	}
+	if got := m.evictions["idle"].Load(); got != 3 {
+		t.Fatalf("idle evictions %d, want 3", got)
+	}
+}
+
+func TestCloseIsIdempotentAndStops(t *testing.T) {
+	t.Parallel()
+	n := testNode(t, nil)
+	if err := n.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := n.Allow(context.Background(), "k", hourly); !errors.Is(err, ErrStopped) {
+		t.Fatalf("after Close: got %v, want ErrStopped", err)
+	}
+}
+
+type countMetrics struct {
+	checks    atomic.Int64
+	evictions map[string]*atomic.Int64
+}
+
+func (m *countMetrics) Check(algo.Kind, Route, bool)              { m.checks.Add(1) }
+func (m *countMetrics) Forward(string, int, time.Duration, error) {}
+func (m *countMetrics) Handoff(int, time.Duration, error)         {}
+func (m *countMetrics) Eviction(reason string)                    { m.evictions[reason].Add(1) }
+func (m *countMetrics) init() *countMetrics {
+	m.evictions = map[string]*atomic.Int64{"idle": {}, "refused": {}}
+	return m
+}
+
+// BenchmarkAllowLocal measures an owner-local check: the node owns every key.
+func BenchmarkAllowLocal(b *testing.B) {
+	n := testNode(b, nil)
+	ctx := context.Background()
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user:%d", i)
+	}
+	for _, kind := range algo.Kinds() {
+		l := algo.Limit{Kind: kind, Limit: 1 << 20, Period: time.Hour, Burst: 1 << 20}
+		if kind == algo.SlidingWindowLog {
+			l.Limit, l.Period = algo.MaxLogLimit, time.Millisecond // keep the logs short
+		}
+		b.Run(kind.String(), func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if _, err := n.Allow(ctx, keys[i&1023], l); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
