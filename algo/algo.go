@@ -61,8 +61,10 @@ var ErrInvalidLimit = errors.New("algo: invalid limit")
 // algorithms, hits > Burst for TokenBucket, hits > Burst+1 for GCRA).
 const RetryNever time.Duration = -1
 
-// MaxHits is the largest hits value a single check may carry (2^31). It keeps every
-// product hits*interval below the int64 nanosecond range checks can prove.
+// MaxHits is the largest hits value a single check may carry (2^31);
+// ValidateHits rejects larger ones. A check's hits are multiplied by an
+// interval (GCRA's T, TokenBucket's Period) only when they fit the capacity,
+// so those products stay below MaxDuration, which Validate bounds.
 const MaxHits int64 = 1 << 31
 
 // MaxLogLimit is the largest Limit a SlidingWindowLog accepts (65,536 hits per
