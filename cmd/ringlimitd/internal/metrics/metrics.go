@@ -28,7 +28,7 @@ const (
 	// forwarded, fallback) and algorithm (algo.Kind.String).
 	ChecksTotal = "ringlimit_checks_total"
 	// ForwardSeconds is the round-trip time of batches forwarded to an owner, by
-	// peer (member name) and result (ok, error).
+	// peer (as the node names it: its gRPC address) and result (ok, error).
 	ForwardSeconds = "ringlimit_forward_duration_seconds"
 	// ForwardBatchSize is the number of checks per forwarded batch.
 	ForwardBatchSize = "ringlimit_forward_batch_size"
