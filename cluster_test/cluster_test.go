@@ -84,6 +84,12 @@ func hammer(t *testing.T, callers, keys int, limits []algo.Limit, pick func(i in
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	var fallbacks atomic.Int64
+	defer func() {
+		if f := fallbacks.Load(); f > 0 {
+			t.Logf("%d checks were decided by the fallback policy", f)
+		}
+	}()
 	for g := 0; g < callers; g++ {
 		wg.Add(1)
 		go func() {
@@ -110,6 +116,9 @@ func hammer(t *testing.T, callers, keys int, limits []algo.Limit, pick func(i in
 					t.Errorf("check: %v", err)
 					return
 				}
+				if d.Route == node.RouteFallback {
+					fallbacks.Add(1)
+				}
 				if d.Allowed {
 					local[li][k]++
 				} else if d.Route != node.RouteFallback {
@@ -131,22 +140,23 @@ func hammer(t *testing.T, callers, keys int, limits []algo.Limit, pick func(i in
 }
 
 // Test 1: every key admits exactly its limit, whatever node each check enters by.
-// 100 keys per algorithm at capacity 200 (100,000 admissions per cluster size)
-// keep the test within a minute under -race on two cores.
+// 100 keys per algorithm at capacity 100 (50,000 admissions per cluster size)
+// keep the test within a minute under -race on two shared cores; the cluster
+// benchmark and `ringlimit bench` drive the same paths at full volume.
 func TestExactness(t *testing.T) {
 	t.Parallel()
 	for _, size := range []int{3, 5} {
 		t.Run(fmt.Sprintf("nodes=%d", size), func(t *testing.T) {
 			clock := midWindowClock()
 			nodes := startCluster(t, size, func(c *node.Config) { c.Clock = clock })
-			limits := noRefill(200)
+			limits := noRefill(100)
 			start := time.Now()
 			admitted := hammer(t, 64, 100, limits, func(i int) *node.Node { return nodes[i%len(nodes)] })
 			t.Logf("%d nodes: 500 keys exhausted in %v", size, time.Since(start))
 			for li, l := range limits {
 				for k, got := range admitted[li] {
-					if got != 200 {
-						t.Errorf("%v key k%d: admitted %d, want 200", l.Kind, k, got)
+					if got != 100 {
+						t.Errorf("%v key k%d: admitted %d, want 100", l.Kind, k, got)
 					}
 				}
 			}

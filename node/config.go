@@ -180,6 +180,9 @@ type GossipConfig struct {
 	// SuspicionMult scales how long a suspect member has to refute before it is
 	// declared dead: SuspicionMult * log10(N+1) * ProbeInterval. LAN 4.
 	SuspicionMult int
+	// SuspicionMaxTimeoutMult caps the suspicion timeout at this multiple of its
+	// minimum while too few members confirm the suspicion (Lifeguard). LAN 6.
+	SuspicionMaxTimeoutMult int
 	// TCPTimeout for push/pull and join. LAN 10 s.
 	TCPTimeout time.Duration
 	// DeadNodeReclaimTime after which a dead or left member's name may be taken by a
@@ -208,13 +211,14 @@ func DefaultConfig() Config {
 		CloseTimeout:     10 * time.Second,
 		RejoinInterval:   30 * time.Second,
 		Gossip: GossipConfig{
-			ProbeInterval:       time.Second,
-			ProbeTimeout:        500 * time.Millisecond,
-			GossipInterval:      200 * time.Millisecond,
-			PushPullInterval:    30 * time.Second,
-			SuspicionMult:       4,
-			TCPTimeout:          10 * time.Second,
-			DeadNodeReclaimTime: 10 * time.Second,
+			ProbeInterval:           time.Second,
+			ProbeTimeout:            500 * time.Millisecond,
+			GossipInterval:          200 * time.Millisecond,
+			PushPullInterval:        30 * time.Second,
+			SuspicionMult:           4,
+			SuspicionMaxTimeoutMult: 6,
+			TCPTimeout:              10 * time.Second,
+			DeadNodeReclaimTime:     10 * time.Second,
 		},
 		Ring: ring.DefaultConfig(),
 	}
@@ -236,14 +240,19 @@ func TestConfig() Config {
 	c.HandoffTimeout = time.Second
 	c.CloseTimeout = 5 * time.Second
 	c.RejoinInterval = 500 * time.Millisecond
+	// Probes every 200 ms with a 150 ms timeout and a suspicion of 0.8-1.6 s detect
+	// a crash in about 2 s, yet tolerate the scheduling stalls of -race tests on two
+	// loaded cores (at 100/50 ms, members were falsely declared dead under load, and a
+	// false death hands its keys to fresh owners).
 	c.Gossip = GossipConfig{
-		ProbeInterval:       100 * time.Millisecond,
-		ProbeTimeout:        50 * time.Millisecond,
-		GossipInterval:      20 * time.Millisecond,
-		PushPullInterval:    500 * time.Millisecond,
-		SuspicionMult:       3,
-		TCPTimeout:          time.Second,
-		DeadNodeReclaimTime: 100 * time.Millisecond,
+		ProbeInterval:           200 * time.Millisecond,
+		ProbeTimeout:            150 * time.Millisecond,
+		GossipInterval:          20 * time.Millisecond,
+		PushPullInterval:        500 * time.Millisecond,
+		SuspicionMult:           4,
+		SuspicionMaxTimeoutMult: 2,
+		TCPTimeout:              time.Second,
+		DeadNodeReclaimTime:     100 * time.Millisecond,
 	}
 	return c
 }
@@ -291,6 +300,8 @@ func (c *Config) validate() error {
 		return bad("Gossip.PushPullInterval", c.Gossip.PushPullInterval)
 	case c.Gossip.SuspicionMult <= 0:
 		return bad("Gossip.SuspicionMult", c.Gossip.SuspicionMult)
+	case c.Gossip.SuspicionMaxTimeoutMult <= 0:
+		return bad("Gossip.SuspicionMaxTimeoutMult", c.Gossip.SuspicionMaxTimeoutMult)
 	case c.Gossip.TCPTimeout <= 0:
 		return bad("Gossip.TCPTimeout", c.Gossip.TCPTimeout)
 	case c.Gossip.DeadNodeReclaimTime < 0:

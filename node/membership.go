@@ -146,6 +146,7 @@ func (n *Node) startGossip(host string) error {
 	mc.GossipInterval = g.GossipInterval
 	mc.PushPullInterval = g.PushPullInterval
 	mc.SuspicionMult = g.SuspicionMult
+	mc.SuspicionMaxTimeoutMult = g.SuspicionMaxTimeoutMult
 	mc.TCPTimeout = g.TCPTimeout
 	mc.DeadNodeReclaimTime = g.DeadNodeReclaimTime
 	mc.Delegate = delegate{n}

@@ -114,7 +114,7 @@ type Node struct {
 	peers    peerClient
 
 	ml         *memberlist.Memberlist
-	grpcSrv    *grpc.Server
+	grpcSrv    *transport.Server
 	grpcLis    net.Listener
 	grpcAddr   string
 	memberSig  chan struct{}
