@@ -314,7 +314,7 @@ func (n *Node) Check(ctx context.Context, c transport.Check) (transport.Result, 
 // it to the owner, re-resolving after a "not owner" answer until the ring settles
 // or ForwardTimeout passes, else fall back.
 func (n *Node) decide(ctx context.Context, c transport.Check) (Decision, error) {
-	if n.stopping.Load() {
+	if n.leaving.Load() || n.stopping.Load() {
 		return Decision{}, ErrStopped
 	}
 	if err := transport.ValidateCheck(c, n.cfg.MaxKeyLen); err != nil {
@@ -322,7 +322,7 @@ func (n *Node) decide(ctx context.Context, c transport.Check) (Decision, error) 
 	}
 	var deadline time.Time
 	rs := n.rs.Load()
-	for attempt := 0; ; attempt++ {
+	for attempt := 0; ; attempt++ { // attempt bounds re-routing after owner-side "not owner"
 		owner, ok := rs.snap.Owner(c.Key)
 		if !ok || owner.Name == n.cfg.Name {
 			d, err := n.decideOwned(ctx, rs, c)
@@ -345,41 +345,66 @@ func (n *Node) decide(ctx context.Context, c transport.Check) (Decision, error) 
 		fctx, cancel := context.WithDeadline(ctx, deadline)
 		res, err := n.peers.Forward(fctx, owner.Addr, c)
 		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return Decision{}, ctx.Err()
-			}
-			n.log.Debug("owner unreachable", "owner", owner.Name, "err", err)
-			return n.decideFallback(c)
+		if err != nil && ctx.Err() != nil {
+			return Decision{}, ctx.Err()
 		}
-		switch res.Code {
-		case transport.CodeOK:
+		switch {
+		case err == nil && res.Code == transport.CodeOK:
 			n.observe(c.Limit.Kind, RouteForwarded, res.Decision.Allowed)
 			return Decision{Decision: res.Decision, Route: RouteForwarded, Owner: owner.Name}, nil
-		case transport.CodeInvalidArgument:
+		case err == nil && res.Code == transport.CodeInvalidArgument:
 			return Decision{}, fmt.Errorf("%w: %s", transport.ErrInvalidCheck, res.Message)
-		case transport.CodeNotOwner:
-			// Re-resolve: at once if our ring has moved on, else when it next changes.
-			next := n.rs.Load()
-			if next == rs {
-				t := time.NewTimer(time.Until(deadline))
-				select {
-				case <-rs.next:
-				case <-t.C:
-				case <-ctx.Done():
-				case <-n.stop:
-				}
-				t.Stop()
-				next = n.rs.Load()
-			}
-			if next == rs || time.Now().After(deadline) {
-				return n.decideFallback(c)
-			}
-			rs = next
-		default: // CodeUnavailable: the owner is stopping
+		}
+		if n.stopping.Load() {
+			return Decision{}, ErrStopped // our own pool is closing: not the owner's fault
+		}
+		// The owner answered "not owner" or "stopping", or could not be reached.
+		// "Not owner" means two rings disagree for a moment: retry every two gossip
+		// rounds (at once when our ring moves on) until the deadline. After a failure,
+		// route again if our ring moves on within a few gossip rounds (a leave or a
+		// crash being detected); otherwise the owner is unreachable.
+		notOwner := err == nil && res.Code == transport.CodeNotOwner
+		wait := min(time.Until(deadline), n.rerouteGrace())
+		if notOwner {
+			wait = min(time.Until(deadline), 2*n.cfg.Gossip.GossipInterval)
+		}
+		next, changed := n.awaitRingChange(ctx, rs, wait)
+		if ctx.Err() != nil {
+			return Decision{}, ctx.Err()
+		}
+		if (!changed && !notOwner) || !time.Now().Before(deadline) {
+			n.log.Debug("owner unreachable", "owner", owner.Name, "err", err, "code", res.Code)
 			return n.decideFallback(c)
 		}
+		if changed {
+			rs = next
+		}
 	}
+}
+
+// rerouteGrace is how long a sender whose owner failed waits for the ring to
+// change before it falls back: ten gossip rounds, enough for a leave to spread.
+func (n *Node) rerouteGrace() time.Duration { return 10 * n.cfg.Gossip.GossipInterval }
+
+// awaitRingChange returns the ring state that replaced rs, waiting up to d for
+// one; false if none came (or ctx ended, or the node stopped).
+func (n *Node) awaitRingChange(ctx context.Context, rs *ringState, d time.Duration) (*ringState, bool) {
+	if cur := n.rs.Load(); cur != rs {
+		return cur, true
+	}
+	if d <= 0 {
+		return nil, false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-rs.next:
+		return n.rs.Load(), true
+	case <-t.C:
+	case <-ctx.Done():
+	case <-n.stop:
+	}
+	return nil, false
 }
 
 // decideOwned applies c on this node as its owner under ring state rs. It first
