@@ -162,7 +162,9 @@ type Config struct {
 	// Metrics receives events for monitoring. Default: none.
 	Metrics Metrics
 	// Clock returns the current time in Unix ns; the owner reads it once per check.
-	// Default: the system clock.
+	// Default: the wall clock read once at New plus the monotonic time elapsed
+	// since, so a step of the system clock (NTP) never moves limits backwards or
+	// forwards; gradual NTP slewing still applies.
 	Clock func() int64
 }
 
