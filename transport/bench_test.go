@@ -35,14 +35,17 @@ var benchKeys = func() []string {
 
 // BenchmarkForward runs 64 callers (on 2 cores) through one Pool to one local
 // server with a trivial handler; allocs/op count both ends of one forwarded
-// check. batching=off sends every check in its own RPC.
+// check. batching=off sends every check in its own batch; mode=unary sends
+// every batch as its own Forward RPC instead of on the ForwardStream.
 func BenchmarkForward(b *testing.B) {
 	for _, tc := range []struct {
 		name string
 		cfg  ClientConfig
 	}{
-		{"batching=on", ClientConfig{}},
-		{"batching=off", ClientConfig{BatchMaxItems: 1}},
+		{"mode=stream/batching=on", ClientConfig{}},
+		{"mode=unary/batching=on", ClientConfig{UnaryForward: true}},
+		{"mode=stream/batching=off", ClientConfig{BatchMaxItems: 1}},
+		{"mode=unary/batching=off", ClientConfig{BatchMaxItems: 1, UnaryForward: true}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			addr, _ := startServer(b, ServerConfig{}, echoPeer{}, nil)
@@ -73,7 +76,7 @@ func BenchmarkForward(b *testing.B) {
 			reportCPU(b, cpu0)
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checks/s")
 			if n := rpcs.Load(); n > 0 {
-				b.ReportMetric(float64(b.N)/float64(n), "checks/rpc")
+				b.ReportMetric(float64(b.N)/float64(n), "checks/batch")
 			}
 		})
 	}
@@ -82,14 +85,21 @@ func BenchmarkForward(b *testing.B) {
 // BenchmarkCluster3 is the transport's share of a 3-node in-process cluster: 64
 // callers spread over 3 nodes, each check owned by node (i mod 3), so 2/3 are
 // forwarded through that node's Pool and 1/3 decided locally by the handler.
+// mode=unary sends every batch as its own Forward RPC (the transport before
+// ForwardStream), mode=stream on the peer's ForwardStream.
 func BenchmarkCluster3(b *testing.B) {
+	b.Run("mode=stream", func(b *testing.B) { benchCluster3(b, false) })
+	b.Run("mode=unary", func(b *testing.B) { benchCluster3(b, true) })
+}
+
+func benchCluster3(b *testing.B, unary bool) {
 	const nodes = 3
 	var addrs [nodes]string
 	var pools [nodes]*Pool
 	var rpcs atomic.Int64
 	for n := range nodes {
 		addrs[n], _ = startServer(b, ServerConfig{}, echoPeer{}, nil)
-		pools[n] = newPool(b, ClientConfig{OnBatch: func(string, int, time.Duration, error) { rpcs.Add(1) }})
+		pools[n] = newPool(b, ClientConfig{UnaryForward: unary, OnBatch: func(string, int, time.Duration, error) { rpcs.Add(1) }})
 	}
 	var seq, forwarded atomic.Int64
 	b.SetParallelism(32)
@@ -124,7 +134,7 @@ func BenchmarkCluster3(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checks/s")
 	b.ReportMetric(float64(forwarded.Load())/float64(b.N), "forwarded/op")
 	if n := rpcs.Load(); n > 0 {
-		b.ReportMetric(float64(forwarded.Load())/float64(n), "checks/rpc")
+		b.ReportMetric(float64(forwarded.Load())/float64(n), "checks/batch")
 	}
 }
 

@@ -7,16 +7,22 @@
 //
 // Data flow: a node that does not own a key calls Pool.Forward with the owner's
 // address; the Pool appends the check to the open batch of that peer and sends
-// the batch as one Peer.Forward RPC when it is full, when it has waited long
-// enough, or at once when nothing is in flight to that peer. On the owner,
-// NewServer's Peer service validates each item, hands the valid ones to the
-// node's PeerHandler in one call, and answers one Result per check in order;
-// the Pool hands each caller its own Result. Callers outside the cluster use
-// Client (or any gRPC stub) against the Limiter service, which validates the
-// check and passes it to the node's LimiterHandler. Malformed input becomes
-// codes.InvalidArgument (per item inside batches), and transport failures
+// the batch when it is full, when it has waited long enough, or at once when
+// nothing is in flight to that peer. Batches travel as messages of one
+// long-lived Peer.ForwardStream per peer connection, each with an id and the
+// time its sender still waits; several may be in flight, and answers come back
+// by id in any order (ClientConfig.UnaryForward, or a peer without
+// ForwardStream, uses one unary Peer.Forward RPC per batch instead). On the
+// owner, NewServer's Peer service validates each item, hands the valid ones
+// of a batch to the node's PeerHandler in one call (one goroutine per batch),
+// and answers one Result per check in order; the Pool hands each caller its
+// own Result. Callers outside the cluster use Client (or any gRPC stub)
+// against the Limiter service, which validates the check and passes it to the
+// node's LimiterHandler. Malformed input becomes codes.InvalidArgument (per
+// item inside batches), and transport failures (including a broken stream)
 // become errors wrapping ErrUnavailable so that node can apply its
-// owner-unreachable policy.
+// owner-unreachable policy. Server.GracefulStop ends open ForwardStreams
+// before it waits for RPCs, so peers' streams never hold a shutdown.
 package transport
 
 // Regenerate ringlimitv1 from the .proto with `go generate ./transport/...`.

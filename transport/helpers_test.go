@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/ringlimit/ringlimit/algo"
 )
 
@@ -110,7 +108,7 @@ func (l *fakeLimiter) Check(ctx context.Context, c Check) (Result, error) {
 
 // startServer serves NewServer(cfg, peer, lim) on a 127.0.0.1 port-0 listener
 // until the test ends and returns its address.
-func startServer(t testing.TB, cfg ServerConfig, peer PeerHandler, lim LimiterHandler) (string, *grpc.Server) {
+func startServer(t testing.TB, cfg ServerConfig, peer PeerHandler, lim LimiterHandler) (string, *Server) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -65,16 +65,20 @@ type ClientConfig struct {
 	// give larger batches and fewer RPCs at the cost of latency when the peer is
 	// slow.
 	BatchMaxWait time.Duration
-	// MaxInflightBatches bounds the Forward RPCs in flight to one peer. Default
-	// DefaultMaxInflightBatches (4). Full or timed-out batches beyond it queue
-	// (and keep their deadline) until an RPC returns. Higher hides a slow RPC
-	// better; lower batches more under load.
+	// MaxInflightBatches bounds the batches in flight (sent, not yet answered)
+	// to one peer. Default DefaultMaxInflightBatches (4). Full or timed-out
+	// batches beyond it queue (and keep their deadline) until an answer
+	// arrives. Higher hides a slow batch better; lower batches more under load.
 	MaxInflightBatches int
 	// ForwardTimeout bounds a forwarded check from the moment its batch opens:
-	// every Forward RPC carries this deadline. Default DefaultForwardTimeout
-	// (1s). The caller's context bounds it too, whichever ends first. Shorter
-	// reaches the owner-unreachable policy sooner when a peer hangs; too short
-	// fails checks on a merely busy peer.
+	// a batch unanswered by then fails with ErrUnavailable, and the receiver is
+	// told the time left so that it stops working on the batch too. Default
+	// DefaultForwardTimeout (1s). The caller's context bounds it too, whichever
+	// ends first. Shorter reaches the owner-unreachable policy sooner when a
+	// peer hangs; too short fails checks on a merely busy peer. A stream on
+	// which a batch times out without any answer arriving after it was sent is
+	// considered stuck: it is cancelled (failing its other batches) and the next
+	// batch opens a new one.
 	ForwardTimeout time.Duration
 	// TransferTimeout is the deadline of each Transfer RPC (one chunk). Default
 	// DefaultTransferTimeout (10s).
@@ -100,11 +104,19 @@ type ClientConfig struct {
 	// KeepaliveTimeout is how long a ping may go unanswered before the connection
 	// is considered dead and its RPCs fail. Default DefaultKeepaliveTimeout (3s).
 	KeepaliveTimeout time.Duration
-	// OnBatch, if not nil, is called after every Forward RPC with the peer's
-	// address, the number of checks, the RPC's duration and its error (nil on
-	// success; per-item codes are not errors). It is called from the Pool's
-	// goroutines, possibly concurrently, and must not block.
+	// OnBatch, if not nil, is called once for every batch when it completes,
+	// with the peer's address, the number of checks, the time from sending the
+	// batch (or from opening it, if it was never sent) to its completion, and
+	// its error (nil on success; per-item codes are not errors). It is called
+	// from the Pool's goroutines and from callers of Forward, possibly
+	// concurrently, and must not block.
 	OnBatch func(addr string, size int, took time.Duration, err error)
+	// UnaryForward sends every batch as its own unary Peer.Forward RPC instead
+	// of as a message of the peer's long-lived Peer.ForwardStream. Unary costs
+	// several times more CPU per batch; it exists for comparison and for peers
+	// that predate ForwardStream. The Pool also switches a peer to unary by
+	// itself when the peer answers ForwardStream with codes.Unimplemented.
+	UnaryForward bool
 	// DialOptions are appended to the options the Pool builds for every peer
 	// connection (a custom dialer, stats handlers); later options win.
 	DialOptions []grpc.DialOption
@@ -157,11 +169,13 @@ func (c ClientConfig) withDefaults() (ClientConfig, error) {
 }
 
 // Pool is the client side of the internal Peer service: one gRPC connection per
-// peer address, created on first use, and micro-batching of the checks
-// forwarded to each peer. Its methods may be called concurrently.
+// peer address, created on first use, one long-lived ForwardStream on it, and
+// micro-batching of the checks forwarded to each peer. Its methods may be
+// called concurrently.
 type Pool struct {
-	cfg  ClientConfig
-	opts []grpc.DialOption
+	cfg   ClientConfig
+	opts  []grpc.DialOption
+	codec wireCodec
 
 	peers sync.Map // addr -> *peer; written under mu
 
@@ -176,7 +190,7 @@ func NewPool(cfg ClientConfig) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Pool{cfg: cfg, opts: dialOptions(cfg.TLS, cfg.KeepaliveTime, cfg.KeepaliveTimeout, cfg.DialOptions)}, nil
+	return &Pool{cfg: cfg, opts: dialOptions(cfg.TLS, cfg.KeepaliveTime, cfg.KeepaliveTimeout, cfg.DialOptions), codec: newWireCodec()}, nil
 }
 
 func dialOptions(tlsCfg *tls.Config, kaTime, kaTimeout time.Duration, extra []grpc.DialOption) []grpc.DialOption {
@@ -207,9 +221,10 @@ func dialOptions(tlsCfg *tls.Config, kaTime, kaTimeout time.Duration, extra []gr
 // Errors: a c that fails ValidateCheck (with ClientConfig.MaxKeyLen) returns an
 // error wrapping ErrInvalidCheck without sending anything. Every transport
 // failure (peer unreachable or refusing the TLS handshake, ForwardTimeout or
-// ctx ending first, codes.Unavailable, the peer dropped or the Pool closed)
-// returns an error wrapping ErrUnavailable. When ctx ends first the check may
-// still be decided by the peer.
+// ctx ending first, the stream or connection breaking, the peer stopping, the
+// peer dropped or the Pool closed) returns an error wrapping ErrUnavailable;
+// the next Forward to addr opens a new stream. When ctx ends first the check
+// may still be decided by the peer; its late result is discarded.
 func (p *Pool) Forward(ctx context.Context, addr string, c Check) (Result, error) {
 	if err := ValidateCheck(c, p.cfg.MaxKeyLen); err != nil {
 		return Result{}, err
@@ -298,9 +313,9 @@ func (p *Pool) Handoff(ctx context.Context, addr string, b TransferBatch) error 
 }
 
 // Drop closes the connection to addr (the member left): checks waiting in its
-// batches and RPCs in flight fail with errors wrapping ErrUnavailable. A later
-// Forward or Transfer to addr dials again. Dropping an unknown address does
-// nothing.
+// batches and in flight fail at once with errors wrapping ErrUnavailable, and
+// its stream ends. A later Forward or Transfer to addr dials again. Dropping an
+// unknown address does nothing.
 func (p *Pool) Drop(addr string) {
 	p.mu.Lock()
 	v, ok := p.peers.LoadAndDelete(addr)
@@ -310,9 +325,9 @@ func (p *Pool) Drop(addr string) {
 	}
 }
 
-// Close closes every peer connection; waiting and in-flight checks fail with
-// errors wrapping ErrUnavailable, and later calls fail the same way. It is safe
-// to call more than once and always returns nil.
+// Close closes every peer connection and stream; waiting and in-flight checks
+// fail at once with errors wrapping ErrUnavailable, and later calls fail the
+// same way. It is safe to call more than once and always returns nil.
 func (p *Pool) Close() error {
 	p.mu.Lock()
 	if p.closed {
@@ -350,185 +365,7 @@ func (p *Pool) peer(addr string) (*peer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: dial %s: %w", ErrUnavailable, addr, err)
 	}
-	pe := &peer{cfg: &p.cfg, addr: addr, conn: conn, client: pb.NewPeerClient(conn)}
-	pe.timer = time.AfterFunc(time.Hour, pe.timerFired)
-	pe.timer.Stop()
+	pe := newPeer(&p.cfg, p.codec, addr, conn)
 	p.peers.Store(addr, pe)
 	return pe, nil
-}
-
-// peer batches the checks forwarded to one address.
-//
-// Batches move open (cur) -> ready (full, timed out, or the link is idle) ->
-// in flight. At most cfg.MaxInflightBatches are in flight; the goroutine that
-// finishes an RPC sends the next ready batch, or the open batch if nothing else
-// is in flight.
-type peer struct {
-	cfg    *ClientConfig
-	addr   string
-	conn   *grpc.ClientConn
-	client pb.PeerClient
-	timer  *time.Timer // flushes cur after BatchMaxWait; fires into timerFired
-
-	mu       sync.Mutex
-	cur      *batch   // open batch, or nil
-	ready    []*batch // closed batches waiting for an in-flight slot, FIFO
-	inflight int
-	closed   bool
-}
-
-// batch is one Forward RPC: its checks, and once done is closed, either err or
-// one result per check.
-type batch struct {
-	checks   []Check
-	opened   time.Time
-	deadline time.Time
-
-	done    chan struct{}
-	results []Result
-	err     error
-}
-
-// add appends c to the open batch and returns the batch and c's index in it;
-// ok is false when the peer was closed.
-func (pe *peer) add(c Check) (b *batch, i int, ok bool) {
-	pe.mu.Lock()
-	defer pe.mu.Unlock()
-	if pe.closed {
-		return nil, 0, false
-	}
-	b = pe.cur
-	if b == nil {
-		now := time.Now()
-		b = &batch{
-			checks:   make([]Check, 0, min(pe.cfg.BatchMaxItems, 16)),
-			opened:   now,
-			deadline: now.Add(pe.cfg.ForwardTimeout),
-			done:     make(chan struct{}),
-		}
-		pe.cur = b
-	}
-	i = len(b.checks)
-	b.checks = append(b.checks, c)
-	switch {
-	case len(b.checks) >= pe.cfg.BatchMaxItems, pe.inflight == 0:
-		pe.closeCur()
-	case i == 0:
-		pe.timer.Reset(pe.cfg.BatchMaxWait)
-	}
-	return b, i, true
-}
-
-// closeCur moves the open batch to ready and sends what the in-flight bound
-// allows. pe.mu is held.
-func (pe *peer) closeCur() {
-	pe.ready = append(pe.ready, pe.cur)
-	pe.cur = nil
-	for pe.inflight < pe.cfg.MaxInflightBatches && len(pe.ready) > 0 {
-		b := pe.popReady()
-		pe.inflight++
-		go pe.run(b)
-	}
-}
-
-func (pe *peer) popReady() *batch {
-	b := pe.ready[0]
-	pe.ready[0] = nil
-	pe.ready = pe.ready[1:]
-	if len(pe.ready) == 0 {
-		pe.ready = pe.ready[:0:0] // let the backing array go; it rarely grows
-	}
-	return b
-}
-
-// timerFired closes the open batch once it is BatchMaxWait old. A stale fire
-// (the batch it was armed for is gone) re-arms for the current batch or does
-// nothing.
-func (pe *peer) timerFired() {
-	pe.mu.Lock()
-	defer pe.mu.Unlock()
-	b := pe.cur
-	if b == nil || pe.closed {
-		return
-	}
-	if wait := pe.cfg.BatchMaxWait - time.Since(b.opened); wait > 0 {
-		pe.timer.Reset(wait)
-		return
-	}
-	pe.closeCur()
-}
-
-// run sends b, then keeps sending the next ready batch (or the open batch when
-// the link became idle) until there is nothing to send.
-func (pe *peer) run(b *batch) {
-	for b != nil {
-		pe.send(b)
-		pe.mu.Lock()
-		b = nil
-		switch {
-		case pe.closed:
-			pe.inflight--
-		case len(pe.ready) > 0:
-			b = pe.popReady()
-		case pe.inflight == 1 && pe.cur != nil:
-			b = pe.cur
-			pe.cur = nil
-		default:
-			pe.inflight--
-		}
-		pe.mu.Unlock()
-	}
-}
-
-// send performs the RPC of b and completes it.
-func (pe *peer) send(b *batch) {
-	start := time.Now()
-	var err error
-	if !start.Before(b.deadline) {
-		err = fmt.Errorf("%w: forward to %s: %w before the batch could be sent", ErrUnavailable, pe.addr, context.DeadlineExceeded)
-	} else {
-		ctx, cancel := context.WithDeadline(context.Background(), b.deadline)
-		var resp *pb.ForwardResponse
-		resp, err = pe.client.Forward(ctx, &pb.ForwardRequest{Checks: checksToWire(b.checks)})
-		cancel()
-		switch {
-		case err != nil:
-			err = errorFromStatus("forward to "+pe.addr, err)
-		case len(resp.GetResults()) != len(b.checks):
-			err = fmt.Errorf("%w: forward to %s: %d results for %d checks", ErrUnavailable, pe.addr, len(resp.GetResults()), len(b.checks))
-		default:
-			b.results = make([]Result, len(b.checks))
-			for i, m := range resp.GetResults() {
-				resultFromWire(m, &b.results[i])
-			}
-		}
-	}
-	b.err = err
-	close(b.done)
-	if pe.cfg.OnBatch != nil {
-		pe.cfg.OnBatch(pe.addr, len(b.checks), time.Since(start), err)
-	}
-}
-
-// close fails every batch not yet sent with err and closes the connection,
-// which fails the RPCs in flight.
-func (pe *peer) close(err error) {
-	pe.mu.Lock()
-	if pe.closed {
-		pe.mu.Unlock()
-		return
-	}
-	pe.closed = true
-	pending := pe.ready
-	if pe.cur != nil {
-		pending = append(pending, pe.cur)
-	}
-	pe.cur, pe.ready = nil, nil
-	pe.mu.Unlock()
-	pe.timer.Stop()
-	for _, b := range pending {
-		b.err = err
-		close(b.done)
-	}
-	_ = pe.conn.Close()
 }

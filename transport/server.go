@@ -3,7 +3,10 @@ package transport
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -75,7 +78,8 @@ type ServerConfig struct {
 	// cost of more goroutines per request.
 	CheckBatchConcurrency int
 	// ServerOptions are appended to the options NewServer builds (interceptors,
-	// stats handlers); later options win.
+	// stats handlers); later options win. They must not replace the codec:
+	// ForwardStream relies on the one NewServer installs.
 	ServerOptions []grpc.ServerOption
 }
 
@@ -104,10 +108,50 @@ func (c ServerConfig) withDefaults() ServerConfig {
 	return c
 }
 
-// NewServer returns a gRPC server with the internal Peer service backed by peer
-// and the public Limiter service backed by lim registered; a nil handler leaves
-// its service unregistered (its calls fail with Unimplemented). The caller
-// serves it (Serve on a listener) and stops it (GracefulStop or Stop).
+// Server is a gRPC server with ringlimit's services registered, as NewServer
+// returns it. Its stop methods first end the open ForwardStreams (which would
+// otherwise hold a graceful stop until every peer closed its stream), then stop
+// the gRPC server.
+type Server struct {
+	grpc     *grpc.Server
+	stop     chan struct{} // closed when the server stops: streams end
+	stopOnce sync.Once
+}
+
+// Serve accepts connections on lis until the server stops, as
+// grpc.Server.Serve: it returns grpc.ErrServerStopped (possibly wrapped) after
+// a stop, another error if lis fails.
+func (s *Server) Serve(lis net.Listener) error { return s.grpc.Serve(lis) }
+
+// GracefulStop stops accepting connections and RPCs, tells every open
+// ForwardStream to end (batches being decided are answered first; the peer's
+// unanswered batches fail there with ErrUnavailable), and waits for the RPCs in
+// flight to finish. A handler that blocks keeps it waiting: callers bound it
+// and fall back to Stop, as with grpc.Server.GracefulStop. Safe to call more
+// than once, and together with Stop.
+func (s *Server) GracefulStop() {
+	s.endStreams()
+	s.grpc.GracefulStop()
+}
+
+// Stop ends every ForwardStream and closes every connection at once: RPCs in
+// flight are cancelled and fail on their clients. Safe to call more than once.
+func (s *Server) Stop() {
+	s.endStreams()
+	s.grpc.Stop()
+}
+
+// GRPCServer returns the underlying gRPC server, to register more services
+// (health, reflection) before Serve. Stop it through Server, not directly, or
+// open ForwardStreams hold GracefulStop.
+func (s *Server) GRPCServer() *grpc.Server { return s.grpc }
+
+func (s *Server) endStreams() { s.stopOnce.Do(func() { close(s.stop) }) }
+
+// NewServer returns a Server with the internal Peer service backed by peer and
+// the public Limiter service backed by lim registered; a nil handler leaves its
+// service unregistered (its calls fail with Unimplemented). The caller serves
+// it (Serve on a listener) and stops it (GracefulStop or Stop).
 //
 // Both services validate every check (ValidateCheck with cfg.MaxKeyLen) and the
 // batch size before calling a handler: malformed input is answered with
@@ -116,8 +160,11 @@ func (c ServerConfig) withDefaults() ServerConfig {
 // CheckBatch and Forward so one bad item does not fail its batch. Handler errors
 // wrapping ErrInvalidCheck or algo.ErrInvalidLimit become InvalidArgument,
 // errors wrapping ErrUnavailable become Unavailable, context errors become
-// DeadlineExceeded or Canceled, and others Internal.
-func NewServer(cfg ServerConfig, peer PeerHandler, lim LimiterHandler) *grpc.Server {
+// DeadlineExceeded or Canceled, and others Internal. On ForwardStream the same
+// outcomes travel per batch (ForwardResponse.code and message), and each batch
+// is decided in its own goroutine under the deadline its sender gave, so a
+// handler that blocks on one batch does not hold the others of that peer.
+func NewServer(cfg ServerConfig, peer PeerHandler, lim LimiterHandler) *Server {
 	cfg = cfg.withDefaults()
 	opts := []grpc.ServerOption{
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
@@ -133,17 +180,20 @@ func NewServer(cfg ServerConfig, peer PeerHandler, lim LimiterHandler) *grpc.Ser
 		grpc.InitialConnWindowSize(connWindow),
 		// Reuse a goroutine per core for RPCs instead of one new goroutine each.
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		// ForwardStream's messages skip the protobuf runtime (same bytes on
+		// the wire); every other message is left to the protobuf codec.
+		grpc.ForceServerCodecV2(newWireCodec()),
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
 	opts = append(opts, cfg.ServerOptions...)
-	s := grpc.NewServer(opts...)
+	s := &Server{grpc: grpc.NewServer(opts...), stop: make(chan struct{})}
 	if peer != nil {
-		pb.RegisterPeerServer(s, &peerServer{cfg: cfg, h: peer})
+		pb.RegisterPeerServer(s.grpc, &peerServer{cfg: cfg, h: peer, stop: s.stop})
 	}
 	if lim != nil {
-		pb.RegisterLimiterServer(s, &limiterServer{cfg: cfg, h: lim})
+		pb.RegisterLimiterServer(s.grpc, &limiterServer{cfg: cfg, h: lim})
 	}
 	return s
 }
@@ -151,8 +201,9 @@ func NewServer(cfg ServerConfig, peer PeerHandler, lim LimiterHandler) *grpc.Ser
 // peerServer implements the Peer service on top of a PeerHandler.
 type peerServer struct {
 	pb.UnimplementedPeerServer
-	cfg ServerConfig
-	h   PeerHandler
+	cfg  ServerConfig
+	h    PeerHandler
+	stop <-chan struct{}
 }
 
 func (s *peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.ForwardResponse, error) {
@@ -164,6 +215,17 @@ func (s *peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.F
 		return &pb.ForwardResponse{}, nil
 	}
 	checks, invalid := decodeChecks(in, s.cfg.MaxKeyLen)
+	results, err := s.decide(ctx, checks, invalid, len(in))
+	if err != nil {
+		return nil, err
+	}
+	return &pb.ForwardResponse{Results: resultsToWire(results)}, nil
+}
+
+// decide passes the valid checks of a batch of n items to the handler and
+// merges its results with the rejected items; the error is a status error for
+// the batch as a whole.
+func (s *peerServer) decide(ctx context.Context, checks []Check, invalid []invalidItem, n int) ([]Result, error) {
 	var results []Result
 	if len(checks) > 0 {
 		results = s.h.Forward(ctx, checks)
@@ -171,8 +233,106 @@ func (s *peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.F
 			return nil, status.Errorf(codes.Internal, "transport: peer handler returned %d results for %d checks", len(results), len(checks))
 		}
 	}
-	results = mergeInvalid(results, invalid, len(in))
-	return &pb.ForwardResponse{Results: resultsToWire(results)}, nil
+	return mergeInvalid(results, invalid, n), nil
+}
+
+// errStreamStopping ends a ForwardStream when the server stops.
+var errStreamStopping = status.Error(codes.Unavailable, "transport: server stopping")
+
+// ForwardStream receives batches in a goroutine of its own, so that the
+// handler can return when the server stops even while that goroutine waits in
+// RecvMsg; each batch is decided in its own goroutine and answered as soon as
+// it is decided, in any order.
+func (s *peerServer) ForwardStream(stream pb.Peer_ForwardStreamServer) error {
+	select {
+	case <-s.stop:
+		return errStreamStopping
+	default:
+	}
+	fs := &forwardStream{srv: s, stream: stream}
+	recvDone := make(chan error, 1)
+	go func() { recvDone <- fs.recvLoop() }()
+	var err error
+	select {
+	case err = <-recvDone:
+		if errors.Is(err, io.EOF) {
+			err = nil // the client closed its side: every batch was received
+		}
+	case <-s.stop:
+		err = errStreamStopping
+	}
+	fs.mu.Lock()
+	fs.stopped = true
+	fs.mu.Unlock()
+	fs.wg.Wait() // batches being decided are answered first
+	fs.sendMu.Lock()
+	fs.sendClosed = true
+	fs.sendMu.Unlock()
+	return err
+}
+
+// forwardStream is the server side of one ForwardStream.
+type forwardStream struct {
+	srv    *peerServer
+	stream pb.Peer_ForwardStreamServer
+	wg     sync.WaitGroup // batches being decided
+
+	mu      sync.Mutex
+	stopped bool // no new batch starts
+
+	sendMu     sync.Mutex
+	sendClosed bool // the handler returned: Send is no longer allowed
+}
+
+func (fs *forwardStream) recvLoop() error {
+	for {
+		req := &fwdRequest{maxKeyLen: fs.srv.cfg.MaxKeyLen}
+		if err := fs.stream.RecvMsg(req); err != nil {
+			return err
+		}
+		fs.mu.Lock()
+		if fs.stopped {
+			fs.mu.Unlock()
+			return nil // the handler is returning; the sender sees the stream end
+		}
+		fs.wg.Add(1)
+		fs.mu.Unlock()
+		go fs.serve(req)
+	}
+}
+
+// serve decides one batch and sends its answer.
+func (fs *forwardStream) serve(req *fwdRequest) {
+	defer fs.wg.Done()
+	ctx := fs.stream.Context()
+	if req.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.timeout))
+		defer cancel()
+	}
+	resp := &fwdResponse{id: req.id}
+	var results []Result
+	var err error
+	if req.n > fs.srv.cfg.MaxBatch {
+		err = batchTooLarge("checks", req.n, fs.srv.cfg.MaxBatch)
+	} else if req.n > 0 {
+		results, err = fs.srv.decide(ctx, req.checks, req.invalid, req.n)
+	}
+	if err != nil {
+		st := status.Convert(err)
+		resp.code = pb.Code_CODE_UNAVAILABLE
+		if st.Code() == codes.InvalidArgument {
+			resp.code = pb.Code_CODE_INVALID_ARGUMENT
+		}
+		resp.message = st.Message()
+	} else {
+		resp.results = results
+	}
+	fs.sendMu.Lock()
+	defer fs.sendMu.Unlock()
+	if !fs.sendClosed {
+		_ = fs.stream.SendMsg(resp) // an error ends the stream; RecvMsg reports it
+	}
 }
 
 func (s *peerServer) Transfer(ctx context.Context, req *pb.TransferRequest) (*pb.TransferResponse, error) {

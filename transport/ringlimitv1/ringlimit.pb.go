@@ -652,7 +652,14 @@ func (x *CheckBatchResponse) GetResults() []*Result {
 type ForwardRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Checks whose key the receiver owns; the receiver never re-forwards.
-	Checks        []*Check `protobuf:"bytes,1,rep,name=checks,proto3" json:"checks,omitempty"`
+	Checks []*Check `protobuf:"bytes,1,rep,name=checks,proto3" json:"checks,omitempty"`
+	// ForwardStream only: the sender's id of this batch on its stream, echoed in
+	// the ForwardResponse that answers it. Ignored by the unary Forward.
+	BatchId uint64 `protobuf:"varint,2,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	// ForwardStream only: how long the sender still waits for the answer, in ns;
+	// the receiver decides the batch under this deadline (0 = no deadline beyond
+	// the stream's). Ignored by the unary Forward (its RPC deadline rules).
+	TimeoutNs     int64 `protobuf:"varint,3,opt,name=timeout_ns,json=timeoutNs,proto3" json:"timeout_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -694,10 +701,32 @@ func (x *ForwardRequest) GetChecks() []*Check {
 	return nil
 }
 
+func (x *ForwardRequest) GetBatchId() uint64 {
+	if x != nil {
+		return x.BatchId
+	}
+	return 0
+}
+
+func (x *ForwardRequest) GetTimeoutNs() int64 {
+	if x != nil {
+		return x.TimeoutNs
+	}
+	return 0
+}
+
 type ForwardResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// One result per check, in order.
-	Results       []*Result `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	// One result per check, in order. Empty when code is not CODE_OK.
+	Results []*Result `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	// ForwardStream only: the batch_id of the ForwardRequest answered.
+	BatchId uint64 `protobuf:"varint,2,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	// ForwardStream only: CODE_OK when results holds one result per check;
+	// otherwise the whole batch failed (CODE_INVALID_ARGUMENT for a batch above
+	// the receiver's maximum, CODE_UNAVAILABLE when it could not decide it) and
+	// message says why.
+	Code          Code   `protobuf:"varint,3,opt,name=code,proto3,enum=ringlimit.v1.Code" json:"code,omitempty"`
+	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -737,6 +766,27 @@ func (x *ForwardResponse) GetResults() []*Result {
 		return x.Results
 	}
 	return nil
+}
+
+func (x *ForwardResponse) GetBatchId() uint64 {
+	if x != nil {
+		return x.BatchId
+	}
+	return 0
+}
+
+func (x *ForwardResponse) GetCode() Code {
+	if x != nil {
+		return x.Code
+	}
+	return Code_CODE_OK
+}
+
+func (x *ForwardResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
 }
 
 // KeyState is the state of one key handed from its old owner to its new owner.
@@ -967,11 +1017,17 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x11CheckBatchRequest\x12+\n" +
 	"\x06checks\x18\x01 \x03(\v2\x13.ringlimit.v1.CheckR\x06checks\"D\n" +
 	"\x12CheckBatchResponse\x12.\n" +
-	"\aresults\x18\x01 \x03(\v2\x14.ringlimit.v1.ResultR\aresults\"=\n" +
+	"\aresults\x18\x01 \x03(\v2\x14.ringlimit.v1.ResultR\aresults\"w\n" +
 	"\x0eForwardRequest\x12+\n" +
-	"\x06checks\x18\x01 \x03(\v2\x13.ringlimit.v1.CheckR\x06checks\"A\n" +
+	"\x06checks\x18\x01 \x03(\v2\x13.ringlimit.v1.CheckR\x06checks\x12\x19\n" +
+	"\bbatch_id\x18\x02 \x01(\x04R\abatchId\x12\x1d\n" +
+	"\n" +
+	"timeout_ns\x18\x03 \x01(\x03R\ttimeoutNs\"\x9e\x01\n" +
 	"\x0fForwardResponse\x12.\n" +
-	"\aresults\x18\x01 \x03(\v2\x14.ringlimit.v1.ResultR\aresults\"\xb2\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x14.ringlimit.v1.ResultR\aresults\x12\x19\n" +
+	"\bbatch_id\x18\x02 \x01(\x04R\abatchId\x12&\n" +
+	"\x04code\x18\x03 \x01(\x0e2\x12.ringlimit.v1.CodeR\x04code\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xb2\x01\n" +
 	"\bKeyState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x125\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x14\n" +
@@ -1006,9 +1062,10 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\aLimiter\x12@\n" +
 	"\x05Check\x12\x1a.ringlimit.v1.CheckRequest\x1a\x1b.ringlimit.v1.CheckResponse\x12O\n" +
 	"\n" +
-	"CheckBatch\x12\x1f.ringlimit.v1.CheckBatchRequest\x1a .ringlimit.v1.CheckBatchResponse2\x99\x01\n" +
+	"CheckBatch\x12\x1f.ringlimit.v1.CheckBatchRequest\x1a .ringlimit.v1.CheckBatchResponse2\xeb\x01\n" +
 	"\x04Peer\x12F\n" +
-	"\aForward\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse\x12I\n" +
+	"\aForward\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse\x12P\n" +
+	"\rForwardStream\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse(\x010\x01\x12I\n" +
 	"\bTransfer\x12\x1d.ringlimit.v1.TransferRequest\x1a\x1e.ringlimit.v1.TransferResponseBBZ@github.com/ringlimit/ringlimit/transport/ringlimitv1;ringlimitv1b\x06proto3"
 
 var (
@@ -1053,21 +1110,24 @@ var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	5,  // 7: ringlimit.v1.CheckBatchResponse.results:type_name -> ringlimit.v1.Result
 	3,  // 8: ringlimit.v1.ForwardRequest.checks:type_name -> ringlimit.v1.Check
 	5,  // 9: ringlimit.v1.ForwardResponse.results:type_name -> ringlimit.v1.Result
-	0,  // 10: ringlimit.v1.KeyState.algorithm:type_name -> ringlimit.v1.Algorithm
-	12, // 11: ringlimit.v1.TransferRequest.states:type_name -> ringlimit.v1.KeyState
-	6,  // 12: ringlimit.v1.Limiter.Check:input_type -> ringlimit.v1.CheckRequest
-	8,  // 13: ringlimit.v1.Limiter.CheckBatch:input_type -> ringlimit.v1.CheckBatchRequest
-	10, // 14: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
-	13, // 15: ringlimit.v1.Peer.Transfer:input_type -> ringlimit.v1.TransferRequest
-	7,  // 16: ringlimit.v1.Limiter.Check:output_type -> ringlimit.v1.CheckResponse
-	9,  // 17: ringlimit.v1.Limiter.CheckBatch:output_type -> ringlimit.v1.CheckBatchResponse
-	11, // 18: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
-	14, // 19: ringlimit.v1.Peer.Transfer:output_type -> ringlimit.v1.TransferResponse
-	16, // [16:20] is the sub-list for method output_type
-	12, // [12:16] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	2,  // 10: ringlimit.v1.ForwardResponse.code:type_name -> ringlimit.v1.Code
+	0,  // 11: ringlimit.v1.KeyState.algorithm:type_name -> ringlimit.v1.Algorithm
+	12, // 12: ringlimit.v1.TransferRequest.states:type_name -> ringlimit.v1.KeyState
+	6,  // 13: ringlimit.v1.Limiter.Check:input_type -> ringlimit.v1.CheckRequest
+	8,  // 14: ringlimit.v1.Limiter.CheckBatch:input_type -> ringlimit.v1.CheckBatchRequest
+	10, // 15: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
+	10, // 16: ringlimit.v1.Peer.ForwardStream:input_type -> ringlimit.v1.ForwardRequest
+	13, // 17: ringlimit.v1.Peer.Transfer:input_type -> ringlimit.v1.TransferRequest
+	7,  // 18: ringlimit.v1.Limiter.Check:output_type -> ringlimit.v1.CheckResponse
+	9,  // 19: ringlimit.v1.Limiter.CheckBatch:output_type -> ringlimit.v1.CheckBatchResponse
+	11, // 20: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
+	11, // 21: ringlimit.v1.Peer.ForwardStream:output_type -> ringlimit.v1.ForwardResponse
+	14, // 22: ringlimit.v1.Peer.Transfer:output_type -> ringlimit.v1.TransferResponse
+	18, // [18:23] is the sub-list for method output_type
+	13, // [13:18] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_v1_ringlimit_proto_init() }

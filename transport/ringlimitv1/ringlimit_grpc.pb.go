@@ -178,8 +178,9 @@ var Limiter_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Peer_Forward_FullMethodName  = "/ringlimit.v1.Peer/Forward"
-	Peer_Transfer_FullMethodName = "/ringlimit.v1.Peer/Transfer"
+	Peer_Forward_FullMethodName       = "/ringlimit.v1.Peer/Forward"
+	Peer_ForwardStream_FullMethodName = "/ringlimit.v1.Peer/ForwardStream"
+	Peer_Transfer_FullMethodName      = "/ringlimit.v1.Peer/Transfer"
 )
 
 // PeerClient is the client API for Peer service.
@@ -190,6 +191,12 @@ const (
 type PeerClient interface {
 	// Forward decides a batch of checks on their owner; results are in order.
 	Forward(ctx context.Context, in *ForwardRequest, opts ...grpc.CallOption) (*ForwardResponse, error)
+	// ForwardStream carries many Forward batches on one long-lived stream: the
+	// sender sends ForwardRequests with distinct batch_ids and may have several
+	// in flight; the receiver answers each with a ForwardResponse carrying the
+	// same batch_id, in any order. The receiver ends the stream (UNAVAILABLE)
+	// when it stops; batches unanswered by then were not necessarily decided.
+	ForwardStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ForwardRequest, ForwardResponse], error)
 	// Transfer installs key states handed off by a previous owner; the receiver
 	// keeps the more restrictive state where the key already exists.
 	Transfer(ctx context.Context, in *TransferRequest, opts ...grpc.CallOption) (*TransferResponse, error)
@@ -213,6 +220,19 @@ func (c *peerClient) Forward(ctx context.Context, in *ForwardRequest, opts ...gr
 	return out, nil
 }
 
+func (c *peerClient) ForwardStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ForwardRequest, ForwardResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Peer_ServiceDesc.Streams[0], Peer_ForwardStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ForwardRequest, ForwardResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_ForwardStreamClient = grpc.BidiStreamingClient[ForwardRequest, ForwardResponse]
+
 func (c *peerClient) Transfer(ctx context.Context, in *TransferRequest, opts ...grpc.CallOption) (*TransferResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(TransferResponse)
@@ -231,6 +251,12 @@ func (c *peerClient) Transfer(ctx context.Context, in *TransferRequest, opts ...
 type PeerServer interface {
 	// Forward decides a batch of checks on their owner; results are in order.
 	Forward(context.Context, *ForwardRequest) (*ForwardResponse, error)
+	// ForwardStream carries many Forward batches on one long-lived stream: the
+	// sender sends ForwardRequests with distinct batch_ids and may have several
+	// in flight; the receiver answers each with a ForwardResponse carrying the
+	// same batch_id, in any order. The receiver ends the stream (UNAVAILABLE)
+	// when it stops; batches unanswered by then were not necessarily decided.
+	ForwardStream(grpc.BidiStreamingServer[ForwardRequest, ForwardResponse]) error
 	// Transfer installs key states handed off by a previous owner; the receiver
 	// keeps the more restrictive state where the key already exists.
 	Transfer(context.Context, *TransferRequest) (*TransferResponse, error)
@@ -246,6 +272,9 @@ type UnimplementedPeerServer struct{}
 
 func (UnimplementedPeerServer) Forward(context.Context, *ForwardRequest) (*ForwardResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Forward not implemented")
+}
+func (UnimplementedPeerServer) ForwardStream(grpc.BidiStreamingServer[ForwardRequest, ForwardResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method ForwardStream not implemented")
 }
 func (UnimplementedPeerServer) Transfer(context.Context, *TransferRequest) (*TransferResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Transfer not implemented")
@@ -289,6 +318,13 @@ func _Peer_Forward_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_ForwardStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(PeerServer).ForwardStream(&grpc.GenericServerStream[ForwardRequest, ForwardResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_ForwardStreamServer = grpc.BidiStreamingServer[ForwardRequest, ForwardResponse]
+
 func _Peer_Transfer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(TransferRequest)
 	if err := dec(in); err != nil {
@@ -323,6 +359,13 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Peer_Transfer_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ForwardStream",
+			Handler:       _Peer_ForwardStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "ringlimit/v1/ringlimit.proto",
 }

@@ -1,0 +1,526 @@
+package transport
+
+import (
+	"errors"
+	"time"
+
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	pb "github.com/ringlimit/ringlimit/transport/ringlimitv1"
+)
+
+// wireCodec is the gRPC codec of ForwardStream on both ends. The stream's
+// messages travel as *fwdRequest and *fwdResponse, which it encodes straight
+// from []Check and []Result and decodes straight into them with protowire:
+// the bytes are those of ringlimitv1.ForwardRequest and ForwardResponse, so
+// the wire protocol is unchanged, but the per-check message structs, key
+// copies and reflection of the protobuf runtime are skipped. Every other
+// message goes to the protobuf codec. Its name is "proto": peers see plain
+// application/grpc+proto.
+type wireCodec struct{ proto encoding.CodecV2 }
+
+func newWireCodec() wireCodec { return wireCodec{proto: encoding.GetCodecV2(grpcproto.Name)} }
+
+// Name implements encoding.CodecV2.
+func (wireCodec) Name() string { return grpcproto.Name }
+
+// Marshal implements encoding.CodecV2.
+func (c wireCodec) Marshal(v any) (mem.BufferSlice, error) {
+	switch m := v.(type) {
+	case *fwdRequest:
+		return encodeWith(m.size(), m.append), nil
+	case *fwdResponse:
+		return encodeWith(m.size(), m.append), nil
+	}
+	return c.proto.Marshal(v)
+}
+
+// Unmarshal implements encoding.CodecV2. Decoded messages copy what they keep:
+// nothing refers to data afterwards.
+func (c wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	switch m := v.(type) {
+	case *fwdRequest:
+		return decodeWith(data, m.decode)
+	case *fwdResponse:
+		return decodeWith(data, m.decode)
+	}
+	return c.proto.Unmarshal(data, v)
+}
+
+func encodeWith(size int, fill func([]byte) []byte) mem.BufferSlice {
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		return mem.BufferSlice{mem.SliceBuffer(fill(make([]byte, 0, size)))}
+	}
+	pool := mem.DefaultBufferPool()
+	buf := pool.Get(size)
+	*buf = fill((*buf)[:0])
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}
+}
+
+func decodeWith(data mem.BufferSlice, decode func([]byte) error) error {
+	if len(data) == 1 {
+		return decode(data[0].ReadOnlyData())
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	return decode(buf.ReadOnlyData())
+}
+
+var errMalformed = errors.New("transport: malformed ForwardStream message")
+
+// fwdRequest is a ForwardRequest of the stream. The sender fills id, timeout
+// and checks. The receiver sets maxKeyLen before decoding; decode then fills
+// id, timeout, n (the number of checks in the message), the valid checks in
+// order, and the rejected ones with their index and reason.
+type fwdRequest struct {
+	id        uint64
+	timeout   int64 // ns
+	checks    []Check
+	maxKeyLen int
+	n         int
+	invalid   []invalidItem
+}
+
+func (m *fwdRequest) size() int {
+	n := sizeU64(m.id) + sizeI64(m.timeout)
+	for i := range m.checks {
+		n += 1 + protowire.SizeBytes(checkSize(&m.checks[i]))
+	}
+	return n
+}
+
+func (m *fwdRequest) append(b []byte) []byte {
+	for i := range m.checks {
+		c := &m.checks[i]
+		b = protowire.AppendTag(b, 1, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(checkSize(c)))
+		b = appendCheck(b, c)
+	}
+	b = appendU64(b, 2, m.id)
+	return appendI64(b, 3, m.timeout)
+}
+
+func checkSize(c *Check) int {
+	return sizeBytes(len(c.Key)) + sizeI64(int64(kindToWire(c.Limit.Kind))) + sizeI64(c.Limit.Limit) +
+		sizeI64(int64(c.Limit.Period)) + sizeI64(c.Limit.Burst) + sizeI64(c.Hits) + sizeI64(c.CreatedAt)
+}
+
+func appendCheck(b []byte, c *Check) []byte {
+	if len(c.Key) > 0 {
+		b = protowire.AppendTag(b, 1, protowire.BytesType)
+		b = protowire.AppendString(b, c.Key)
+	}
+	b = appendI64(b, 2, int64(kindToWire(c.Limit.Kind)))
+	b = appendI64(b, 3, c.Limit.Limit)
+	b = appendI64(b, 4, int64(c.Limit.Period))
+	b = appendI64(b, 5, c.Limit.Burst)
+	b = appendI64(b, 6, c.Hits)
+	return appendI64(b, 7, c.CreatedAt)
+}
+
+func (m *fwdRequest) decode(b []byte) error {
+	n, err := countField(b, 1)
+	if err != nil {
+		return err
+	}
+	m.id, m.timeout, m.n, m.invalid = 0, 0, n, nil
+	m.checks = make([]Check, 0, n)
+	i := 0
+	for len(b) > 0 {
+		num, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return errMalformed
+		}
+		b = b[l:]
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			v, l := protowire.ConsumeBytes(b)
+			if l < 0 {
+				return errMalformed
+			}
+			b = b[l:]
+			c, err := decodeCheck(v)
+			if err == nil {
+				err = ValidateCheck(c, m.maxKeyLen)
+			}
+			if err != nil {
+				m.invalid = append(m.invalid, invalidItem{index: i, err: err})
+			} else {
+				m.checks = append(m.checks, c)
+			}
+			i++
+		case num == 2 && typ == protowire.VarintType:
+			v, l := protowire.ConsumeVarint(b)
+			if l < 0 {
+				return errMalformed
+			}
+			b, m.id = b[l:], v
+		case num == 3 && typ == protowire.VarintType:
+			v, l := protowire.ConsumeVarint(b)
+			if l < 0 {
+				return errMalformed
+			}
+			b, m.timeout = b[l:], int64(v)
+		default:
+			l := protowire.ConsumeFieldValue(num, typ, b)
+			if l < 0 {
+				return errMalformed
+			}
+			b = b[l:]
+		}
+	}
+	return nil
+}
+
+// decodeCheck decodes one Check message; like checkFromWire, only the
+// algorithm can fail here (a malformed message fails the whole request).
+func decodeCheck(b []byte) (Check, error) {
+	var c Check
+	var alg pb.Algorithm
+	for len(b) > 0 {
+		num, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return Check{}, errMalformed
+		}
+		b = b[l:]
+		if num == 1 && typ == protowire.BytesType {
+			v, l := protowire.ConsumeBytes(b)
+			if l < 0 {
+				return Check{}, errMalformed
+			}
+			b, c.Key = b[l:], string(v)
+			continue
+		}
+		if typ != protowire.VarintType || num < 2 || num > 7 {
+			l := protowire.ConsumeFieldValue(num, typ, b)
+			if l < 0 {
+				return Check{}, errMalformed
+			}
+			b = b[l:]
+			continue
+		}
+		u, l := protowire.ConsumeVarint(b)
+		if l < 0 {
+			return Check{}, errMalformed
+		}
+		b = b[l:]
+		v := int64(u)
+		switch num {
+		case 2:
+			alg = pb.Algorithm(int32(v))
+		case 3:
+			c.Limit.Limit = v
+		case 4:
+			c.Limit.Period = time.Duration(v)
+		case 5:
+			c.Limit.Burst = v
+		case 6:
+			c.Hits = v
+		case 7:
+			c.CreatedAt = v
+		}
+	}
+	k, err := kindFromWire(alg)
+	if err != nil {
+		return Check{}, err
+	}
+	c.Limit.Kind = k
+	return c, nil
+}
+
+// fwdResponse is a ForwardResponse of the stream. The sender fills id and
+// either results or code and message. decode fills id, code, message and
+// results (nil unless the message holds results); lastOwner carries the last
+// owner name decoded across the messages of one stream, so that the same name
+// is not allocated again for every result.
+type fwdResponse struct {
+	id        uint64
+	code      pb.Code
+	message   string
+	results   []Result
+	lastOwner string
+}
+
+func (m *fwdResponse) size() int {
+	n := sizeU64(m.id) + sizeI64(int64(m.code)) + sizeBytes(len(m.message))
+	for i := range m.results {
+		n += 1 + protowire.SizeBytes(resultSize(&m.results[i]))
+	}
+	return n
+}
+
+func (m *fwdResponse) append(b []byte) []byte {
+	for i := range m.results {
+		r := &m.results[i]
+		b = protowire.AppendTag(b, 1, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(resultSize(r)))
+		b = appendResult(b, r)
+	}
+	b = appendU64(b, 2, m.id)
+	b = appendI64(b, 3, int64(m.code))
+	return appendString(b, 4, m.message)
+}
+
+// resultSize and appendResult encode a Result as resultsToWire does: the
+// decision only for CodeOK.
+func resultSize(r *Result) int {
+	n := sizeI64(int64(codeToWire(r.Code))) + sizeBytes(len(r.Message))
+	if r.Code == CodeOK {
+		n += 1 + protowire.SizeBytes(decisionSize(r))
+	}
+	return n
+}
+
+func appendResult(b []byte, r *Result) []byte {
+	b = appendI64(b, 1, int64(codeToWire(r.Code)))
+	b = appendString(b, 2, r.Message)
+	if r.Code == CodeOK {
+		b = protowire.AppendTag(b, 3, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(decisionSize(r)))
+		b = appendDecision(b, r)
+	}
+	return b
+}
+
+func decisionSize(r *Result) int {
+	d := &r.Decision
+	n := sizeI64(d.Limit) + sizeI64(d.Remaining) + sizeI64(int64(d.RetryAfter)) + sizeI64(int64(d.ResetAfter)) +
+		sizeI64(int64(routeToWire(r.Route))) + sizeBytes(len(r.Owner))
+	if d.Allowed {
+		n += 2
+	}
+	return n
+}
+
+func appendDecision(b []byte, r *Result) []byte {
+	d := &r.Decision
+	if d.Allowed {
+		b = protowire.AppendTag(b, 1, protowire.VarintType)
+		b = protowire.AppendVarint(b, 1)
+	}
+	b = appendI64(b, 2, d.Limit)
+	b = appendI64(b, 3, d.Remaining)
+	b = appendI64(b, 4, int64(d.RetryAfter))
+	b = appendI64(b, 5, int64(d.ResetAfter))
+	b = appendI64(b, 6, int64(routeToWire(r.Route)))
+	return appendString(b, 7, r.Owner)
+}
+
+func (m *fwdResponse) decode(b []byte) error {
+	n, err := countField(b, 1)
+	if err != nil {
+		return err
+	}
+	m.id, m.code, m.message, m.results = 0, 0, "", nil
+	if n > 0 {
+		m.results = make([]Result, 0, n)
+	}
+	for len(b) > 0 {
+		num, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return errMalformed
+		}
+		b = b[l:]
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			v, l := protowire.ConsumeBytes(b)
+			if l < 0 {
+				return errMalformed
+			}
+			b = b[l:]
+			m.results = append(m.results, Result{})
+			if err := m.decodeResult(v, &m.results[len(m.results)-1]); err != nil {
+				return err
+			}
+		case (num == 2 || num == 3) && typ == protowire.VarintType:
+			v, l := protowire.ConsumeVarint(b)
+			if l < 0 {
+				return errMalformed
+			}
+			b = b[l:]
+			if num == 2 {
+				m.id = v
+			} else {
+				m.code = pb.Code(int32(v))
+			}
+		case num == 4 && typ == protowire.BytesType:
+			v, l := protowire.ConsumeBytes(b)
+			if l < 0 {
+				return errMalformed
+			}
+			b, m.message = b[l:], string(v)
+		default:
+			l := protowire.ConsumeFieldValue(num, typ, b)
+			if l < 0 {
+				return errMalformed
+			}
+			b = b[l:]
+		}
+	}
+	return nil
+}
+
+// decodeResult decodes one Result message into r with the rules of
+// resultFromWire.
+func (m *fwdResponse) decodeResult(b []byte, r *Result) error {
+	var w pb.Result
+	var d pb.Decision
+	for len(b) > 0 {
+		num, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return errMalformed
+		}
+		b = b[l:]
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			v, l := protowire.ConsumeVarint(b)
+			if l < 0 {
+				return errMalformed
+			}
+			b, w.Code = b[l:], pb.Code(int32(v))
+		case num == 2 && typ == protowire.BytesType:
+			v, l := protowire.ConsumeBytes(b)
+			if l < 0 {
+				return errMalformed
+			}
+			b, w.Message = b[l:], string(v)
+		case num == 3 && typ == protowire.BytesType:
+			v, l := protowire.ConsumeBytes(b)
+			if l < 0 {
+				return errMalformed
+			}
+			b = b[l:]
+			if err := m.decodeDecision(v, &d); err != nil {
+				return err
+			}
+			w.Decision = &d
+		default:
+			l := protowire.ConsumeFieldValue(num, typ, b)
+			if l < 0 {
+				return errMalformed
+			}
+			b = b[l:]
+		}
+	}
+	resultFromWire(&w, r)
+	return nil
+}
+
+func (m *fwdResponse) decodeDecision(b []byte, d *pb.Decision) error {
+	for len(b) > 0 {
+		num, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return errMalformed
+		}
+		b = b[l:]
+		if num == 7 && typ == protowire.BytesType {
+			v, l := protowire.ConsumeBytes(b)
+			if l < 0 {
+				return errMalformed
+			}
+			b = b[l:]
+			if string(v) != m.lastOwner { // compares without allocating
+				m.lastOwner = string(v)
+			}
+			d.Owner = m.lastOwner
+			continue
+		}
+		if typ != protowire.VarintType || num < 1 || num > 6 {
+			l := protowire.ConsumeFieldValue(num, typ, b)
+			if l < 0 {
+				return errMalformed
+			}
+			b = b[l:]
+			continue
+		}
+		u, l := protowire.ConsumeVarint(b)
+		if l < 0 {
+			return errMalformed
+		}
+		b = b[l:]
+		v := int64(u)
+		switch num {
+		case 1:
+			d.Allowed = protowire.DecodeBool(u)
+		case 2:
+			d.Limit = v
+		case 3:
+			d.Remaining = v
+		case 4:
+			d.RetryAfterNs = v
+		case 5:
+			d.ResetAfterNs = v
+		case 6:
+			d.Route = pb.Route(int32(v))
+		}
+	}
+	return nil
+}
+
+// countField counts the occurrences of field num in message b and checks
+// that b is well formed at the top level.
+func countField(b []byte, num protowire.Number) (int, error) {
+	n := 0
+	for len(b) > 0 {
+		f, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return 0, errMalformed
+		}
+		b = b[l:]
+		l = protowire.ConsumeFieldValue(f, typ, b)
+		if l < 0 {
+			return 0, errMalformed
+		}
+		b = b[l:]
+		if f == num {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// All field numbers are below 16: every tag is one byte.
+
+func sizeI64(v int64) int {
+	if v == 0 {
+		return 0
+	}
+	return 1 + protowire.SizeVarint(uint64(v))
+}
+
+func sizeU64(v uint64) int {
+	if v == 0 {
+		return 0
+	}
+	return 1 + protowire.SizeVarint(v)
+}
+
+func sizeBytes(n int) int {
+	if n == 0 {
+		return 0
+	}
+	return 1 + protowire.SizeBytes(n)
+}
+
+func appendI64(b []byte, num protowire.Number, v int64) []byte {
+	return appendU64(b, num, uint64(v))
+}
+
+func appendU64(b []byte, num protowire.Number, v uint64) []byte {
+	if v == 0 {
+		return b
+	}
+	b = protowire.AppendTag(b, num, protowire.VarintType)
+	return protowire.AppendVarint(b, v)
+}
+
+func appendString(b []byte, num protowire.Number, s string) []byte {
+	if s == "" {
+		return b
+	}
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	return protowire.AppendString(b, s)
+}

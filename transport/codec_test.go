@@ -1,0 +1,159 @@
+package transport
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ringlimit/ringlimit/algo"
+	pb "github.com/ringlimit/ringlimit/transport/ringlimitv1"
+)
+
+// randInt64 returns 0, a small value, a large or a negative one.
+func randInt64(r *rand.Rand) int64 {
+	switch r.IntN(5) {
+	case 0:
+		return 0
+	case 1:
+		return r.Int64N(100)
+	case 2:
+		return -r.Int64N(math.MaxInt64)
+	case 3:
+		return math.MaxInt64
+	}
+	return r.Int64()
+}
+
+func randChecks(r *rand.Rand, n int) []Check {
+	kinds := []algo.Kind{0, algo.SlidingWindowLog, algo.SlidingWindowCounter, algo.FixedWindow, algo.GCRA, algo.TokenBucket}
+	checks := make([]Check, n)
+	for i := range checks {
+		key := make([]byte, r.IntN(40))
+		for j := range key {
+			key[j] = byte(r.IntN(256))
+		}
+		checks[i] = Check{
+			Key:       string(key),
+			Limit:     algo.Limit{Kind: kinds[r.IntN(len(kinds))], Limit: randInt64(r), Period: time.Duration(randInt64(r)), Burst: randInt64(r)},
+			Hits:      randInt64(r),
+			CreatedAt: randInt64(r),
+		}
+		if i%3 == 0 {
+			checks[i] = validCheck(fmt.Sprint("valid-", i), int64(i))
+		}
+	}
+	return checks
+}
+
+func randResults(r *rand.Rand, n int) []Result {
+	owners := []string{"", "node-a", "node-b"}
+	out := make([]Result, n)
+	for i := range out {
+		out[i] = Result{
+			Decision: algo.Decision{Allowed: r.IntN(2) == 0, Limit: randInt64(r), Remaining: randInt64(r),
+				RetryAfter: time.Duration(randInt64(r)), ResetAfter: time.Duration(randInt64(r))},
+			Route: Route(r.IntN(4)),
+			Code:  Code(r.IntN(4)),
+			Owner: owners[r.IntN(len(owners))],
+		}
+		if out[i].Code != CodeOK {
+			out[i].Message = fmt.Sprint("message ", i)
+		}
+	}
+	return out
+}
+
+// TestWireCodecMatchesProtobuf checks that the stream codec writes the bytes
+// the protobuf runtime writes for the same ForwardRequest and ForwardResponse,
+// and reads protobuf's bytes as decodeChecks and resultFromWire do.
+func TestWireCodecMatchesProtobuf(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(7, 11))
+	det := proto.MarshalOptions{Deterministic: true}
+	for round := range 200 {
+		n := r.IntN(12)
+		checks := randChecks(r, n)
+		id, timeout := r.Uint64()>>uint(r.IntN(64)), randInt64(r)
+
+		req := &fwdRequest{id: id, timeout: timeout, checks: checks}
+		got := req.append(nil)
+		want, err := det.Marshal(&pb.ForwardRequest{Checks: checksToWire(checks), BatchId: id, TimeoutNs: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) || len(got) != req.size() {
+			t.Fatalf("round %d: request bytes differ from protobuf's (size %d, got %d, want %d bytes)", round, req.size(), len(got), len(want))
+		}
+		dec := &fwdRequest{maxKeyLen: 32}
+		if err := dec.decode(want); err != nil {
+			t.Fatalf("round %d: decode: %v", round, err)
+		}
+		var m pb.ForwardRequest
+		if err := proto.Unmarshal(want, &m); err != nil {
+			t.Fatal(err)
+		}
+		wantChecks, wantInvalid := decodeChecks(m.GetChecks(), 32)
+		if dec.id != id || dec.timeout != timeout || dec.n != n ||
+			fmt.Sprint(dec.checks) != fmt.Sprint(wantChecks) || invalidString(dec.invalid) != invalidString(wantInvalid) {
+			t.Fatalf("round %d: decoded %+v, want id %d timeout %d n %d checks %v invalid %v", round, dec, id, timeout, n, wantChecks, wantInvalid)
+		}
+
+		results := randResults(r, n)
+		resp := &fwdResponse{id: id, results: results}
+		if r.IntN(4) == 0 {
+			resp = &fwdResponse{id: id, code: pb.Code_CODE_INVALID_ARGUMENT, message: "bad batch"}
+		}
+		got = resp.append(nil)
+		wm := &pb.ForwardResponse{Results: resultsToWire(resp.results), BatchId: id, Code: resp.code, Message: resp.message}
+		want, err = det.Marshal(wm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) || len(got) != resp.size() {
+			t.Fatalf("round %d: response bytes differ from protobuf's", round)
+		}
+		rd := &fwdResponse{}
+		if err := rd.decode(want); err != nil {
+			t.Fatalf("round %d: decode response: %v", round, err)
+		}
+		wantResults := make([]Result, len(wm.GetResults()))
+		for i, m := range wm.GetResults() {
+			resultFromWire(m, &wantResults[i])
+		}
+		if rd.id != id || rd.code != resp.code || rd.message != resp.message || fmt.Sprint(rd.results) != fmt.Sprint(wantResults) {
+			t.Fatalf("round %d: decoded %+v, want %+v", round, rd, wantResults)
+		}
+	}
+}
+
+func TestWireCodecRejectsMalformedMessages(t *testing.T) {
+	t.Parallel()
+	full := (&fwdRequest{id: 3, checks: []Check{validCheck("truncated", 1)}}).append(nil)
+	for _, b := range [][]byte{full[:len(full)-3], {0x0a, 0x05, 0x01}, {0xff}} {
+		if err := (&fwdRequest{}).decode(b); err == nil {
+			t.Errorf("request % x: got nil error, want one", b)
+		}
+		if err := (&fwdResponse{}).decode(b); err == nil {
+			t.Errorf("response % x: got nil error, want one", b)
+		}
+	}
+	// Unknown fields are skipped, as protobuf does.
+	extra := append(append([]byte{}, full...), 0x48, 0x01) // field 9, varint 1
+	dec := &fwdRequest{}
+	if err := dec.decode(extra); err != nil || dec.id != 3 || len(dec.checks) != 1 {
+		t.Fatalf("with an unknown field: got %+v, %v", dec, err)
+	}
+}
+
+func invalidString(items []invalidItem) string {
+	var b bytes.Buffer
+	for _, it := range items {
+		fmt.Fprintf(&b, "%d: %v; ", it.index, it.err)
+	}
+	return b.String()
+}

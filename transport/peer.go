@@ -1,0 +1,485 @@
+package transport
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/ringlimit/ringlimit/transport/ringlimitv1"
+)
+
+// peer batches the checks forwarded to one address and carries the batches to
+// it, as messages of one long-lived ForwardStream (or, in unary mode, one
+// Forward RPC each).
+//
+// A batch moves open (cur) -> ready (full, timed out, or the link is idle) ->
+// in flight -> done. At most cfg.MaxInflightBatches are in flight. Whoever
+// moves batches into flight on the stream sends them right after releasing mu:
+// the caller of Forward that filled a batch or found the link idle, the flush
+// timer, the stream's receive loop after an answer freed a slot. No goroutine
+// is started per batch in stream mode. Every batch has a deadline timer that
+// fails it wherever it is, so a caller never waits past ForwardTimeout.
+//
+// A stream is opened by its own goroutine, which then receives the answers
+// until the stream ends; batches become ready while it opens and are sent once
+// it is open. When the stream breaks, its batches in flight fail and the next
+// ready batch opens a new stream.
+type peer struct {
+	cfg    *ClientConfig
+	codec  wireCodec
+	addr   string
+	conn   *grpc.ClientConn
+	client pb.PeerClient
+	timer  *time.Timer // flushes cur after BatchMaxWait; fires into timerFired
+
+	mu         sync.Mutex
+	cur        *batch     // open batch, or nil
+	ready      []*batch   // closed batches waiting for an in-flight slot, FIFO
+	stream     *fwdStream // current stream (open or opening), or nil
+	unary      bool       // send batches as unary Forward RPCs
+	unaryCount int        // unary RPCs in flight
+	nextID     uint64     // last batch id used
+	closed     bool
+}
+
+// batchState says where a batch is; guarded by peer.mu.
+type batchState uint8
+
+const (
+	batchOpen batchState = iota
+	batchReady
+	batchStreamed // in flight on a stream
+	batchUnary    // in flight as a unary RPC
+	batchDone
+)
+
+// batch is one group of checks sent together, and once done is closed, either
+// err or one result per check.
+type batch struct {
+	checks   []Check
+	opened   time.Time
+	deadline time.Time
+	expiry   *time.Timer // fails the batch at deadline
+
+	// Guarded by peer.mu.
+	state  batchState
+	id     uint64
+	stream *fwdStream
+	sent   time.Time
+
+	done    chan struct{}
+	results []Result
+	err     error
+}
+
+// fwdStream is one ForwardStream to the peer.
+type fwdStream struct {
+	pe     *peer
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	sendMu sync.Mutex // serialises SendMsg
+	cs     grpc.ClientStream
+
+	// Guarded by pe.mu.
+	open     bool
+	inflight map[uint64]*batch
+	lastRecv time.Time // when the last answer arrived (or the stream opened)
+}
+
+func newPeer(cfg *ClientConfig, codec wireCodec, addr string, conn *grpc.ClientConn) *peer {
+	pe := &peer{cfg: cfg, codec: codec, addr: addr, conn: conn, client: pb.NewPeerClient(conn), unary: cfg.UnaryForward}
+	pe.timer = time.AfterFunc(time.Hour, pe.timerFired)
+	pe.timer.Stop()
+	return pe
+}
+
+// add appends c to the open batch and returns the batch and c's index in it;
+// ok is false when the peer was closed. It sends what became sendable.
+func (pe *peer) add(c Check) (b *batch, i int, ok bool) {
+	pe.mu.Lock()
+	if pe.closed {
+		pe.mu.Unlock()
+		return nil, 0, false
+	}
+	b = pe.cur
+	if b == nil {
+		now := time.Now()
+		b = &batch{
+			checks:   make([]Check, 0, min(pe.cfg.BatchMaxItems, 16)),
+			opened:   now,
+			deadline: now.Add(pe.cfg.ForwardTimeout),
+			done:     make(chan struct{}),
+		}
+		b.expiry = time.AfterFunc(pe.cfg.ForwardTimeout, func() { pe.expire(b) })
+		pe.cur = b
+	}
+	i = len(b.checks)
+	b.checks = append(b.checks, c)
+	var s *fwdStream
+	var out []*batch
+	switch {
+	case len(b.checks) >= pe.cfg.BatchMaxItems, pe.idleLocked():
+		pe.closeCurLocked()
+		s, out = pe.dispatchLocked()
+	case i == 0:
+		pe.timer.Reset(pe.cfg.BatchMaxWait)
+	}
+	pe.mu.Unlock()
+	pe.sendAll(s, out)
+	return b, i, true
+}
+
+// idleLocked reports whether nothing is in flight or queued to the peer, so
+// that a new check should go out at once. A stream still opening counts as
+// busy: checks gather while it opens.
+func (pe *peer) idleLocked() bool {
+	if len(pe.ready) > 0 {
+		return false
+	}
+	if pe.unary {
+		return pe.unaryCount == 0
+	}
+	return pe.stream == nil || (pe.stream.open && len(pe.stream.inflight) == 0)
+}
+
+// closeCurLocked moves the open batch to ready.
+func (pe *peer) closeCurLocked() {
+	pe.cur.state = batchReady
+	pe.ready = append(pe.ready, pe.cur)
+	pe.cur = nil
+}
+
+// kickLocked is called when a slot may have freed: the open batch is closed if
+// the link became idle, then ready batches are dispatched.
+func (pe *peer) kickLocked() (*fwdStream, []*batch) {
+	if pe.cur != nil && !pe.closed && pe.idleLocked() {
+		pe.closeCurLocked()
+	}
+	return pe.dispatchLocked()
+}
+
+// dispatchLocked moves ready batches into flight while the in-flight bound
+// allows. In stream mode it returns the stream and the batches the caller must
+// send on it after releasing mu; with no stream it starts opening one. In unary mode it starts one goroutine
+// per batch.
+func (pe *peer) dispatchLocked() (*fwdStream, []*batch) {
+	if pe.closed || len(pe.ready) == 0 {
+		return nil, nil
+	}
+	if pe.unary {
+		for pe.unaryCount < pe.cfg.MaxInflightBatches && len(pe.ready) > 0 {
+			b := pe.popReady()
+			b.state = batchUnary
+			pe.unaryCount++
+			go pe.runUnary(b)
+		}
+		return nil, nil
+	}
+	s := pe.stream
+	if s == nil {
+		s = &fwdStream{pe: pe, inflight: make(map[uint64]*batch)}
+		s.ctx, s.cancel = context.WithCancel(context.Background())
+		pe.stream = s
+		go s.run()
+		return nil, nil
+	}
+	if !s.open {
+		return nil, nil
+	}
+	var out []*batch
+	now := time.Time{}
+	for len(s.inflight) < pe.cfg.MaxInflightBatches && len(pe.ready) > 0 {
+		b := pe.popReady()
+		if now.IsZero() {
+			now = time.Now()
+		}
+		pe.nextID++
+		b.id, b.state, b.stream, b.sent = pe.nextID, batchStreamed, s, now
+		s.inflight[b.id] = b
+		out = append(out, b)
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return s, out
+}
+
+func (pe *peer) popReady() *batch {
+	b := pe.ready[0]
+	pe.ready[0] = nil
+	pe.ready = pe.ready[1:]
+	if len(pe.ready) == 0 {
+		pe.ready = pe.ready[:0:0] // let the backing array go; it rarely grows
+	}
+	return b
+}
+
+// sendAll sends batches that dispatchLocked put in flight on s. A send error
+// cancels the stream; its receive loop then fails every batch in flight.
+func (pe *peer) sendAll(s *fwdStream, out []*batch) {
+	if len(out) == 0 {
+		return
+	}
+	for _, b := range out {
+		req := fwdRequest{id: b.id, timeout: max(int64(time.Until(b.deadline)), 1), checks: b.checks}
+		s.sendMu.Lock()
+		err := s.cs.SendMsg(&req)
+		s.sendMu.Unlock()
+		if err != nil {
+			s.cancel()
+			return
+		}
+	}
+}
+
+// timerFired closes the open batch once it is BatchMaxWait old. A stale fire
+// (the batch it was armed for is gone) re-arms for the current batch or does
+// nothing.
+func (pe *peer) timerFired() {
+	pe.mu.Lock()
+	b := pe.cur
+	if b == nil || pe.closed {
+		pe.mu.Unlock()
+		return
+	}
+	if wait := pe.cfg.BatchMaxWait - time.Since(b.opened); wait > 0 {
+		pe.timer.Reset(wait)
+		pe.mu.Unlock()
+		return
+	}
+	pe.closeCurLocked()
+	s, out := pe.dispatchLocked()
+	pe.mu.Unlock()
+	pe.sendAll(s, out)
+}
+
+// expire fails b at its deadline, wherever it is. A unary batch is left to its
+// RPC, which carries the same deadline. A stream on which b got no answer and
+// nothing else arrived since b was sent is stuck: it is cancelled.
+func (pe *peer) expire(b *batch) {
+	pe.mu.Lock()
+	var stuck *fwdStream
+	msg := "before the batch could be sent"
+	switch b.state {
+	case batchDone, batchUnary:
+		pe.mu.Unlock()
+		return
+	case batchOpen:
+		if pe.cur == b {
+			pe.cur = nil
+		}
+	case batchReady:
+		if k := slices.Index(pe.ready, b); k >= 0 {
+			pe.ready = slices.Delete(pe.ready, k, k+1)
+		}
+	case batchStreamed:
+		msg = "no answer within ForwardTimeout " + pe.cfg.ForwardTimeout.String()
+		s := b.stream
+		delete(s.inflight, b.id)
+		if !s.lastRecv.After(b.sent) {
+			// Stuck: detach it now so that no new batch goes on it; its receive
+			// loop fails the batches still in flight on it once cancelled.
+			stuck = s
+			if pe.stream == s {
+				pe.stream = nil
+			}
+		}
+	}
+	b.state = batchDone
+	s, out := pe.kickLocked()
+	pe.mu.Unlock()
+	pe.finish(b, b.opened, fmt.Errorf("%w: forward to %s: %w %s", ErrUnavailable, pe.addr, context.DeadlineExceeded, msg))
+	if stuck != nil {
+		stuck.cancel() // its receive loop fails the rest and the next batch reopens
+	}
+	pe.sendAll(s, out)
+}
+
+// finish completes b, which the caller has moved to batchDone under mu.
+func (pe *peer) finish(b *batch, start time.Time, err error) {
+	b.expiry.Stop()
+	b.err = err
+	close(b.done)
+	if pe.cfg.OnBatch != nil {
+		pe.cfg.OnBatch(pe.addr, len(b.checks), time.Since(start), err)
+	}
+}
+
+// run opens the stream, sends what gathered meanwhile, then receives answers
+// until the stream ends.
+func (s *fwdStream) run() {
+	pe := s.pe
+	defer s.cancel()
+	cs, err := pe.client.ForwardStream(s.ctx, grpc.ForceCodecV2(pe.codec))
+	if err != nil {
+		s.broken(err)
+		return
+	}
+	s.cs = cs // published to senders by pe.mu below
+	pe.mu.Lock()
+	s.open = true
+	s.lastRecv = time.Now()
+	st, out := pe.kickLocked()
+	pe.mu.Unlock()
+	pe.sendAll(st, out)
+	resp := new(fwdResponse)
+	for {
+		if err := cs.RecvMsg(resp); err != nil {
+			s.broken(err)
+			return
+		}
+		pe.mu.Lock()
+		b := s.inflight[resp.id]
+		if b != nil {
+			delete(s.inflight, b.id)
+			b.state = batchDone
+		}
+		s.lastRecv = time.Now()
+		st, out := pe.kickLocked()
+		pe.mu.Unlock()
+		pe.sendAll(st, out)
+		if b == nil {
+			continue // expired or failed already: the late answer is dropped
+		}
+		var err error
+		switch {
+		case resp.code == pb.Code_CODE_INVALID_ARGUMENT:
+			err = errorFromStatus("forward to "+pe.addr, status.Error(codes.InvalidArgument, resp.message))
+		case resp.code != pb.Code_CODE_OK:
+			err = fmt.Errorf("%w: forward to %s: %s", ErrUnavailable, pe.addr, resp.message)
+		case len(resp.results) != len(b.checks):
+			err = fmt.Errorf("%w: forward to %s: %d results for %d checks", ErrUnavailable, pe.addr, len(resp.results), len(b.checks))
+		default:
+			b.results = resp.results
+		}
+		resp.results = nil
+		pe.finish(b, b.sent, err)
+	}
+}
+
+// broken ends s after err: its batches in flight fail with ErrUnavailable (or,
+// when the peer does not know ForwardStream, go back to ready for unary RPCs),
+// and if batches are waiting a new stream is opened for them. A stream that
+// fails to open fails the ready batches too, so a dead peer never loops.
+func (s *fwdStream) broken(err error) {
+	pe := s.pe
+	pe.mu.Lock()
+	if pe.stream == s {
+		pe.stream = nil
+	}
+	opened := s.open
+	s.open = false
+	failed := make([]*batch, 0, len(s.inflight))
+	for _, b := range s.inflight {
+		failed = append(failed, b)
+	}
+	clear(s.inflight)
+	slices.SortFunc(failed, func(a, b *batch) int { return cmp.Compare(a.id, b.id) })
+	if status.Code(err) == codes.Unimplemented && !pe.closed {
+		// A peer from before ForwardStream: nothing was decided. Resend as unary.
+		pe.unary = true
+		for _, b := range failed {
+			b.state, b.stream = batchReady, nil
+		}
+		pe.ready = append(failed, pe.ready...)
+		failed = nil
+	} else {
+		for _, b := range failed {
+			b.state = batchDone
+		}
+		if !opened {
+			for _, b := range pe.ready {
+				b.state = batchDone
+				failed = append(failed, b)
+			}
+			pe.ready = nil
+		}
+	}
+	st, out := pe.kickLocked()
+	pe.mu.Unlock()
+	s.cancel()
+	e := fmt.Errorf("%w: forward to %s: stream: %w", ErrUnavailable, pe.addr, err)
+	for _, b := range failed {
+		start := b.sent
+		if start.IsZero() {
+			start = b.opened
+		}
+		pe.finish(b, start, e)
+	}
+	pe.sendAll(st, out)
+}
+
+// runUnary sends b as one Forward RPC, completes it, and dispatches what waits.
+func (pe *peer) runUnary(b *batch) {
+	start := time.Now()
+	var err error
+	var resp *pb.ForwardResponse
+	if !start.Before(b.deadline) {
+		err = fmt.Errorf("%w: forward to %s: %w before the batch could be sent", ErrUnavailable, pe.addr, context.DeadlineExceeded)
+	} else {
+		ctx, cancel := context.WithDeadline(context.Background(), b.deadline)
+		resp, err = pe.client.Forward(ctx, &pb.ForwardRequest{Checks: checksToWire(b.checks)})
+		cancel()
+		switch {
+		case err != nil:
+			err = errorFromStatus("forward to "+pe.addr, err)
+		case len(resp.GetResults()) != len(b.checks):
+			err = fmt.Errorf("%w: forward to %s: %d results for %d checks", ErrUnavailable, pe.addr, len(resp.GetResults()), len(b.checks))
+		default:
+			b.results = make([]Result, len(b.checks))
+			for i, m := range resp.GetResults() {
+				resultFromWire(m, &b.results[i])
+			}
+		}
+	}
+	pe.mu.Lock()
+	pe.unaryCount--
+	b.state = batchDone
+	s, out := pe.kickLocked()
+	pe.mu.Unlock()
+	pe.finish(b, start, err)
+	pe.sendAll(s, out)
+}
+
+// close fails every batch not yet done with err, ends the stream and closes
+// the connection, which fails the unary RPCs in flight.
+func (pe *peer) close(err error) {
+	pe.mu.Lock()
+	if pe.closed {
+		pe.mu.Unlock()
+		return
+	}
+	pe.closed = true
+	failed := pe.ready
+	if pe.cur != nil {
+		failed = append(failed, pe.cur)
+	}
+	s := pe.stream
+	if s != nil {
+		for _, b := range s.inflight {
+			failed = append(failed, b)
+		}
+		clear(s.inflight)
+	}
+	for _, b := range failed {
+		b.state = batchDone
+	}
+	pe.cur, pe.ready, pe.stream = nil, nil, nil
+	pe.mu.Unlock()
+	pe.timer.Stop()
+	for _, b := range failed {
+		pe.finish(b, b.opened, err)
+	}
+	if s != nil {
+		s.cancel()
+	}
+	_ = pe.conn.Close()
+}
