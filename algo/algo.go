@@ -20,19 +20,41 @@
 //
 // Common rules for every algorithm:
 //   - hits == 0 peeks: it reports the current Decision and never consumes.
-//   - A denied check records nothing: rejected hits are never counted. The only
-//     changes a denied or peeking check may make are representation changes that
-//     alter no future decision (expired entries dropped) and the clock rule below.
-//   - State is absolute in time. A clock that goes backwards never credits
-//     capacity: hits already recorded keep counting at least as long as they
-//     would have, so a clock that steps back and then returns finds the state it
-//     left. It never locks a key out either: whatever would count for longer than
-//     a full wait from the earlier now (the state of a key drained at that now) is
-//     pulled back to that now and the key then refills at the normal rate. Each
-//     type documents exactly what this means for it.
+//   - Only a check that admits hits (hits > 0, Allowed) changes the state. A
+//     check that is denied and a peek change nothing, whatever their now, and
+//     a now that stepped back is never a reason to store anything: no cap, no
+//     pull-back, no clean-up, so the state cannot tell such checks happened.
+//     (State.Take also gives a zero State its Kind, or starts a fresh one when
+//     the Kind changes.)
+//   - Time never runs backwards inside a state. TokenBucket, FixedWindow,
+//     SlidingWindowCounter and SlidingWindowLog carry in their state the latest
+//     time they have seen (the last refill time; the start of the current
+//     window; the newest entry of the log), set by the checks they admitted. A
+//     check whose now is earlier is decided at that latest time, its effective
+//     time max(now, latest): Allowed, Remaining and the state it leaves are
+//     those of the same check at the effective time, and RetryAfter and
+//     ResetAfter are measured from now to the same instants, so they are
+//     longer by the step. A clock that steps back therefore credits nothing (a
+//     clock that returns finds the state it left, plus what was admitted in
+//     between) and locks nothing out beyond what the state at its latest time
+//     implies: the key frees up when the clock reaches the instant it would
+//     have freed up at anyway. Each type documents what its latest time is.
+//   - GCRA keeps only its TAT, as redis-cell does, and decides at now itself:
+//     a step back moves now away from the TAT, so it is at least as
+//     restrictive as a check at any later time, never changes the TAT when
+//     denied, and bounds the wait by the step plus the normal wait (see
+//     GCRAState).
 //   - A Limit may change between checks of the same key; every check applies the
-//     Limit it is given (as redis-cell does). A smaller capacity caps the state at
-//     "fully used" for the new Limit, never beyond.
+//     Limit it is given (as redis-cell does). A smaller capacity credits nothing
+//     and stores no cap: what was recorded under the larger Limit keeps counting
+//     for as long as it would have (a key may wait out the debt of the larger
+//     Limit, at most the larger Limit's full wait); Remaining is clamped to
+//     [0, capacity] in the Decision only.
+//   - State.Idle is exact for checks at times at or after both its now and the
+//     state's latest time; a caller that may feed a key earlier times than it
+//     already did must not drop states on Idle alone.
+//   - Durations in a Decision saturate at math.MaxInt64 ns (about 292 years),
+//     reachable only when now is centuries before the state's latest time.
 //   - Invalid parameters return an error wrapping ErrInvalidLimit that names the
 //     field and value; nothing panics and nothing is clamped silently.
 //
@@ -44,6 +66,7 @@ package algo
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -186,4 +209,29 @@ type Decision struct {
 	RetryAfter time.Duration
 	// ResetAfter is the time until the key is back to full capacity (ns), >= 0.
 	ResetAfter time.Duration
+}
+
+// until returns the time from now to at, for at > now, saturated at
+// math.MaxInt64: at-now is below 2^64, so a negative int64 difference has
+// wrapped.
+func until(at, now int64) time.Duration {
+	d := at - now
+	if d < 0 {
+		d = math.MaxInt64
+	}
+	return time.Duration(d)
+}
+
+// satDur returns u as a Duration saturated at math.MaxInt64.
+func satDur(u uint64) time.Duration { return time.Duration(min(u, math.MaxInt64)) }
+
+// delay lengthens the positive durations of d by lag >= 0 ns, saturating: d
+// was decided at an effective time lag after the caller's now.
+func (d *Decision) delay(lag uint64) {
+	if d.RetryAfter > 0 {
+		d.RetryAfter = satDur(uint64(d.RetryAfter) + lag)
+	}
+	if d.ResetAfter > 0 {
+		d.ResetAfter = satDur(uint64(d.ResetAfter) + lag)
+	}
 }

@@ -111,14 +111,37 @@ func TestFixedWindowClockBackwards(t *testing.T) {
 	l := Limit{Kind: FixedWindow, Limit: 2, Period: time.Second}
 	runBoth(t, func() taker { return new(FixedWindowState) }, l, []step{
 		{t5, 2, true, 0, 0, d(sec)},
-		// Back to an earlier window: the count is kept (no credit) and the
-		// key is free at the end of that earlier window (no lockout).
-		{t2 + 500*ms, 1, false, 0, d(500 * ms), d(500 * ms)},
-		{t3, 2, true, 0, 0, d(sec)},
-		// Back within the same window changes nothing.
-		{t3 - 1 + sec, 1, false, 0, 1, 1},
-		{t3 + 10*ms, 1, false, 0, d(990 * ms), d(990 * ms)},
+		// Back to an earlier window: decided in the stored window of t5 (no
+		// credit); the key frees up at t6, as it would have, and the wait
+		// counts from the earlier now.
+		{t2 + 500*ms, 1, false, 0, d(3500 * ms), d(3500 * ms)},
+		{t2 + 500*ms, 0, true, 0, 0, d(3500 * ms)},
+		{t3, 2, false, 0, d(3 * sec), d(3 * sec)},
+		{t5 + 999*ms, 1, false, 0, d(ms), d(ms)}, // the denied checks changed nothing
+		{t5 + sec, 1, true, 1, 0, d(sec)},
+		// Back with room in the stored window: admitted there, counted there.
+		{t3, 1, true, 0, 0, d(4 * sec)},
+		{t5 + sec + 500*ms, 1, false, 0, d(500 * ms), d(500 * ms)},
+		{t5 + 2*sec, 2, true, 0, 0, d(sec)},
 	})
+}
+
+// TestFixedWindowOscillation is the counterexample of a clock alternating
+// across a window edge (limit 1 per minute, :59 and :61): at most one hit per
+// aligned window, 2 of 10.
+func TestFixedWindowOscillation(t *testing.T) {
+	l := Limit{Kind: FixedWindow, Limit: 1, Period: time.Minute}
+	at59, at61 := t0+59*sec, t0+61*sec
+	steps := []step{
+		{at59, 1, true, 0, 0, d(sec)},
+		{at61, 1, true, 0, 0, d(59 * sec)},
+	}
+	for range 4 {
+		steps = append(steps,
+			step{at59, 1, false, 0, d(61 * sec), d(61 * sec)}, // decided in [:60, :120)
+			step{at61, 1, false, 0, d(59 * sec), d(59 * sec)})
+	}
+	runBoth(t, func() taker { return new(FixedWindowState) }, l, steps)
 }
 
 func TestSlidingWindowLog(t *testing.T) {
@@ -143,13 +166,27 @@ func TestSlidingWindowLog(t *testing.T) {
 func TestSlidingWindowLogClockBackwards(t *testing.T) {
 	l := Limit{Kind: SlidingWindowLog, Limit: 2, Period: time.Second}
 	runBoth(t, func() taker { return new(SlidingWindowLogState) }, l, []step{
-		{t5, 2, true, 0, 0, d(sec)},
-		// 3 s back: the t5 hits are moved back to t2, so they count until t3
-		// (no lockout until t6) and never stop counting early.
-		{t2, 1, false, 0, d(sec), d(sec)},
-		{t3 - 1, 1, false, 0, 1, 1},
-		{t3, 2, true, 0, 0, d(sec)},
-		{t3 + 500*ms, 1, false, 0, d(500 * ms), d(500 * ms)},
+		{t5, 1, true, 1, 0, d(sec)},
+		// 3 s back: decided at t5, the newest entry. Admitted, the hit is
+		// recorded at t5 (it expires at t6, 4 s from now).
+		{t2, 1, true, 0, 0, d(4 * sec)},
+		{t2, 1, false, 0, d(4 * sec), d(4 * sec)},
+		{t5 + 999*ms, 1, false, 0, d(ms), d(ms)},
+		{t5 + sec, 2, true, 0, 0, d(sec)},
+		{t4, 2, false, 0, d(3 * sec), d(3 * sec)},
+	})
+}
+
+// TestSlidingWindowLogReturn is the counterexample :01+ :13+ :00- :14: the
+// hit of :13 counts until :23 whatever the clock did in between.
+func TestSlidingWindowLogReturn(t *testing.T) {
+	l := Limit{Kind: SlidingWindowLog, Limit: 1, Period: 10 * time.Second}
+	runBoth(t, func() taker { return new(SlidingWindowLogState) }, l, []step{
+		{t0 + 1*sec, 1, true, 0, 0, d(10 * sec)},
+		{t0 + 13*sec, 1, true, 0, 0, d(10 * sec)},
+		{t0, 1, false, 0, d(23 * sec), d(23 * sec)},
+		{t0 + 14*sec, 1, false, 0, d(9 * sec), d(9 * sec)},
+		{t0 + 23*sec, 1, true, 0, 0, d(10 * sec)},
 	})
 }
 
@@ -166,18 +203,25 @@ func TestSlidingWindowLogLimitChanges(t *testing.T) {
 	if got := len(s.buf); got != 100 {
 		t.Errorf("buffer capacity: got %d, want %d", got, 100)
 	}
-	// Shrinking keeps the newest 10 hits: nothing is allowed until the oldest
-	// of them (t0+90ms) expires.
+	// Shrinking keeps all 100 hits counting: nothing is allowed until all but
+	// 9 of them have expired (the 91st oldest, at t0+90ms, is the last to go).
 	got := s.Take(t0+200*ms, 1, small)
 	want := Decision{Limit: 10, RetryAfter: d(890 * ms), ResetAfter: d(899 * ms)}
 	if got != want {
 		t.Errorf("after shrink: got %+v, want %+v", got, want)
 	}
-	if got := len(s.buf); got > 10 {
-		t.Errorf("buffer capacity after shrink: got %d, want <= %d", got, 10)
+	if got := len(s.buf); got != 100 || s.n != 100 {
+		t.Errorf("after a denied check: got capacity %d, %d entries, want 100 and 100 (unchanged)", got, s.n)
+	}
+	// Growing back within Period finds them all: nothing was credited.
+	if got := s.Take(t0+300*ms, 1, big); got.Allowed || got.RetryAfter != d(700*ms) {
+		t.Errorf("grown back at t0+300ms: got %+v, want denied for 700ms", got)
 	}
 	if d := s.Take(t1+90*ms, 1, small); !d.Allowed || d.Remaining != 0 {
 		t.Errorf("at t1+90ms: got %+v, want allowed with 0 remaining", d)
+	}
+	if got := len(s.buf); got > 10 {
+		t.Errorf("buffer capacity after an admitted check: got %d, want <= %d", got, 10)
 	}
 	// Growing again: the capacity follows.
 	for i := range int64(50) {
@@ -188,8 +232,9 @@ func TestSlidingWindowLogLimitChanges(t *testing.T) {
 	if got, want := s.n, int32(50); got != want {
 		t.Errorf("entries: got %d, want %d", got, want)
 	}
-	// All expire: the buffer shrinks back but keeps a small minimum.
-	s.Take(t9, 0, big)
+	// All expire: the next admitted check shrinks the buffer back to a small
+	// minimum.
+	s.Take(t9, 1, big)
 	if got := len(s.buf); got > minLogCap {
 		t.Errorf("buffer capacity when empty: got %d, want <= %d", got, minLogCap)
 	}
@@ -219,11 +264,31 @@ func TestSlidingWindowCounterClockBackwards(t *testing.T) {
 	l := Limit{Kind: SlidingWindowCounter, Limit: 2, Period: time.Second}
 	runBoth(t, func() taker { return new(SlidingWindowCounterState) }, l, []step{
 		{t5, 2, true, 0, 0, d(sec + 500*ms + 1)},
-		// Back to t2: both counts are kept in the window of t2 (no credit);
-		// the key frees up as cur fades in the next window (no lockout).
-		{t2, 1, false, 0, d(sec + 1), d(sec + 500*ms + 1)},
-		{t3 + 1, 1, true, 0, 0, d(sec)},
+		// Back to t2: decided as at t5, the start of the stored window (no
+		// credit); the waits are those of t5 plus the 3 s step.
+		{t2, 1, false, 0, d(3*sec + sec + 1), d(3*sec + sec + 500*ms + 1)},
+		{t5 + sec + 1, 1, true, 0, 0, d(sec)}, // floor(2*(P-1)/P) + 0 = 1
+		// Back into the window of t5: decided at t6 with prev 2, cur 1.
+		{t5 + 500*ms, 0, true, 0, 0, d(500*ms + sec + 1)},
+		{t5 + 500*ms, 1, false, 0, d(500*ms + 500*ms + 1), d(500*ms + sec + 1)}, // prev fades to 0 at t6+500ms+1
 	})
+}
+
+// TestSlidingWindowCounterOscillation is the counterexample of a clock
+// alternating across a window edge (limit 1 per minute, :59 and :61): 2 of 10.
+func TestSlidingWindowCounterOscillation(t *testing.T) {
+	l := Limit{Kind: SlidingWindowCounter, Limit: 1, Period: time.Minute}
+	at59, at61 := t0+59*sec, t0+61*sec
+	steps := []step{
+		{at59, 1, true, 0, 0, d(sec + 1)},
+		{at61, 1, true, 0, 0, d(59*sec + 1)}, // floor(1*59/60) + 0 = 0
+	}
+	for range 4 {
+		steps = append(steps,
+			step{at59, 1, false, 0, d(61*sec + 1), d(61*sec + 1)}, // as at :60: E = 1 + 1
+			step{at61, 1, false, 0, d(59*sec + 1), d(59*sec + 1)}) // E = 0 + 1
+	}
+	runBoth(t, func() taker { return new(SlidingWindowCounterState) }, l, steps)
 }
 
 func TestGCRA(t *testing.T) {
@@ -276,14 +341,53 @@ func TestGCRAClockBackwards(t *testing.T) {
 	})
 	before := g
 	run(t, &g, l, []step{
-		// 4 s back: the debt is capped at tau (a drained key) rather than 6 s,
-		// so the key is not locked out for the length of the step.
-		{t0, 1, false, 0, d(sec), d(3 * sec)},
-		{t1, 1, true, 0, 0, d(3 * sec)},
+		// 5 s back: TAT t7 is 7 s away, more than tau: denied with the honest
+		// wait (the step plus the normal one) and Remaining 0; nothing stored.
+		{t0, 1, false, 0, d(5 * sec), d(7 * sec)},
+		{t1, 1, false, 0, d(4 * sec), d(6 * sec)},
+		{t0, 0, true, 0, 0, d(7 * sec)},
 	})
-	if g == before {
-		t.Errorf("state after a capped step back: got unchanged, want the cap stored")
+	if g != before {
+		t.Errorf("state after a step back: got %+v, want unchanged %+v", g, before)
 	}
+	run(t, &g, l, []step{
+		{t4, 1, false, 0, d(sec), d(3 * sec)},
+		{t5, 1, true, 0, 0, d(3 * sec)},
+	})
+}
+
+// TestGCRAReturn is the counterexample :01+ :03+ :08+ :00- :07 (2 per 10 s,
+// burst 1: T 5 s, tau 10 s): redis-cell's rule denies :07, at most 3 in 8 s.
+func TestGCRAReturn(t *testing.T) {
+	l := Limit{Kind: GCRA, Limit: 2, Period: 10 * time.Second, Burst: 1}
+	s := func(n int64) time.Duration { return d(n * sec) }
+	runBoth(t, func() taker { return new(GCRAState) }, l, []step{
+		{t0 + 1*sec, 1, true, 1, 0, s(5)}, // TAT :06
+		{t0 + 3*sec, 1, true, 0, 0, s(8)}, // TAT :11
+		{t0 + 8*sec, 1, true, 0, 0, s(8)}, // TAT :16
+		{t0, 1, false, 0, s(11), s(16)},   // :00 < :21 - tau
+		{t0 + 7*sec, 1, false, 0, s(4), s(9)},
+		{t0 + 11*sec, 1, true, 0, 0, s(10)}, // TAT :21
+	})
+}
+
+// TestGCRALimitShrinks checks that a smaller capacity leaves the TAT as it is
+// (as redis-cell does): the key waits out the larger debt, Remaining 0.
+func TestGCRALimitShrinks(t *testing.T) {
+	big := Limit{Kind: GCRA, Limit: 1, Period: time.Second, Burst: 9} // tau 10 s
+	small := big
+	small.Burst = 1 // tau 2 s
+	var g GCRAState
+	run(t, &g, big, []step{{t0, 10, true, 0, 0, d(10 * sec)}})
+	before := g
+	run(t, &g, small, []step{
+		{t1, 1, false, 0, d(8 * sec), d(9 * sec)},
+		{t1, 0, true, 0, 0, d(9 * sec)},
+	})
+	if g != before {
+		t.Errorf("denied under a smaller limit: got %+v, want unchanged %+v", g, before)
+	}
+	run(t, &g, small, []step{{t9, 1, true, 0, 0, d(2 * sec)}})
 }
 
 func TestTokenBucket(t *testing.T) {
@@ -324,13 +428,67 @@ func TestTokenBucketClockBackwards(t *testing.T) {
 	l := Limit{Kind: TokenBucket, Limit: 1, Period: time.Second, Burst: 3}
 	runBoth(t, func() taker { return new(TokenBucketState) }, l, []step{
 		{t5, 1, true, 2, 0, d(sec)},
-		// 1 s back: the refill of that second is taken back...
-		{t4, 0, true, 1, 0, d(2 * sec)},
-		// ...and given again when the clock returns: nothing credited twice.
+		// 1 s back: decided at t5, the last refill; the bucket is full 1 s
+		// after t5, 2 s from now...
+		{t4, 0, true, 2, 0, d(2 * sec)},
+		// ...and nothing changed when the clock returns.
 		{t5, 0, true, 2, 0, d(sec)},
-		// 9 s back: capped at an empty bucket, refilling from t0.
-		{t0 - 4*sec, 1, false, 0, d(sec), d(3 * sec)},
-		{t0 - 3*sec, 1, true, 0, 0, d(3 * sec)},
+		// 9 s back: the tokens are taken at t5 (no refill taken back or given).
+		{t0 - 4*sec, 1, true, 1, 0, d(11 * sec)},
+		{t0 - 3*sec, 2, false, 1, d(9 * sec), d(10 * sec)},
+		{t5 + sec, 2, true, 0, 0, d(3 * sec)},
+	})
+}
+
+// TestTokenBucketReturn is the counterexample :05+ :16+ :00- :10 (1 per 10 s,
+// burst 1): the bucket was emptied at :16, so :10 is denied until :26.
+func TestTokenBucketReturn(t *testing.T) {
+	l := Limit{Kind: TokenBucket, Limit: 1, Period: 10 * time.Second, Burst: 1}
+	s := func(n int64) time.Duration { return d(n * sec) }
+	runBoth(t, func() taker { return new(TokenBucketState) }, l, []step{
+		{t0 + 5*sec, 1, true, 0, 0, s(10)},
+		{t0 + 16*sec, 1, true, 0, 0, s(10)},
+		{t0, 1, false, 0, s(26), s(26)},
+		{t0 + 10*sec, 1, false, 0, s(16), s(16)},
+		{t0 + 26*sec, 1, true, 0, 0, s(10)},
+	})
+}
+
+// TestTokenBucketNoLockOut: a bucket full again at its latest time (:47) is
+// not drained by an earlier now (:12): the check is decided at :47.
+func TestTokenBucketNoLockOut(t *testing.T) {
+	l := Limit{Kind: TokenBucket, Limit: 1, Period: time.Second, Burst: 3}
+	s := func(n int64) time.Duration { return d(n * sec) }
+	runBoth(t, func() taker { return new(TokenBucketState) }, l, []step{
+		{t0 + 3*sec, 1, true, 2, 0, s(1)},
+		{t0 + 43*sec, 1, true, 2, 0, s(1)},
+		{t0 + 47*sec, 1, true, 2, 0, s(1)},
+		{t0 + 12*sec, 1, true, 1, 0, s(37)}, // taken at :47: full at :49
+		{t0 + 47*sec, 0, true, 1, 0, s(2)},
+	})
+}
+
+// TestTokenBucketBurstShrinks checks that a smaller Burst credits nothing and
+// stores no cap: the key waits until the old debt allows the hits.
+func TestTokenBucketBurstShrinks(t *testing.T) {
+	big := Limit{Kind: TokenBucket, Limit: 1, Period: time.Second, Burst: 10}
+	small := big
+	small.Burst = 3
+	var tb TokenBucketState
+	run(t, &tb, big, []step{{t0, 10, true, 0, 0, d(10 * sec)}})
+	before := tb
+	// At t1: 9 tokens missing, 1 more needed than a 3-token bucket allows
+	// after 7 more seconds.
+	run(t, &tb, small, []step{
+		{t1, 1, false, 0, d(7 * sec), d(9 * sec)},
+		{t1, 0, true, 0, 0, d(9 * sec)},
+	})
+	if tb != before {
+		t.Errorf("denied under a smaller Burst: got %+v, want unchanged %+v", tb, before)
+	}
+	run(t, &tb, small, []step{
+		{t0 + 8*sec, 1, true, 0, 0, d(3 * sec)},
+		{t0 + 10*sec, 0, true, 2, 0, d(sec)},
 	})
 }
 

@@ -1,7 +1,5 @@
 package algo
 
-import "time"
-
 // FixedWindowState is the per-key state of a fixed-window counter, the
 // in-memory form of Redis's INCR+EXPIRE recipe: at most Limit hits per window,
 // windows aligned to the Unix epoch, the window of now starting at
@@ -10,11 +8,20 @@ import "time"
 // The zero value is a fresh key. 16 bytes. Decision.Limit is Limit; hits > Limit
 // never pass (RetryNever); a denied check waits for the next window.
 //
-// Clock going backwards: a now in an earlier window moves the state to that
-// window keeping its count (stored even by a denied check), so nothing is
-// credited and the key is free again at the end of that earlier window, within
-// one Period. A different Period between checks is handled the same way: a window
-// start later than the stored one starts a new count, an earlier one keeps it.
+// Clock going backwards: the latest time the state has seen is the start of its
+// window (the window of the last admitted check). A now in an earlier window is
+// decided in the stored window, as at its start: its count is kept and nothing
+// is stored unless the check admits (then the hits count in the stored window).
+// RetryAfter and ResetAfter are measured from now to the end of the stored
+// window, so they include the step. Nothing is credited (a clock oscillating
+// across a window edge admits at most Limit per window) and the key frees up
+// when the stored window ends, as it would have.
+//
+// Limit changes: a smaller Limit keeps the count (Remaining is clamped at 0);
+// a different Period is handled like the clock: a now whose window starts after
+// the stored one starts a new count, one whose window starts before it is
+// decided in the window of max(now, stored start), which contains the stored
+// start, keeping the count.
 type FixedWindowState struct {
 	start int64 // Unix ns of the current window's start
 	count int64 // hits admitted in it
@@ -34,33 +41,41 @@ func (s *FixedWindowState) Take(now, hits int64, l Limit) Decision {
 // writing the Decision to d.
 func (s *FixedWindowState) take(d *Decision, now, off, hits int64, l Limit) {
 	p := int64(l.Period)
-	start := now - off
-	if start > s.start {
-		s.start, s.count = start, 0
-	} else if start < s.start {
-		s.start = start
+	start, count := now-off, s.count
+	if start != s.start {
+		if start > s.start || count == 0 {
+			count = 0 // a new window (or a fresh state)
+		} else {
+			// Before the stored window (the clock stepped back, or a longer
+			// Period): time never runs backwards inside a state.
+			eff := max(now, s.start)
+			start = eff - floorMod(eff, p) // <= s.start < start+p
+		}
 	}
+	end := until(start+p, now)
 	*d = Decision{Limit: l.Limit}
 	switch {
 	case hits == 0:
 		d.Allowed = true
 	case hits > l.Limit:
 		d.RetryAfter = RetryNever
-	case hits > l.Limit-s.count:
-		d.RetryAfter = time.Duration(p - off)
+	case hits > l.Limit-count:
+		d.RetryAfter = end
 	default:
 		d.Allowed = true
-		s.count += hits
+		count += hits
+		s.start, s.count = start, count
 	}
-	if s.count > 0 {
-		d.Remaining = max(0, l.Limit-s.count)
-		d.ResetAfter = time.Duration(p - off)
+	if count > 0 {
+		d.Remaining = max(0, l.Limit-count)
+		d.ResetAfter = end
 	} else {
 		d.Remaining = l.Limit
 	}
 }
 
-// idle reports whether no hit counts against the window of now.
+// idle reports whether no hit counts against the window of now or any later
+// one.
 func (s FixedWindowState) idle(now int64, l Limit) bool {
 	return s.count == 0 || now-floorMod(now, int64(l.Period)) > s.start
 }

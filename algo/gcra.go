@@ -1,7 +1,5 @@
 package algo
 
-import "time"
-
 // GCRAState is the per-key state of the GCRA algorithm (generic cell rate
 // algorithm, leaky bucket as a meter) with the semantics of redis-cell's
 // CL.THROTTLE (github.com/brandur/redis-cell, src/cell/mod.rs and src/lib.rs).
@@ -15,7 +13,8 @@ import "time"
 //	capacity  = Burst+1
 //	new_tat   = max(tat, now) + T*hits
 //	limited   = now < new_tat - tau
-//	remaining = floor((tau - ttl) / T), ttl = (tat after the check) - now
+//	remaining = floor((tau - ttl) / T), ttl = (tat after the check) - now,
+//	            0 when ttl > tau
 //	retry     = new_tat - tau - now when limited; RetryNever when hits > Burst+1
 //	reset     = ttl
 //
@@ -27,12 +26,24 @@ import "time"
 // multiple of count); otherwise redis-cell can be off by one, above the capacity
 // or above what a check would admit, which the Remaining contract forbids.
 //
-// Clock going backwards: the TAT is absolute, so a step back makes the key more
-// restrictive by the step and a clock returning finds the same state (nothing is
-// credited). The debt tat-now is capped at tau, the debt of a key drained at now,
-// so a key is never locked out for longer than a full drain; the cap is stored
-// even by a denied check. The same cap applies when Burst or Period/Limit shrink
-// between checks: redis-cell would keep the larger debt.
+// Clock going backwards: the TAT is absolute and never capped, so a check at a
+// now earlier than a previous one sees the TAT further away by the step: it is
+// decided as redis-cell decides it at that now (never more permissive than the
+// same check at any later time). When now < new_tat - tau it is denied with the
+// honest RetryAfter = new_tat - tau - now (the step plus the normal wait), and
+// Remaining is clamped at 0 in the Decision when ttl > tau (ResetAfter is ttl).
+// Nothing is stored by a denied check or a peek, so a clock that returns finds
+// exactly the state it left, and nothing is credited: the wait is bounded by
+// the step. GCRA does not record the latest time it has seen (its state stays
+// the 8-byte TAT), so its bound holds on each check's own now: for admitted
+// checks i before j in the sequence, the hits admitted by checks i..j are at
+// most (now_j - now_i + tau) / T. (A check at an earlier now whose TAT has
+// already passed then is admitted from that now, as redis-cell would; measured
+// on the later clock that is at most step/T hits more than the rate.)
+//
+// Limit changes: a smaller Burst or a larger T leaves the TAT as it is (as
+// redis-cell does); the key waits out the larger debt, at most the old tau, and
+// Remaining is clamped at 0 meanwhile.
 type GCRAState struct {
 	// tat is the TAT minus MinTime, in ns, so that the zero value is earlier than
 	// any valid now and means "no debt".
@@ -58,31 +69,27 @@ func (s *GCRAState) Take(now, hits int64, l Limit) Decision {
 // costs more than the algorithm).
 func (s *GCRAState) take(d *Decision, now, hits, capacity, t, tau int64) {
 	n := uint64(now - MinTime)
-	tat := s.tat
-	if tat < n {
-		tat = n
-	} else if tat-n > uint64(tau) {
-		tat = n + uint64(tau) // clock went back, or a smaller limit: at most drained
-		s.tat = tat
+	var ttl uint64 // TAT - now; above tau after a step back or a smaller limit
+	if s.tat > n {
+		ttl = s.tat - n
 	}
-	ttl := int64(tat - n) // in [0, tau]
 	*d = Decision{Limit: capacity}
 	switch {
 	case hits == 0:
 		d.Allowed = true
 	case hits > capacity:
 		d.RetryAfter = RetryNever
-	case ttl+t*hits > tau:
-		d.RetryAfter = time.Duration(ttl + t*hits - tau)
+	case ttl > uint64(tau-t*hits): // now < new_tat - tau
+		d.RetryAfter = satDur(ttl - uint64(tau-t*hits))
 	default:
 		d.Allowed = true
-		if hits > 0 {
-			ttl += t * hits
-			s.tat = n + uint64(ttl)
-		}
+		ttl += uint64(t * hits)
+		s.tat = n + ttl
 	}
-	d.Remaining = (tau - ttl) / t
-	d.ResetAfter = time.Duration(ttl)
+	if ttl < uint64(tau) {
+		d.Remaining = (tau - int64(ttl)) / t
+	}
+	d.ResetAfter = satDur(ttl)
 }
 
 // idle reports whether s is back to full capacity at now.

@@ -91,7 +91,10 @@ func (s *State) take(d *Decision, now, hits int64, l Limit, t int64) {
 		}
 		f := FixedWindowState{start: s.a, count: s.b}
 		f.take(d, now, off, hits, l)
-		s.a, s.b, s.c = f.start, f.count, p
+		if f.start != s.a || now-off == s.a {
+			s.c = p // s.a is (or becomes) a window start aligned to p
+		}
+		s.a, s.b = f.start, f.count
 	case SlidingWindowCounter:
 		w := SlidingWindowCounterState{start: s.a, prev: s.b, cur: s.c}
 		w.take(d, now, hits, l)
@@ -129,11 +132,18 @@ func (s *State) peek(now int64, l Limit) Decision {
 func (s *State) Kind() Kind { return s.kind }
 
 // Idle reports whether s is back to full capacity at now (Unix ns) under l: no
-// recorded hit affects any future decision, so dropping s and starting fresh
-// changes no decision as long as the clock does not go back. A State of another
-// Kind than l.Kind (or the zero State) is idle, since Take would start it fresh.
-// Idle returns false for an invalid l or now (see Take), so that an invalid
-// policy never drops a state. It does not change s.
+// recorded hit affects the decision of any check at a time >= now that is also
+// >= the latest time s has seen (see the package doc; for GCRA, any time >=
+// now), so dropping s and starting fresh changes none of them. A now earlier
+// than that latest time is judged at the latest time, as Take does. A State of
+// another Kind than l.Kind (or the zero State) is idle, since Take would start it
+// fresh. Idle returns false for an invalid l or now (see Take), so that an
+// invalid policy never drops a state. It does not change s.
+//
+// A fresh state decides checks at earlier times than s would (s decides them
+// at its latest time; a fresh one at their own now), so a caller that may feed a
+// key times earlier than those of the checks it already took (clocks that step
+// back, or several nodes' clocks) must not drop states on Idle alone.
 func (s *State) Idle(now int64, l Limit) bool {
 	if l.Validate() != nil || validateNow(now) != nil {
 		return false

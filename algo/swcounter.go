@@ -31,11 +31,20 @@ import (
 // uniformly, Cloudflare's working assumption (they measured 0.003% of requests
 // wrongly allowed or limited on real traffic).
 //
-// Clock going backwards, or a longer Period: a now in an earlier window moves
-// the state to that window keeping both counts (stored even by a denied check):
-// nothing is credited and the counts stop mattering within two Periods. A
-// window start later than the stored one by at most Period shifts cur into prev;
-// later still clears both.
+// Clock going backwards: the latest time the state has seen is the start of its
+// current window (the window of the last admitted check). A now before it is
+// decided as at that start, with both counts kept (the estimate there is
+// prev+cur, the most the window ever weighs): nothing is stored unless the check
+// admits (then in the stored window), and RetryAfter and ResetAfter are measured
+// from now, so they include the step. Nothing is credited (a clock oscillating
+// across a window edge admits at most Limit per window) and the counts fade as
+// they would have from the stored window.
+//
+// Limit changes: a smaller Limit keeps the counts (Remaining is clamped at 0). A
+// different Period: a window start later than the stored one by at most Period
+// shifts cur into prev, later still clears both; a window start before the
+// stored one (a longer Period, the stored start inside the window of now)
+// keeps both counts in the window of now.
 type SlidingWindowCounterState struct {
 	start int64 // Unix ns of the current window's start
 	prev  int64 // hits admitted in [start-Period, start)
@@ -55,9 +64,13 @@ func (s *SlidingWindowCounterState) Take(now, hits int64, l Limit) Decision {
 // take is Take writing the Decision to d.
 func (s *SlidingWindowCounterState) take(d *Decision, now, hits int64, l Limit) {
 	p := int64(l.Period)
-	e := floorMod(now, p)
-	s.advance(now-e, p)
-	est := s.estimate(e, p) // uint64: prev and cur are each < 2^63
+	w, eff := *s, now
+	if now < w.start && w.prev|w.cur != 0 {
+		eff = w.start // time never runs backwards inside a state
+	}
+	e := floorMod(eff, p)
+	w.advance(eff-e, p)
+	est := w.estimate(e, p) // uint64: prev and cur are each < 2^63
 	lim := uint64(l.Limit)
 	*d = Decision{Limit: l.Limit}
 	switch {
@@ -66,16 +79,20 @@ func (s *SlidingWindowCounterState) take(d *Decision, now, hits int64, l Limit) 
 	case hits > l.Limit:
 		d.RetryAfter = RetryNever
 	case est > lim || uint64(hits) > lim-est:
-		d.RetryAfter = time.Duration(s.retry(e, p, hits, l.Limit))
+		d.RetryAfter = time.Duration(w.retry(e, p, hits, l.Limit))
 	default:
 		d.Allowed = true
-		s.cur += hits
+		w.cur += hits
 		est += uint64(hits)
+		*s = w
 	}
 	if est < lim {
 		d.Remaining = int64(lim - est)
 	}
-	d.ResetAfter = time.Duration(s.reset(e, p))
+	d.ResetAfter = time.Duration(w.reset(e, p))
+	if eff != now {
+		d.delay(uint64(eff - now))
+	}
 }
 
 // advance moves the state to the window starting at start (aligned, Period p).
@@ -141,10 +158,9 @@ func (s *SlidingWindowCounterState) reset(e, p int64) int64 {
 	return 0
 }
 
-// idle reports whether E is 0 at now and stays 0.
+// idle reports whether E is 0 at now (or the effective time) and stays 0.
 func (s SlidingWindowCounterState) idle(now int64, l Limit) bool {
-	p := int64(l.Period)
-	e := floorMod(now, p)
-	s.advance(now-e, p)
-	return s.reset(e, p) == 0
+	var d Decision
+	s.take(&d, now, 0, l)
+	return d.ResetAfter == 0
 }

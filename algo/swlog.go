@@ -1,35 +1,35 @@
 package algo
 
-import "time"
-
 // SlidingWindowLogState is the per-key state of the exact sliding window log,
 // the in-memory form of Redis's ZSET recipe (ZADD, ZREMRANGEBYSCORE, ZCARD): a
 // ring buffer of the timestamps (Unix ns) of admitted hits, oldest first. A hit
 // admitted at t counts while t > now-Period; a check of hits passes iff the hits
 // that count plus hits <= Limit. The zero value is a fresh key.
 //
-// Cost. Each admitted hit is stored once (8 bytes) and dropped once, when it
-// expires: amortized O(1) per hit. The buffer never holds more than Limit
-// entries; it grows by doubling up to Limit and shrinks to twice the entries
-// when less than a quarter full, so after a check it uses at most
-// 8*max(minLogCap, 4*stored) bytes and never more than
-// 8*Limit (at most 512 KiB, see MaxLogLimit), plus 32 bytes for this header.
+// Cost. Each admitted hit is stored once (8 bytes) and dropped once, by the
+// first admitted check after it expires: amortized O(1) per hit, plus a binary
+// search, O(log n), for the hits that count. After an admitted check the buffer
+// holds at most that check's Limit entries; it grows by doubling up to Limit and
+// shrinks to twice the entries when less than a quarter full, so it uses at most
+// 8*max(minLogCap, 4*stored) bytes and never more than 8*Limit (at most 512 KiB,
+// see MaxLogLimit), plus 32 bytes for this header. Denied checks and peeks
+// change nothing, not even the buffer.
 //
 // Decision.Limit is Limit; hits > Limit never pass (RetryNever). RetryAfter is
 // the exact wait until enough of the oldest hits expire; ResetAfter the time
 // until the newest one expires.
 //
-// Limit changes: when Limit shrinks below the number of hits that count, the
-// oldest are dropped and the newest Limit kept. That changes no decision under
-// the new Limit (the dropped hits are the first to expire and a full log denies
-// anyway); if Limit grows back within Period the dropped hits no longer count.
+// Limit changes: when Limit shrinks below the number of hits that count, they
+// all keep counting (Remaining is clamped at 0) and the key waits until enough
+// of them expire; nothing is dropped, so a Limit that grows back finds them.
 //
-// Clock going backwards: timestamps later than now are moved back to now (stored
-// even by a denied check), so they count for one more Period from the earlier
-// now, no longer: nothing is credited (recorded hits never expire earlier than
-// they would have on the later clock, except the part of their life beyond now
-// that the move cuts) and the key is not locked out for the length of the step.
-// The move costs O(number of hits moved), paid only when the clock goes back.
+// Clock going backwards: the latest time the log has seen is its newest entry.
+// A check at an earlier now is decided at that time: the hits that count are
+// those that count then, an admitted hit is recorded at that time (the log stays
+// in order), and RetryAfter and ResetAfter are measured from now to the instants
+// the hits expire, so they include the step. Nothing is credited (no hit expires
+// earlier than it would have) and the key frees up when its hits expire, as it
+// would have. A denied check or a peek stores nothing.
 type SlidingWindowLogState struct {
 	buf  []int64 // ring buffer; len(buf) is its capacity
 	head int32   // index of the oldest entry
@@ -53,8 +53,12 @@ func (s *SlidingWindowLogState) Take(now, hits int64, l Limit) Decision {
 // take is Take writing the Decision to d.
 func (s *SlidingWindowLogState) take(d *Decision, now, hits int64, l Limit) {
 	p := int64(l.Period)
-	s.normalize(now, p, l.Limit)
-	count := int64(s.n)
+	eff := now
+	if s.n > 0 {
+		eff = max(now, s.at(s.n-1)) // time never runs backwards inside a state
+	}
+	lo := s.first(eff - p)
+	count := int64(s.n - lo) // may exceed Limit after Limit shrank
 	*d = Decision{Limit: l.Limit}
 	switch {
 	case hits == 0:
@@ -62,38 +66,26 @@ func (s *SlidingWindowLogState) take(d *Decision, now, hits int64, l Limit) {
 	case hits > l.Limit:
 		d.RetryAfter = RetryNever
 	case hits > l.Limit-count:
-		// The (count+hits-Limit)-th oldest hit must expire first.
-		d.RetryAfter = time.Duration(s.at(int32(count+hits-l.Limit-1)) + p - now)
+		// The (count+hits-Limit)-th oldest hit that counts must expire first.
+		d.RetryAfter = until(s.at(lo+int32(count+hits-l.Limit-1))+p, now)
 	default:
 		d.Allowed = true
-		s.push(now, int32(hits), int32(l.Limit))
+		s.drop(lo)
+		s.fit(int32(l.Limit))
+		s.push(eff, int32(hits), int32(l.Limit))
+		count += hits
 	}
-	d.Remaining = l.Limit - int64(s.n)
-	if s.n > 0 {
-		d.ResetAfter = time.Duration(s.at(s.n-1) + p - now)
+	d.Remaining = max(0, l.Limit-count)
+	if count > 0 {
+		d.ResetAfter = until(s.at(s.n-1)+p, now)
 	}
 }
 
-// normalize applies the clock rule, drops expired hits and hits beyond limit,
-// and shrinks a sparse buffer. It changes no decision at now or later.
-func (s *SlidingWindowLogState) normalize(now, p, limit int64) {
-	for i := s.n - 1; i >= 0; i-- { // clock went back: future hits move to now
-		j := s.idx(i)
-		if s.buf[j] <= now {
-			break
-		}
-		s.buf[j] = now
-	}
-	cut := now - p
-	for s.n > 0 && s.buf[s.head] <= cut {
-		s.drop(1)
-	}
-	if int64(s.n) > limit {
-		s.drop(s.n - int32(limit))
-	}
+// fit shrinks a buffer larger than limit or sparse (less than a quarter full).
+func (s *SlidingWindowLogState) fit(limit int32) {
 	switch c := int32(len(s.buf)); {
-	case int64(c) > limit:
-		s.resize(min(int32(limit), max(2*s.n, minLogCap)))
+	case c > limit:
+		s.resize(min(limit, max(2*s.n, minLogCap)))
 	case c > minLogCap && s.n < c/4:
 		s.resize(max(2*s.n, minLogCap))
 	}
@@ -101,19 +93,23 @@ func (s *SlidingWindowLogState) normalize(now, p, limit int64) {
 
 // peek returns the Decision of a check of 0 hits at now, without changing s.
 func (s *SlidingWindowLogState) peek(now int64, l Limit) Decision {
-	p := int64(l.Period)
-	count := s.live(now, p, l.Limit)
-	d := Decision{Allowed: true, Limit: l.Limit, Remaining: l.Limit - count}
-	if count > 0 {
-		d.ResetAfter = time.Duration(min(s.at(s.n-1), now) + p - now)
-	}
+	var d Decision
+	s.take(&d, now, 0, l)
 	return d
 }
 
-// live returns the number of hits that count at now, without changing s.
-func (s *SlidingWindowLogState) live(now, p, limit int64) int64 {
-	cut := now - p
-	lo, hi := int32(0), s.n // first entry > cut, by binary search
+// first returns the index of the oldest entry later than cut: the entries
+// from it on count.
+func (s *SlidingWindowLogState) first(cut int64) int32 {
+	// Usually none or a few have expired since the last admitted check; a
+	// binary search bounds the rest (denied checks drop nothing).
+	lo := int32(0)
+	for ; lo < min(s.n, 4); lo++ {
+		if s.at(lo) > cut {
+			return lo
+		}
+	}
+	hi := s.n
 	for lo < hi {
 		m := int32(uint32(lo+hi) >> 1)
 		if s.at(m) <= cut {
@@ -122,7 +118,7 @@ func (s *SlidingWindowLogState) live(now, p, limit int64) int64 {
 			hi = m
 		}
 	}
-	return min(int64(s.n-lo), limit)
+	return lo
 }
 
 func (s *SlidingWindowLogState) idx(i int32) int32 {

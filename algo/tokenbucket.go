@@ -13,26 +13,35 @@ import (
 //
 // The arithmetic is exact: the state is the number of tokens missing from a full
 // bucket scaled by Period (token*ns units, so one token is Period units and the
-// refill is Limit units per ns), and the time it was last brought up to date.
-// Nothing is rounded except the reported values: Remaining is the whole number
+// refill is Limit units per ns), and the time of the last refill (the now, or
+// effective time, of the last admitted check). Nothing is rounded except the reported values: Remaining is the whole number
 // of tokens in the bucket (rounded down), RetryAfter and ResetAfter are rounded
 // up to the next ns. Decision.Limit is Burst. hits > Burst never pass
 // (RetryNever).
 //
-// Clock going backwards: the refill of the step back is taken back (the missing
-// tokens grow by Limit*step/Period), so a clock that returns finds the bucket it
-// left and nothing is credited twice; the missing tokens are capped at Burst (an
-// empty bucket at the earlier now), so the key is never locked out for longer
-// than a full refill. A backwards step is stored even by a denied check. A
-// smaller Burst between checks caps the missing tokens at the new Burst (also
-// stored by any check, so the key never waits out the old debt); a
-// different Period reinterprets the stored token*ns amount in the new Period
-// (Limit alone may change freely).
+// Clock going backwards: the latest time the bucket has seen is its last
+// refill time, the now (or effective time) of the last admitted check. A check
+// at an earlier now is decided at that time: no refill is taken back or given
+// (the bucket holds what it held then), the state is not changed unless the
+// check admits (then its tokens are taken at that time), and RetryAfter and
+// ResetAfter are measured from now to the instants the bucket refills at, so
+// they include the step. A clock that steps back and returns finds the bucket
+// it left and nothing is credited twice; a bucket that was full at its latest
+// time is full for the earlier now too.
+//
+// Limit changes: a different Period reinterprets the stored token*ns amount in
+// the new Period (Limit alone may change freely). A smaller Burst leaves the
+// missing tokens as they are, even when they exceed the new Burst: the key waits
+// until the bucket would hold the hits under the old debt (at most the old
+// Burst's full refill), and Remaining is clamped at 0 meanwhile; nothing is
+// capped or stored by a denied check.
 type TokenBucketState struct {
-	// debt is (Burst - tokens) * Period at last, in token*ns, >= 0.
+	// debt is (Burst - tokens) * Period at last, in token*ns, >= 0 (above
+	// Burst*Period only for a Burst smaller than the one it was taken under).
 	debt int64
-	// last is the now of the last update minus MinTime, in ns; the zero value
-	// is earlier than any valid now.
+	// last is the effective time of the last admitted check minus MinTime, in
+	// ns: the latest time the bucket has seen. The zero value is earlier than
+	// any valid now.
 	last uint64
 }
 
@@ -50,29 +59,19 @@ func (s *TokenBucketState) Take(now, hits int64, l Limit) Decision {
 func (s *TokenBucketState) take(d *Decision, now, hits int64, l Limit) {
 	p := int64(l.Period)
 	n := uint64(now - MinTime)
+	var lag uint64
+	if n < s.last { // time never runs backwards inside a state
+		lag, n = s.last-n, s.last
+	}
 	full := l.Burst * p
 	debt := s.debt
-	back := n < s.last
-	if !back {
-		if debt > 0 {
-			hi, lo := bits.Mul64(uint64(l.Limit), n-s.last)
-			if hi != 0 || lo >= uint64(debt) {
-				debt = 0
-			} else {
-				debt -= int64(lo)
-			}
-		}
-	} else {
-		hi, lo := bits.Mul64(uint64(l.Limit), s.last-n)
-		if hi != 0 || lo >= uint64(full) {
-			debt = full
+	if debt > 0 {
+		hi, lo := bits.Mul64(uint64(l.Limit), n-s.last)
+		if hi != 0 || lo >= uint64(debt) {
+			debt = 0
 		} else {
-			debt += int64(lo) // < 2*MaxDuration: no overflow; capped below
+			debt -= int64(lo)
 		}
-	}
-	store := back // a step back, or a cap below, must be kept even if denied
-	if debt > full {
-		debt, store = full, true
 	}
 	*d = Decision{Limit: l.Burst}
 	switch {
@@ -80,17 +79,20 @@ func (s *TokenBucketState) take(d *Decision, now, hits int64, l Limit) {
 		d.Allowed = true
 	case hits > l.Burst:
 		d.RetryAfter = RetryNever
-	case debt+hits*p > full:
-		d.RetryAfter = time.Duration(ceilDiv(debt+hits*p-full, l.Limit))
+	case debt > full-hits*p: // debt may exceed full after Burst shrank
+		d.RetryAfter = time.Duration(ceilDiv(debt-(full-hits*p), l.Limit))
 	default:
 		d.Allowed = true
 		debt += hits * p
-	}
-	if store || (d.Allowed && hits > 0) {
 		s.debt, s.last = debt, n
 	}
-	d.Remaining = (full - debt) / p
+	if debt < full {
+		d.Remaining = (full - debt) / p
+	}
 	d.ResetAfter = time.Duration(ceilDiv(debt, l.Limit))
+	if lag != 0 {
+		d.delay(lag)
+	}
 }
 
 // idle reports whether the bucket is full at now.

@@ -70,15 +70,13 @@ func TestMaxAdmittedHoldsForAlgo(t *testing.T) {
 
 // TestMaxAdmittedHoldsWithBackwardClock feeds the same checks in random time
 // order. DESIGN.md requires that a clock going backwards never credits capacity
-// twice, so the bounds must still hold. They do not yet: with the algo package
-// of this commit, FixedWindow and SlidingWindowCounter re-admit when the clock
-// oscillates across a window boundary (limit 1/min, checks alternating at :59
-// and :61 admit 6 of 10), and SlidingWindowLog, GCRA and TokenBucket admit
-// again after a denied check with an earlier time (GCRA 2/10s burst 1:
-// :01+ :03+ :08+ :00- :07+ admits 4 in 8 s, bound 3). Skipped until algo is
-// fixed; run with -run BackwardClock and remove the Skip to see it.
+// twice, so the bounds must still hold: algo decides a now earlier than the
+// latest time a state has seen at that latest time (FixedWindow and
+// SlidingWindowCounter in their stored window, SlidingWindowLog at its newest
+// entry, TokenBucket at its last refill), whose effective times all lie within
+// the span, and GCRA at now against a TAT it never caps, which admits at most
+// span/T + Burst + 1 between the earliest and the latest now.
 func TestMaxAdmittedHoldsWithBackwardClock(t *testing.T) {
 	t.Parallel()
-	t.Skip("algo credits capacity again when the clock goes back; see the comment")
 	checkBound(t, 13, false)
 }
