@@ -344,12 +344,10 @@ func (n *Node) decide(ctx context.Context, c transport.Check) (Decision, error) 
 			n.observe(c.Limit.Kind, RouteOwner, d.Allowed)
 			return Decision{Decision: d, Route: RouteOwner, Owner: n.cfg.Name}, nil
 		}
-		if deadline.IsZero() {
-			deadline = time.Now().Add(n.cfg.ForwardTimeout)
-		}
-		fctx, cancel := context.WithDeadline(ctx, deadline)
-		res, err := n.peers.Forward(fctx, owner.Addr, c)
-		cancel()
+		// The pool bounds each forward by ForwardTimeout; the deadline below bounds
+		// the retries (set on the first failure, so the fast path reads no clock and
+		// makes no context or timer).
+		res, err := n.peers.Forward(ctx, owner.Addr, c)
 		if err != nil && ctx.Err() != nil {
 			return Decision{}, ctx.Err()
 		}
@@ -362,6 +360,9 @@ func (n *Node) decide(ctx context.Context, c transport.Check) (Decision, error) 
 		}
 		if n.stopping.Load() {
 			return Decision{}, ErrStopped // our own pool is closing: not the owner's fault
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(n.cfg.ForwardTimeout)
 		}
 		// The owner answered "not owner" or "stopping", or could not be reached.
 		// "Not owner" means two rings disagree for a moment: retry every two gossip
