@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ringlimit/ringlimit/algo"
-	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/replay"
 	"github.com/ringlimit/ringlimit/transport"
 )
 
@@ -101,7 +100,7 @@ func printDecision(cmd *cobra.Command, key string, l algo.Limit, res transport.R
 	if asJSON {
 		return json.NewEncoder(w).Encode(checkJSON{
 			Key: key, Algorithm: l.Kind.String(), Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
-			RetryAfterNS: int64(d.RetryAfter), ResetAfterNS: int64(d.ResetAfter), Route: replay.RouteName(res.Route),
+			RetryAfterNS: int64(d.RetryAfter), ResetAfterNS: int64(d.ResetAfter), Route: res.Route.String(),
 		})
 	}
 	verdict := "allowed"
@@ -113,6 +112,6 @@ func printDecision(cmd *cobra.Command, key string, l algo.Limit, res transport.R
 		retry = "never"
 	}
 	_, err := fmt.Fprintf(w, "%s  key=%s algorithm=%s limit=%d remaining=%d retry_after=%s reset_after=%v route=%s\n",
-		verdict, key, l.Kind, d.Limit, d.Remaining, retry, d.ResetAfter, replay.RouteName(res.Route))
+		verdict, key, l.Kind, d.Limit, d.Remaining, retry, d.ResetAfter, res.Route.String())
 	return err
 }

@@ -101,7 +101,7 @@ func (m Mismatch) String() string {
 	if m.Err != nil {
 		return fmt.Sprintf("line %d key %s at %s via %s: error %v; reference %s", m.Line, m.Key, ts, m.Target, m.Err, FormatDecision(m.Want))
 	}
-	return fmt.Sprintf("line %d key %s at %s via %s: got %s (route %s), reference %s", m.Line, m.Key, ts, m.Target, FormatDecision(m.Got.Decision), RouteName(m.Got.Route), FormatDecision(m.Want))
+	return fmt.Sprintf("line %d key %s at %s via %s: got %s (route %s), reference %s", m.Line, m.Key, ts, m.Target, FormatDecision(m.Got.Decision), m.Got.Route.String(), FormatDecision(m.Want))
 }
 
 // FormatDecision renders d compactly, durations rounded to the millisecond.
@@ -115,20 +115,6 @@ func fmtDur(d time.Duration) string {
 		return "never"
 	}
 	return d.String()
-}
-
-// RouteName is the report's name of a route: "owner", "forwarded", "fallback"
-// or "unknown".
-func RouteName(r transport.Route) string {
-	switch r {
-	case transport.RouteOwner:
-		return "owner"
-	case transport.RouteForwarded:
-		return "forwarded"
-	case transport.RouteFallback:
-		return "fallback"
-	}
-	return "unknown"
 }
 
 // Report is the outcome of a replay.
@@ -189,7 +175,7 @@ func (r *Report) Write(w io.Writer) error {
 	decided := r.Admitted + r.Denied
 	for _, rt := range []transport.Route{transport.RouteOwner, transport.RouteForwarded, transport.RouteFallback, transport.RouteUnknown} {
 		if n := r.Routes[rt]; n > 0 || rt == transport.RouteOwner || rt == transport.RouteForwarded {
-			fmt.Fprintf(tw, "route %s\t%d (%s)\n", RouteName(rt), n, pct(n, decided))
+			fmt.Fprintf(tw, "route %s\t%d (%s)\n", rt.String(), n, pct(n, decided))
 		}
 	}
 	for _, n := range sortedKeys(r.ByOwner) {

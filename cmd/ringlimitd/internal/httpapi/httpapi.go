@@ -177,7 +177,7 @@ func (a *api) check(w http.ResponseWriter, r *http.Request) {
 		Remaining:    d.Remaining,
 		RetryAfterNS: int64(d.RetryAfter),
 		ResetAfterNS: int64(d.ResetAfter),
-		Route:        RouteName(res.Route),
+		Route:        res.Route.String(),
 		Owner:        res.Owner,
 	})
 }
@@ -282,20 +282,6 @@ func statusOf(err error) int {
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
-}
-
-// RouteName returns the JSON name of a route: "owner", "forwarded", "fallback",
-// or "unknown".
-func RouteName(r transport.Route) string {
-	switch r {
-	case transport.RouteOwner:
-		return "owner"
-	case transport.RouteForwarded:
-		return "forwarded"
-	case transport.RouteFallback:
-		return "fallback"
-	}
-	return "unknown"
 }
 
 func (a *api) members(w http.ResponseWriter, r *http.Request) {

@@ -10,7 +10,6 @@ package metrics
 
 import (
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -126,7 +125,7 @@ func New(stats func() node.Stats) *Metrics {
 	for a, result := range []string{"denied", "allowed"} {
 		for _, r := range []transport.Route{transport.RouteOwner, transport.RouteForwarded, transport.RouteFallback} {
 			for _, k := range algo.Kinds() {
-				m.checkCounter[a][r][k] = m.checks.WithLabelValues(result, routeName(r), k.String())
+				m.checkCounter[a][r][k] = m.checks.WithLabelValues(result, r.String(), k.String())
 			}
 		}
 	}
@@ -157,7 +156,7 @@ func (m *Metrics) Check(kind algo.Kind, route node.Route, allowed bool) {
 		m.checkCounter[a][route][kind].Inc()
 		return
 	}
-	m.checks.WithLabelValues([]string{"denied", "allowed"}[a], routeName(route), kind.String()).Inc()
+	m.checks.WithLabelValues([]string{"denied", "allowed"}[a], route.String(), kind.String()).Inc()
 }
 
 // Forward records one forwarded batch.
@@ -183,16 +182,4 @@ func result(err error) string {
 		return "error"
 	}
 	return "ok"
-}
-
-func routeName(r transport.Route) string {
-	switch r {
-	case transport.RouteOwner:
-		return "owner"
-	case transport.RouteForwarded:
-		return "forwarded"
-	case transport.RouteFallback:
-		return "fallback"
-	}
-	return "route(" + strconv.Itoa(int(r)) + ")"
 }

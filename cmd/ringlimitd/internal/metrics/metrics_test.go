@@ -96,7 +96,7 @@ func TestCounts(t *testing.T) {
 	}{
 		{[]string{"denied", "owner", "sliding_window_log"}, 1000},
 		{[]string{"allowed", "fallback", "token_bucket"}, 1000},
-		{[]string{"allowed", "route(0)", "kind(0)"}, 1},
+		{[]string{"allowed", "unknown", "kind(0)"}, 1},
 		{[]string{"allowed", "owner", "gcra"}, 0},
 	} {
 		if got := value(t, m.checks.WithLabelValues(tt.labels...)); got != tt.want {
