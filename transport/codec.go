@@ -2,6 +2,7 @@ package transport
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"google.golang.org/grpc/encoding"
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/ringlimit/ringlimit/algo"
 	pb "github.com/ringlimit/ringlimit/transport/ringlimitv1"
 )
 
@@ -364,10 +366,12 @@ func (m *fwdResponse) decode(b []byte) error {
 }
 
 // decodeResult decodes one Result message into r with the rules of
-// resultFromWire.
+// resultFromWire, without the intermediate wire structs.
 func (m *fwdResponse) decodeResult(b []byte, r *Result) error {
-	var w pb.Result
+	var code pb.Code
+	var msg string
 	var d pb.Decision
+	hasDecision := false
 	for len(b) > 0 {
 		num, typ, l := protowire.ConsumeTag(b)
 		if l < 0 {
@@ -380,13 +384,13 @@ func (m *fwdResponse) decodeResult(b []byte, r *Result) error {
 			if l < 0 {
 				return errMalformed
 			}
-			b, w.Code = b[l:], pb.Code(int32(v))
+			b, code = b[l:], pb.Code(int32(v))
 		case num == 2 && typ == protowire.BytesType:
 			v, l := protowire.ConsumeBytes(b)
 			if l < 0 {
 				return errMalformed
 			}
-			b, w.Message = b[l:], string(v)
+			b, msg = b[l:], string(v)
 		case num == 3 && typ == protowire.BytesType:
 			v, l := protowire.ConsumeBytes(b)
 			if l < 0 {
@@ -396,7 +400,7 @@ func (m *fwdResponse) decodeResult(b []byte, r *Result) error {
 			if err := m.decodeDecision(v, &d); err != nil {
 				return err
 			}
-			w.Decision = &d
+			hasDecision = true
 		default:
 			l := protowire.ConsumeFieldValue(num, typ, b)
 			if l < 0 {
@@ -405,7 +409,30 @@ func (m *fwdResponse) decodeResult(b []byte, r *Result) error {
 			b = b[l:]
 		}
 	}
-	resultFromWire(&w, r)
+	r.Code = codeFromWire(code)
+	r.Message = msg
+	switch code {
+	case pb.Code_CODE_OK, pb.Code_CODE_NOT_OWNER, pb.Code_CODE_INVALID_ARGUMENT, pb.Code_CODE_UNAVAILABLE:
+	default:
+		r.Message = fmt.Sprintf("unknown result code %d: %s", int32(code), msg)
+	}
+	if r.Code != CodeOK {
+		return nil
+	}
+	if !hasDecision {
+		r.Code = CodeUnavailable
+		r.Message = "result has no decision"
+		return nil
+	}
+	r.Decision = algo.Decision{
+		Allowed:    d.Allowed,
+		Limit:      d.Limit,
+		Remaining:  d.Remaining,
+		RetryAfter: time.Duration(d.RetryAfterNs),
+		ResetAfter: time.Duration(d.ResetAfterNs),
+	}
+	r.Route = routeFromWire(d.Route)
+	r.Owner = d.Owner
 	return nil
 }
 

@@ -24,8 +24,11 @@ import (
 // moves batches into flight on the stream sends them right after releasing mu:
 // the caller of Forward that filled a batch or found the link idle, the flush
 // timer, the stream's receive loop after an answer freed a slot. No goroutine
-// is started per batch in stream mode. Every batch has a deadline timer that
-// fails it wherever it is, so a caller never waits past ForwardTimeout.
+// is started per batch in stream mode. Batches not yet done are kept in a list
+// in the order they opened, which is also the order of their deadlines; one
+// expiry timer per peer, armed for the oldest, fails each batch at its
+// deadline wherever it is, so a caller never waits past ForwardTimeout and no
+// timer is made per batch.
 //
 // A stream is opened by its own goroutine, which then receives the answers
 // until the stream ends; batches become ready while it opens and are sent once
@@ -38,15 +41,45 @@ type peer struct {
 	conn   *grpc.ClientConn
 	client pb.PeerClient
 	timer  *time.Timer // flushes cur after BatchMaxWait; fires into timerFired
+	expiry *time.Timer // fails live batches at their deadline; fires into expiryFired
 
-	mu         sync.Mutex
-	cur        *batch     // open batch, or nil
-	ready      []*batch   // closed batches waiting for an in-flight slot, FIFO
-	stream     *fwdStream // current stream (open or opening), or nil
-	unary      bool       // send batches as unary Forward RPCs
-	unaryCount int        // unary RPCs in flight
-	nextID     uint64     // last batch id used
-	closed     bool
+	mu          sync.Mutex
+	cur         *batch     // open batch, or nil
+	ready       []*batch   // closed batches waiting for an in-flight slot, FIFO
+	stream      *fwdStream // current stream (open or opening), or nil
+	unary       bool       // send batches as unary Forward RPCs
+	unaryCount  int        // unary RPCs in flight
+	nextID      uint64     // last batch id used
+	live        batchList  // batches not done, oldest (earliest deadline) first
+	expiryArmed bool       // expiry is set for the deadline of some live batch
+	closed      bool
+}
+
+// batchList is an intrusive doubly linked list of batches; guarded by peer.mu.
+type batchList struct{ head, tail *batch }
+
+func (l *batchList) push(b *batch) {
+	b.prev, b.next = l.tail, nil
+	if l.tail != nil {
+		l.tail.next = b
+	} else {
+		l.head = b
+	}
+	l.tail = b
+}
+
+func (l *batchList) remove(b *batch) {
+	if b.prev != nil {
+		b.prev.next = b.next
+	} else if l.head == b {
+		l.head = b.next
+	}
+	if b.next != nil {
+		b.next.prev = b.prev
+	} else if l.tail == b {
+		l.tail = b.prev
+	}
+	b.prev, b.next = nil, nil
 }
 
 // batchState says where a batch is; guarded by peer.mu.
@@ -66,13 +99,13 @@ type batch struct {
 	checks   []Check
 	opened   time.Time
 	deadline time.Time
-	expiry   *time.Timer // fails the batch at deadline
 
 	// Guarded by peer.mu.
-	state  batchState
-	id     uint64
-	stream *fwdStream
-	sent   time.Time
+	state      batchState
+	id         uint64
+	stream     *fwdStream
+	sent       time.Time
+	prev, next *batch // in peer.live while not done
 
 	done    chan struct{}
 	results []Result
@@ -98,6 +131,8 @@ func newPeer(cfg *ClientConfig, codec wireCodec, addr string, conn *grpc.ClientC
 	pe := &peer{cfg: cfg, codec: codec, addr: addr, conn: conn, client: pb.NewPeerClient(conn), unary: cfg.UnaryForward}
 	pe.timer = time.AfterFunc(time.Hour, pe.timerFired)
 	pe.timer.Stop()
+	pe.expiry = time.AfterFunc(time.Hour, pe.expiryFired)
+	pe.expiry.Stop()
 	return pe
 }
 
@@ -118,7 +153,12 @@ func (pe *peer) add(c Check) (b *batch, i int, ok bool) {
 			deadline: now.Add(pe.cfg.ForwardTimeout),
 			done:     make(chan struct{}),
 		}
-		b.expiry = time.AfterFunc(pe.cfg.ForwardTimeout, func() { pe.expire(b) })
+		pe.live.push(b)
+		if !pe.expiryArmed {
+			// Armed for an older batch otherwise, whose deadline comes first.
+			pe.expiryArmed = true
+			pe.expiry.Reset(pe.cfg.ForwardTimeout)
+		}
 		pe.cur = b
 	}
 	i = len(b.checks)
@@ -261,17 +301,58 @@ func (pe *peer) timerFired() {
 	pe.sendAll(s, out)
 }
 
-// expire fails b at its deadline, wherever it is. A unary batch is left to its
-// RPC, which carries the same deadline. A stream on which b got no answer and
-// nothing else arrived since b was sent is stuck: it is cancelled.
-func (pe *peer) expire(b *batch) {
+// expiryFired fails the live batches whose deadline has passed and re-arms the
+// expiry timer for the oldest batch still live.
+func (pe *peer) expiryFired() {
 	pe.mu.Lock()
-	var stuck *fwdStream
-	msg := "before the batch could be sent"
-	switch b.state {
-	case batchDone, batchUnary:
+	pe.expiryArmed = false
+	if pe.closed {
 		pe.mu.Unlock()
 		return
+	}
+	now := time.Now()
+	var expired []*batch
+	var errs []error
+	var stuck []*fwdStream
+	b := pe.live.head
+	for b != nil && !b.deadline.After(now) {
+		next := b.next
+		// A unary batch is left to its RPC, which carries the same deadline.
+		if b.state != batchUnary {
+			msg := "before the batch could be sent"
+			if b.state == batchStreamed {
+				msg = "no answer within ForwardTimeout " + pe.cfg.ForwardTimeout.String()
+			}
+			if s := pe.expireLocked(b); s != nil {
+				stuck = append(stuck, s)
+			}
+			expired = append(expired, b)
+			errs = append(errs, fmt.Errorf("%w: forward to %s: %w %s", ErrUnavailable, pe.addr, context.DeadlineExceeded, msg))
+		}
+		b = next
+	}
+	if b != nil {
+		pe.expiryArmed = true
+		pe.expiry.Reset(b.deadline.Sub(now))
+	}
+	s, out := pe.kickLocked()
+	pe.mu.Unlock()
+	for i, b := range expired {
+		pe.finish(b, b.opened, errs[i])
+	}
+	for _, s := range stuck {
+		s.cancel() // its receive loop fails the rest and the next batch reopens
+	}
+	pe.sendAll(s, out)
+}
+
+// expireLocked takes b, whose deadline passed, out of wherever it is and marks
+// it done; the caller finishes it after releasing mu. It returns b's stream if
+// that stream is stuck: b got no answer and nothing else arrived since b was
+// sent. The stream is then detached, so that no new batch goes on it, and the
+// caller cancels it; its receive loop fails the batches still in flight on it.
+func (pe *peer) expireLocked(b *batch) (stuck *fwdStream) {
+	switch b.state {
 	case batchOpen:
 		if pe.cur == b {
 			pe.cur = nil
@@ -281,31 +362,27 @@ func (pe *peer) expire(b *batch) {
 			pe.ready = slices.Delete(pe.ready, k, k+1)
 		}
 	case batchStreamed:
-		msg = "no answer within ForwardTimeout " + pe.cfg.ForwardTimeout.String()
 		s := b.stream
 		delete(s.inflight, b.id)
 		if !s.lastRecv.After(b.sent) {
-			// Stuck: detach it now so that no new batch goes on it; its receive
-			// loop fails the batches still in flight on it once cancelled.
 			stuck = s
 			if pe.stream == s {
 				pe.stream = nil
 			}
 		}
 	}
+	pe.doneLocked(b)
+	return stuck
+}
+
+// doneLocked marks b done and takes it off the live list.
+func (pe *peer) doneLocked(b *batch) {
 	b.state = batchDone
-	s, out := pe.kickLocked()
-	pe.mu.Unlock()
-	pe.finish(b, b.opened, fmt.Errorf("%w: forward to %s: %w %s", ErrUnavailable, pe.addr, context.DeadlineExceeded, msg))
-	if stuck != nil {
-		stuck.cancel() // its receive loop fails the rest and the next batch reopens
-	}
-	pe.sendAll(s, out)
+	pe.live.remove(b)
 }
 
 // finish completes b, which the caller has moved to batchDone under mu.
 func (pe *peer) finish(b *batch, start time.Time, err error) {
-	b.expiry.Stop()
 	b.err = err
 	close(b.done)
 	if pe.cfg.OnBatch != nil {
@@ -340,7 +417,7 @@ func (s *fwdStream) run() {
 		b := s.inflight[resp.id]
 		if b != nil {
 			delete(s.inflight, b.id)
-			b.state = batchDone
+			pe.doneLocked(b)
 		}
 		s.lastRecv = time.Now()
 		st, out := pe.kickLocked()
@@ -393,11 +470,11 @@ func (s *fwdStream) broken(err error) {
 		failed = nil
 	} else {
 		for _, b := range failed {
-			b.state = batchDone
+			pe.doneLocked(b)
 		}
 		if !opened {
 			for _, b := range pe.ready {
-				b.state = batchDone
+				pe.doneLocked(b)
 				failed = append(failed, b)
 			}
 			pe.ready = nil
@@ -442,7 +519,7 @@ func (pe *peer) runUnary(b *batch) {
 	}
 	pe.mu.Lock()
 	pe.unaryCount--
-	b.state = batchDone
+	pe.doneLocked(b)
 	s, out := pe.kickLocked()
 	pe.mu.Unlock()
 	pe.finish(b, start, err)
@@ -470,11 +547,12 @@ func (pe *peer) close(err error) {
 		clear(s.inflight)
 	}
 	for _, b := range failed {
-		b.state = batchDone
+		pe.doneLocked(b)
 	}
 	pe.cur, pe.ready, pe.stream = nil, nil, nil
 	pe.mu.Unlock()
 	pe.timer.Stop()
+	pe.expiry.Stop()
 	for _, b := range failed {
 		pe.finish(b, b.opened, err)
 	}
