@@ -52,12 +52,23 @@ func (c wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return c.proto.Unmarshal(data, v)
 }
 
+// smallMsgBuffer is the capacity encodeWith asks of gRPC's buffer pool for a
+// message below gRPC's pooling threshold (1 KiB): one of the default pool's
+// sizes, above the threshold.
+const smallMsgBuffer = 4 << 10
+
+// encodeWith encodes into a buffer of gRPC's pool, which gRPC returns to the
+// pool once the message is written. Small messages get a 4 KiB buffer, above
+// gRPC's pooling threshold, too (mem.NewBuffer pools no smaller capacity): a
+// stream sends one or two such messages per batch, and a pooled buffer saves
+// the allocation of the bytes and of their Buffer each time.
 func encodeWith(size int, fill func([]byte) []byte) mem.BufferSlice {
-	if mem.IsBelowBufferPoolingThreshold(size) {
-		return mem.BufferSlice{mem.SliceBuffer(fill(make([]byte, 0, size)))}
-	}
 	pool := mem.DefaultBufferPool()
-	buf := pool.Get(size)
+	n := size
+	if mem.IsBelowBufferPoolingThreshold(n) {
+		n = smallMsgBuffer
+	}
+	buf := pool.Get(n)
 	*buf = fill((*buf)[:0])
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}
 }

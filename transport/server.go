@@ -284,10 +284,18 @@ type forwardStream struct {
 	sendClosed bool // the handler returned: Send is no longer allowed
 }
 
+// streamBatch is one batch received on a ForwardStream with everything its
+// serving needs, allocated together.
+type streamBatch struct {
+	req  fwdRequest
+	resp fwdResponse
+	ctx  batchContext
+}
+
 func (fs *forwardStream) recvLoop() error {
 	for {
-		req := &fwdRequest{maxKeyLen: fs.srv.cfg.MaxKeyLen}
-		if err := fs.stream.RecvMsg(req); err != nil {
+		sb := &streamBatch{req: fwdRequest{maxKeyLen: fs.srv.cfg.MaxKeyLen}}
+		if err := fs.stream.RecvMsg(&sb.req); err != nil {
 			return err
 		}
 		fs.mu.Lock()
@@ -297,26 +305,26 @@ func (fs *forwardStream) recvLoop() error {
 		}
 		fs.wg.Add(1)
 		fs.mu.Unlock()
-		go fs.serve(req)
+		go fs.serve(sb)
 	}
 }
 
 // serve decides one batch and sends its answer.
-func (fs *forwardStream) serve(req *fwdRequest) {
+func (fs *forwardStream) serve(sb *streamBatch) {
 	defer fs.wg.Done()
-	ctx := fs.stream.Context()
+	req, resp := &sb.req, &sb.resp
+	sb.ctx.parent = fs.stream.Context()
 	if req.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.timeout))
-		defer cancel()
+		sb.ctx.deadline = time.Now().Add(time.Duration(req.timeout))
 	}
-	resp := &fwdResponse{id: req.id}
+	defer sb.ctx.end()
+	resp.id = req.id
 	var results []Result
 	var err error
 	if req.n > fs.srv.cfg.MaxBatch {
 		err = batchTooLarge("checks", req.n, fs.srv.cfg.MaxBatch)
 	} else if req.n > 0 {
-		results, err = fs.srv.decide(ctx, req.checks, req.invalid, req.n)
+		results, err = fs.srv.decide(&sb.ctx, req.checks, req.invalid, req.n)
 	}
 	if err != nil {
 		st := status.Convert(err)
@@ -332,6 +340,93 @@ func (fs *forwardStream) serve(req *fwdRequest) {
 	defer fs.sendMu.Unlock()
 	if !fs.sendClosed {
 		_ = fs.stream.SendMsg(resp) // an error ends the stream; RecvMsg reports it
+	}
+}
+
+// batchContext is the context of one batch of a ForwardStream: the stream's
+// context bounded by the deadline the sender gave. It behaves as
+// context.WithDeadline(parent, deadline) would, but makes that context (and
+// its timer) only when Done is called, which a handler does only when it is
+// about to wait; a batch decided without waiting costs no timer. Until then
+// Err compares the deadline with the clock.
+type batchContext struct {
+	parent   context.Context
+	deadline time.Time // zero: none
+
+	mu      sync.Mutex
+	derived context.Context // made by Done, or nil
+	cancel  context.CancelFunc
+	ended   bool // the batch was answered: the context is cancelled
+}
+
+// Deadline implements context.Context.
+func (c *batchContext) Deadline() (time.Time, bool) {
+	pd, ok := c.parent.Deadline()
+	if c.deadline.IsZero() || (ok && pd.Before(c.deadline)) {
+		return pd, ok
+	}
+	return c.deadline, true
+}
+
+// Done implements context.Context.
+func (c *batchContext) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.derived == nil {
+		if c.deadline.IsZero() {
+			c.derived, c.cancel = context.WithCancel(c.parent)
+		} else {
+			c.derived, c.cancel = context.WithDeadline(c.parent, c.deadline)
+		}
+		if c.ended {
+			c.cancel()
+		}
+	}
+	return c.derived.Done()
+}
+
+// Err implements context.Context.
+func (c *batchContext) Err() error {
+	c.mu.Lock()
+	d, ended := c.derived, c.ended
+	c.mu.Unlock()
+	if d != nil {
+		return d.Err()
+	}
+	if err := c.parent.Err(); err != nil {
+		return err
+	}
+	if !c.deadline.IsZero() && !time.Now().Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	if ended {
+		return context.Canceled
+	}
+	return nil
+}
+
+// Value implements context.Context. Once Done has been called it asks the
+// derived context, so that contexts derived from this one find their parent's
+// cancellation without a goroutine of their own.
+func (c *batchContext) Value(key any) any {
+	c.mu.Lock()
+	d := c.derived
+	c.mu.Unlock()
+	if d != nil {
+		return d.Value(key)
+	}
+	return c.parent.Value(key)
+}
+
+// end cancels the context once the batch is answered, as the cancel of
+// context.WithDeadline would.
+func (c *batchContext) end() {
+	c.mu.Lock()
+	c.ended = true
+	cancel := c.cancel
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel()
 	}
 }
 
