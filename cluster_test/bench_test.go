@@ -31,6 +31,10 @@ func BenchmarkCluster3(b *testing.B) {
 	var mu sync.Mutex
 	hist := hdrhistogram.New(1, int64(10*time.Second/time.Microsecond), 3)
 	var forwarded atomic.Int64
+	hists := make([]*hdrhistogram.Histogram, callers)
+	for i := range hists {
+		hists[i] = hdrhistogram.New(1, int64(10*time.Second/time.Microsecond), 3)
+	}
 	b.ResetTimer()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -38,7 +42,7 @@ func BenchmarkCluster3(b *testing.B) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			h := hdrhistogram.New(1, int64(10*time.Second/time.Microsecond), 3)
+			h := hists[g]
 			r := rand.New(rand.NewPCG(uint64(g), 1))
 			n := nodes[g%3]
 			fw := int64(0)

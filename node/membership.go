@@ -32,12 +32,13 @@ type ringState struct {
 	next     chan struct{}
 }
 
-// gate returns the open-or-not channel of key's partition, nil when open.
-func (rs *ringState) gate(key string) chan struct{} {
+// gate returns the channel of the partition of a key whose ring hash is h, nil
+// when that partition is open.
+func (rs *ringState) gate(h uint64) chan struct{} {
 	if rs.gates == nil {
 		return nil
 	}
-	g := rs.gates[rs.snap.Partition(key)]
+	g := rs.gates[rs.snap.PartitionOfHash(h)]
 	if g == nil {
 		return nil
 	}

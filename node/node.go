@@ -163,8 +163,8 @@ func New(cfg Config) (*Node, error) {
 		clock:     cfg.Clock,
 		id:        newInstanceID(),
 		ring:      r,
-		owned:     newStore(cfg.MaxKeys),
-		fallback:  newStore(cfg.MaxKeys),
+		owned:     newStore(cfg.MaxKeys, r.Snapshot().Hash),
+		fallback:  newStore(cfg.MaxKeys, r.Snapshot().Hash),
 		memberSig: make(chan struct{}, 1),
 		members:   make(map[string]Member),
 		marks:     make(map[string]uint64),
@@ -328,9 +328,10 @@ func (n *Node) decide(ctx context.Context, c transport.Check) (Decision, error) 
 	var deadline time.Time
 	rs := n.rs.Load()
 	for attempt := 0; ; attempt++ { // attempt bounds re-routing after owner-side "not owner"
-		owner, ok := rs.snap.Owner(c.Key)
+		h := rs.snap.Hash(c.Key) // one hash: owner, handoff gate and shard
+		owner, ok := rs.snap.OwnerOfHash(h)
 		if !ok || owner.Name == n.cfg.Name {
-			d, err := n.decideOwned(ctx, rs, c)
+			d, err := n.decideOwned(ctx, rs, c, h)
 			if errors.Is(err, errNotOwner) && attempt < 8 {
 				rs = n.rs.Load() // the ring changed under us: route again
 				continue
@@ -416,8 +417,8 @@ func (n *Node) awaitRingChange(ctx context.Context, rs *ringState, d time.Durati
 // decideOwned applies c on this node as its owner under ring state rs. It first
 // waits, bounded by HandoffTimeout, for the previous owner's handoff when the key's
 // partition was just gained from a live member.
-func (n *Node) decideOwned(ctx context.Context, rs *ringState, c transport.Check) (algo.Decision, error) {
-	if gate := rs.gate(c.Key); gate != nil {
+func (n *Node) decideOwned(ctx context.Context, rs *ringState, c transport.Check, h uint64) (algo.Decision, error) {
+	if gate := rs.gate(h); gate != nil {
 		if err := rs.waitGate(ctx, gate, n.stop); err != nil {
 			return algo.Decision{}, err
 		}
@@ -427,7 +428,7 @@ func (n *Node) decideOwned(ctx context.Context, rs *ringState, c transport.Check
 	if now == 0 {
 		now = wall
 	}
-	return n.owned.take(c.Key, c.Limit, c.Hits, now, wall, func() bool { return n.owns(rs, c.Key) }, n.onEvict)
+	return n.owned.take(h, c.Key, c.Limit, c.Hits, now, wall, func() bool { return n.owns(rs, c.Key) }, n.onEvict)
 }
 
 // owns reports, under a shard lock, whether this node still owns key: true when
@@ -453,7 +454,7 @@ func (n *Node) decideFallback(c transport.Check) (Decision, error) {
 	switch n.cfg.OwnerUnreachable {
 	case Local:
 		var err error
-		d, err = n.fallback.take(c.Key, c.Limit, c.Hits, now, wall, nil, n.onEvict)
+		d, err = n.fallback.take(n.fallback.hash(c.Key), c.Key, c.Limit, c.Hits, now, wall, nil, n.onEvict)
 		if err != nil {
 			return Decision{}, err
 		}
@@ -508,12 +509,13 @@ func (p peerService) Forward(ctx context.Context, checks []transport.Check) []tr
 			continue
 		}
 		rs := n.rs.Load()
-		owner, ok := rs.snap.Owner(c.Key)
+		h := rs.snap.Hash(c.Key)
+		owner, ok := rs.snap.OwnerOfHash(h)
 		if !ok || owner.Name != n.cfg.Name || rs.leaving || !n.ready.Load() {
 			out[i] = transport.Result{Code: transport.CodeNotOwner, Message: "not owner"}
 			continue
 		}
-		d, err := n.decideOwned(ctx, rs, c)
+		d, err := n.decideOwned(ctx, rs, c, h)
 		switch {
 		case err == nil:
 			out[i] = transport.Result{Decision: d, Route: RouteOwner, Owner: n.cfg.Name, Code: transport.CodeOK}

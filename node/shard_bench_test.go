@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/ringlimit/ringlimit/algo"
 )
 
@@ -31,13 +33,15 @@ func newWorkerShards(n int) *workerShards {
 		ch := make(chan workerReq, 64)
 		w.in[i] = ch
 		go func() {
-			m := make(map[stateKey]*algo.State)
+			var m [numKinds]map[string]*algo.State
 			for r := range ch {
-				sk := stateKey{r.key, r.l.Kind}
-				st := m[sk]
+				if m[r.l.Kind] == nil {
+					m[r.l.Kind] = make(map[string]*algo.State)
+				}
+				st := m[r.l.Kind][r.key]
 				if st == nil {
 					st = new(algo.State)
-					m[sk] = st
+					m[r.l.Kind][r.key] = st
 				}
 				d, _ := st.Take(r.now, r.hits, r.l)
 				r.reply <- d
@@ -48,7 +52,7 @@ func newWorkerShards(n int) *workerShards {
 }
 
 func (w *workerShards) take(key string, l algo.Limit, hits, now int64, reply chan algo.Decision) algo.Decision {
-	w.in[shardOf(key)%uint64(len(w.in))] <- workerReq{key, l, hits, now, reply}
+	w.in[xxhash.Sum64String(key)%uint64(len(w.in))] <- workerReq{key, l, hits, now, reply}
 	return <-reply
 }
 
@@ -67,7 +71,7 @@ func BenchmarkShardExecutors(b *testing.B) {
 	}
 	l := algo.Limit{Kind: algo.GCRA, Burst: 1 << 20, Limit: 1 << 20, Period: time.Second}
 	b.Run("lock-per-shard", func(b *testing.B) {
-		s := newStore(1 << 20)
+		s := newStore(1<<20, xxhash.Sum64String)
 		var seq atomic.Int64
 		b.SetParallelism(32)
 		b.ReportAllocs()
@@ -75,7 +79,8 @@ func BenchmarkShardExecutors(b *testing.B) {
 			i := int(seq.Add(7919))
 			for pb.Next() {
 				i++
-				s.take(keys[i%len(keys)], l, 1, int64(i), int64(i), nil, nil)
+				k := keys[i%len(keys)]
+				s.take(s.hash(k), k, l, 1, int64(i), int64(i), nil, nil)
 			}
 		})
 	})

@@ -4,8 +4,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/ringlimit/ringlimit/algo"
 )
 
@@ -14,12 +12,9 @@ import (
 // whole-shard scan stays short (4k keys per shard at 1M keys).
 const numShards = 256
 
-// stateKey identifies one limiter: the same key checked with two algorithms is two
-// independent limiters, so switching algorithm never resets or corrupts a state.
-type stateKey struct {
-	key  string
-	kind algo.Kind
-}
+// numKinds sizes the per-algorithm maps of a shard, indexed by algo.Kind (index 0,
+// the invalid Kind, stays unused).
+const numKinds = int(algo.TokenBucket) + 1
 
 // entry is one key's state on its owner.
 type entry struct {
@@ -50,44 +45,54 @@ func (e *entry) idle(wall int64) bool {
 // shard is a lock and the states whose key hashes to it. Checks for one key always
 // take the same shard's lock, which serializes them: this is what makes every
 // decision atomic. (A goroutine per shard was benchmarked against the lock and
-// lost: see BenchmarkShardExecutors.)
+// lost: see BenchmarkShardExecutors.) There is one map per algorithm, so the same
+// key checked with two algorithms is two independent limiters (switching
+// algorithm never resets or corrupts a state), and lookups take the runtime's
+// fast path for string keys.
 type shard struct {
 	mu sync.Mutex
-	m  map[stateKey]*entry
-	_  [40]byte // keep neighbouring shards' locks off one cache line
+	m  [numKinds]map[string]*entry
+	_  [64 - 8 - 8*numKinds%64]byte // one shard per 64-byte cache line
 }
 
 // store is the owner-side key space of a node (or its local fallback space).
 type store struct {
+	hash    func(string) uint64 // the ring's key hash: callers pass it to take
 	shards  [numShards]shard
 	keys    atomic.Int64
 	maxKeys int64
 }
 
-func newStore(maxKeys int) *store {
-	s := &store{maxKeys: int64(maxKeys)}
+func newStore(maxKeys int, hash func(string) uint64) *store {
+	s := &store{maxKeys: int64(maxKeys), hash: hash}
 	for i := range s.shards {
-		s.shards[i].m = make(map[stateKey]*entry)
+		for k := range s.shards[i].m {
+			s.shards[i].m[k] = make(map[string]*entry)
+		}
 	}
 	return s
 }
 
-func shardOf(key string) uint64 { return xxhash.Sum64String(key) & (numShards - 1) }
+// shardOf picks the shard of a key from its hash (s.hash(key)).
+func shardOf(h uint64) uint64 { return h & (numShards - 1) }
 
-// take applies one check under its shard's lock. owns, when not nil, is called
+// take applies one check of key, whose hash (s.hash) is h, under its shard's lock. owns, when not nil, is called
 // under the lock and must report whether this node still owns the key: it closes
 // the race with a handoff that extracts the shard's states after a ring change.
 // It returns errNotOwner when owns says no, ErrTooManyKeys at the key bound, or
 // the algorithm's validation error.
-func (s *store) take(key string, l algo.Limit, hits, now, wall int64, owns func() bool, onEvict func(string)) (algo.Decision, error) {
-	sh := &s.shards[shardOf(key)]
-	sk := stateKey{key, l.Kind}
+func (s *store) take(h uint64, key string, l algo.Limit, hits, now, wall int64, owns func() bool, onEvict func(string)) (algo.Decision, error) {
+	if !l.Kind.Valid() {
+		return algo.Decision{}, l.Validate()
+	}
+	sh := &s.shards[shardOf(h)]
+	m := sh.m[l.Kind]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if owns != nil && !owns() {
 		return algo.Decision{}, errNotOwner
 	}
-	e := sh.m[sk]
+	e := m[key]
 	if e == nil {
 		if hits == 0 {
 			// A peek on an unknown key: answer from a fresh state, store nothing.
@@ -103,7 +108,7 @@ func (s *store) take(key string, l algo.Limit, hits, now, wall int64, owns func(
 			if owns != nil && !owns() {
 				return algo.Decision{}, errNotOwner
 			}
-			if e = sh.m[sk]; e != nil {
+			if e = m[key]; e != nil {
 				return s.update(e, l, hits, now, wall)
 			}
 			if s.keys.Load() >= s.maxKeys {
@@ -119,7 +124,7 @@ func (s *store) take(key string, l algo.Limit, hits, now, wall int64, owns func(
 			return d, err
 		}
 		e.limit, e.lastNow, e.lastWall, e.callerClock = l, now, wall, now != wall
-		sh.m[sk] = e
+		m[key] = e
 		s.keys.Add(1)
 		return d, nil
 	}
@@ -146,9 +151,12 @@ func (s *store) update(e *entry, l algo.Limit, hits, now, wall int64) (algo.Deci
 // dropIdleLocked removes the shard's states that are back to full capacity at
 // the time they have aged to (see entry).
 func (s *store) dropIdleLocked(sh *shard, wall int64, onEvict func(string)) {
-	for k, e := range sh.m {
-		if e.idle(wall) {
-			delete(sh.m, k)
+	for _, m := range sh.m {
+		for k, e := range m {
+			if !e.idle(wall) {
+				continue
+			}
+			delete(m, k)
 			s.keys.Add(-1)
 			if onEvict != nil {
 				onEvict("idle")
@@ -174,11 +182,13 @@ func (s *store) extract(move func(key string) bool) []movedState {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, e := range sh.m {
-			if move(k.key) {
-				out = append(out, movedState{key: k.key, e: e})
-				delete(sh.m, k)
-				s.keys.Add(-1)
+		for _, m := range sh.m {
+			for k, e := range m {
+				if move(k) {
+					out = append(out, movedState{key: k, e: e})
+					delete(m, k)
+					s.keys.Add(-1)
+				}
 			}
 		}
 		sh.mu.Unlock()
@@ -196,15 +206,15 @@ type movedState struct {
 // restrictive of the two at now. Installing never counts against MaxKeys refusals:
 // a handoff must not lose state, so the bound may be exceeded briefly.
 func (s *store) install(key string, l algo.Limit, st algo.State, now, wall int64) {
-	sh := &s.shards[shardOf(key)]
-	sk := stateKey{key, l.Kind}
+	sh := &s.shards[shardOf(s.hash(key))]
+	m := sh.m[l.Kind] // l was validated by the caller
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.m[sk]; e != nil {
+	if e := m[key]; e != nil {
 		e.st.Merge(&st, now, l)
 		return
 	}
-	sh.m[sk] = &entry{st: st, limit: l, lastNow: now, lastWall: wall}
+	m[key] = &entry{st: st, limit: l, lastNow: now, lastWall: wall}
 	s.keys.Add(1)
 }
 

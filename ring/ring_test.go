@@ -536,3 +536,24 @@ func TestMovementBetweenOldMembersCanHappen(t *testing.T) {
 		t.Errorf("keys moved between old members: got 0, want > 0 for this member set")
 	}
 }
+
+func TestHashLookupsAgreeWithKeyLookups(t *testing.T) {
+	t.Parallel()
+	r, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetMembers([]Member{{Name: "a"}, {Name: "b"}, {Name: "c"}}); err != nil {
+		t.Fatal(err)
+	}
+	s := r.Snapshot()
+	for i := 0; i < 10_000; i++ {
+		key := fmt.Sprintf("key-%d", i)
+		h := s.Hash(key)
+		m1, ok1 := s.Owner(key)
+		m2, ok2 := s.OwnerOfHash(h)
+		if m1 != m2 || ok1 != ok2 || s.Partition(key) != s.PartitionOfHash(h) {
+			t.Fatalf("%s: Owner %v/%v, OwnerOfHash %v/%v; Partition %d, PartitionOfHash %d", key, m1, ok1, m2, ok2, s.Partition(key), s.PartitionOfHash(h))
+		}
+	}
+}

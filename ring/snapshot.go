@@ -30,6 +30,23 @@ func (s *Snapshot) Owner(key string) (Member, bool) {
 	return s.members[s.owners[s.hash(key)%s.partitionCount]], true
 }
 
+// Hash returns the ring's hash of key (Config.Hasher; xxhash by default), the
+// value OwnerOfHash and PartitionOfHash take. A caller that needs the owner and
+// also hashes the key for its own purposes (node uses it to pick a shard) hashes
+// once.
+func (s *Snapshot) Hash(key string) uint64 { return s.hash(key) }
+
+// OwnerOfHash is Owner for a key whose Hash is h.
+func (s *Snapshot) OwnerOfHash(h uint64) (Member, bool) {
+	if len(s.members) == 0 {
+		return Member{}, false
+	}
+	return s.members[s.owners[h%s.partitionCount]], true
+}
+
+// PartitionOfHash is Partition for a key whose Hash is h.
+func (s *Snapshot) PartitionOfHash(h uint64) int { return int(h % s.partitionCount) }
+
 // Partition returns the partition of key: hash(key) % PartitionCount, in
 // [0, PartitionCount). It depends only on the key, the Hasher and PartitionCount,
 // not on the members, so it is stable across rebuilds.
