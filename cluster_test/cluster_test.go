@@ -462,3 +462,49 @@ func hammerUntil(t *testing.T, callers, keys int, limits []algo.Limit, stop chan
 	wg.Wait()
 	return admitted
 }
+
+// A node restarted under the same name (new ports, new instance id) takes its
+// place back at once: DeadNodeReclaimTime lets the name be reused, the peers
+// drop the old address, and checks reach the new process.
+func TestRestartUnderSameName(t *testing.T) {
+	t.Parallel()
+	nodes := startCluster(t, 3, nil)
+	old := nodes[2]
+	oldAddr := old.GRPCAddr()
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitConverged(t, 10*time.Second, nodes[:2]...)
+	cfg := node.TestConfig()
+	cfg.Name = old.Name()
+	cfg.Join = []string{nodes[0].GossipAddr()}
+	start := time.Now()
+	again, err := node.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { again.Abort() })
+	all := []*node.Node{nodes[0], nodes[1], again}
+	took := waitConverged(t, 10*time.Second, all...)
+	t.Logf("%s restarted at %s (was %s); ring agreed after %v", again.Name(), again.GRPCAddr(), oldAddr, took)
+	if time.Since(start) > 5*time.Second {
+		t.Fatalf("rejoin under the same name took %v", time.Since(start))
+	}
+	l := algo.Limit{Kind: algo.GCRA, Burst: 5, Limit: 10, Period: time.Second}
+	reached := 0
+	for i := 0; i < 60; i++ {
+		d, err := nodes[0].Allow(context.Background(), fmt.Sprintf("same:%d", i), l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Route == node.RouteFallback {
+			t.Fatalf("check fell back after the restart: owner %s", d.Owner)
+		}
+		if d.Owner == again.Name() {
+			reached++
+		}
+	}
+	if reached == 0 {
+		t.Fatal("no check reached the restarted node")
+	}
+}

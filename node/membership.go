@@ -276,8 +276,9 @@ func (n *Node) rebuild() {
 	snap := n.ring.Snapshot()
 	leaving := n.leaving.Load()
 	if snap == old.snap || (snap.Equal(old.snap) && leaving == old.leaving) {
-		if snap != old.snap {
+		if snap != old.snap { // same table, new addresses or instance ids
 			n.publish(&ringState{snap: snap, leaving: leaving, gates: old.gates, pending: old.pending, deadline: old.deadline}, old)
+			n.dropGonePeers(old.snap, snap)
 		}
 		return
 	}
@@ -325,13 +326,23 @@ func (n *Node) rebuild() {
 	n.marksMu.Unlock()
 	n.log.Info("ring changed", "members", snap.Len(), "version", snap.Version(), "waiting_for", len(ns.pending))
 
-	// Drop peers that are gone.
-	for _, m := range old.snap.Members() {
-		if !snap.Has(m.Name) {
+	n.dropGonePeers(old.snap, snap)
+	n.handoff(ns, old.snap)
+}
+
+// dropGonePeers closes the connections to gRPC addresses that the new ring no
+// longer has: members that left, and old addresses of members that restarted
+// under the same name on another port.
+func (n *Node) dropGonePeers(old, cur *ring.Snapshot) {
+	live := make(map[string]bool, cur.Len())
+	for _, m := range cur.Members() {
+		live[m.Addr] = true
+	}
+	for _, m := range old.Members() {
+		if !live[m.Addr] {
 			n.peers.Drop(m.Addr)
 		}
 	}
-	n.handoff(ns, old.snap)
 }
 
 func without(ms []ring.Member, name string) []ring.Member {
