@@ -389,9 +389,12 @@ func (n *Node) decide(ctx context.Context, c transport.Check) (Decision, error) 
 	}
 }
 
-// rerouteGrace is how long a sender whose owner failed waits for the ring to
-// change before it falls back: ten gossip rounds, enough for a leave to spread.
-func (n *Node) rerouteGrace() time.Duration { return 10 * n.cfg.Gossip.GossipInterval }
+// rerouteGrace is how long a sender whose owner failed (unreachable, or stopping)
+// waits for its ring to change before the policy decides: two gossip rounds, time
+// for a leave that is already spreading to arrive, short enough that checks on a
+// crashed owner's keys do not each wait out ForwardTimeout until the crash is
+// detected.
+func (n *Node) rerouteGrace() time.Duration { return 2 * n.cfg.Gossip.GossipInterval }
 
 // awaitRingChange returns the ring state that replaced rs, waiting up to d for
 // one; false if none came (or ctx ended, or the node stopped).
