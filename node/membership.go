@@ -396,7 +396,9 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot) {
 			continue
 		}
 		addrs[m.Name] = m.Addr
-		byOwner[m.Name] = append(byOwner[m.Name], transport.KeyState{Key: ms.key, Limit: ms.e.limit, State: b})
+		byOwner[m.Name] = append(byOwner[m.Name], transport.KeyState{
+			Key: ms.key, Limit: ms.e.limit, State: b, LastNow: ms.e.lastNow, CallerClock: ms.e.callerClock,
+		})
 	}
 	if len(byOwner) == 0 {
 		return

@@ -546,7 +546,7 @@ func (p peerService) Transfer(ctx context.Context, b transport.TransferBatch) er
 		if err := ks.Limit.Validate(); err != nil {
 			return err
 		}
-		n.owned.install(ks.Key, ks.Limit, st, wall, wall)
+		n.owned.install(ks.Key, ks.Limit, st, ks.LastNow, ks.CallerClock, wall)
 	}
 	if b.Done {
 		n.markHandoffDone(b.From, b.RingDigest)

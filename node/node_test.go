@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/transport"
 )
@@ -251,5 +253,35 @@ func BenchmarkAllowLocal(b *testing.B) {
 				i++
 			}
 		})
+	}
+}
+
+// A state handed off with a caller's timestamp keeps it: the new owner neither
+// drops it as idle at once (its owner clock is years later) nor merges at its own
+// clock.
+func TestInstallKeepsCallerTime(t *testing.T) {
+	t.Parallel()
+	s := newStore(10, xxhash.Sum64String)
+	l := algo.Limit{Kind: algo.FixedWindow, Limit: 3, Period: time.Minute}
+	then := time.Date(2015, 5, 17, 10, 5, 3, 0, time.UTC).UnixNano()
+	wall := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC).UnixNano()
+	var st algo.State
+	for range 2 {
+		if _, err := st.Take(then, 1, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.install("k", l, st, then, true, wall)
+	s.dropIdle(wall+int64(time.Second), nil)
+	if got := s.len(); got != 1 {
+		t.Fatalf("keys after idle scan: got %d, want 1 (a caller-timestamped key is kept for a Period)", got)
+	}
+	d, err := s.take(s.hash("k"), "k", l, 1, then+int64(time.Second), wall, nil, nil)
+	if err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("third hit in the 2015 window: got %+v, %v; want allowed with 0 remaining", d, err)
+	}
+	d, _ = s.take(s.hash("k"), "k", l, 1, then+int64(2*time.Second), wall, nil, nil)
+	if d.Allowed {
+		t.Fatal("fourth hit in the 2015 window allowed: the handed-off state was lost")
 	}
 }

@@ -202,19 +202,27 @@ type movedState struct {
 	e   *entry
 }
 
-// install merges a handed-off state: an existing state for the key keeps the more
-// restrictive of the two at now. Installing never counts against MaxKeys refusals:
-// a handoff must not lose state, so the bound may be exceeded briefly.
-func (s *store) install(key string, l algo.Limit, st algo.State, now, wall int64) {
+// install merges a handed-off state whose last check was at lastNow (Unix ns; the
+// caller's time when callerClock, 0 if unknown): an existing state for the key
+// keeps the more restrictive of the two, compared at the later of the two last
+// times. Installing never counts against MaxKeys refusals: a handoff must not lose
+// state, so the bound may be exceeded briefly.
+func (s *store) install(key string, l algo.Limit, st algo.State, lastNow int64, callerClock bool, wall int64) {
+	if lastNow == 0 {
+		lastNow = wall
+	}
 	sh := &s.shards[shardOf(s.hash(key))]
 	m := sh.m[l.Kind] // l was validated by the caller
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e := m[key]; e != nil {
-		e.st.Merge(&st, now, l)
+		at := max(e.lastNow, lastNow)
+		e.st.Merge(&st, at, l)
+		e.lastNow, e.lastWall = at, wall
+		e.callerClock = e.callerClock || callerClock
 		return
 	}
-	m[key] = &entry{st: st, limit: l, lastNow: now, lastWall: wall}
+	m[key] = &entry{st: st, limit: l, lastNow: lastNow, lastWall: wall, callerClock: callerClock}
 	s.keys.Add(1)
 }
 

@@ -222,6 +222,8 @@ func keyStateToWire(s KeyState, m *pb.KeyState) {
 	m.PeriodNs = int64(s.Limit.Period)
 	m.Burst = s.Limit.Burst
 	m.State = s.State
+	m.LastNowUnixNs = s.LastNow
+	m.CallerClock = s.CallerClock
 }
 
 func keyStateFromWire(m *pb.KeyState) (KeyState, error) {
@@ -237,6 +239,8 @@ func keyStateFromWire(m *pb.KeyState) (KeyState, error) {
 			Period: time.Duration(m.GetPeriodNs()),
 			Burst:  m.GetBurst(),
 		},
-		State: m.GetState(),
+		State:       m.GetState(),
+		LastNow:     m.GetLastNowUnixNs(),
+		CallerClock: m.GetCallerClock(),
 	}, nil
 }

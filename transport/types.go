@@ -72,6 +72,12 @@ type KeyState struct {
 	Limit algo.Limit
 	// State is algo.State in its binary form (algo.State.MarshalBinary).
 	State []byte
+	// LastNow is the time (Unix ns) of the key's last check on the previous owner:
+	// the caller's timestamp (CallerClock) or that owner's clock. The new owner
+	// merges and ages the state from it. 0 = unknown (the receiver's clock).
+	LastNow int64
+	// CallerClock is set when LastNow was a caller's timestamp.
+	CallerClock bool
 }
 
 // TransferBatch is (part of) a handoff from a previous owner to a new owner.

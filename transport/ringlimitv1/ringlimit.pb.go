@@ -799,7 +799,12 @@ type KeyState struct {
 	PeriodNs  int64     `protobuf:"varint,4,opt,name=period_ns,json=periodNs,proto3" json:"period_ns,omitempty"`
 	Burst     int64     `protobuf:"varint,5,opt,name=burst,proto3" json:"burst,omitempty"`
 	// The algorithm state in its binary form (algo.State.MarshalBinary).
-	State         []byte `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
+	State []byte `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
+	// The time (Unix ns) of the key's last check on the previous owner: the caller's
+	// timestamp or the owner's clock.
+	LastNowUnixNs int64 `protobuf:"varint,7,opt,name=last_now_unix_ns,json=lastNowUnixNs,proto3" json:"last_now_unix_ns,omitempty"`
+	// Whether that time was the caller's timestamp.
+	CallerClock   bool `protobuf:"varint,8,opt,name=caller_clock,json=callerClock,proto3" json:"caller_clock,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -874,6 +879,20 @@ func (x *KeyState) GetState() []byte {
 		return x.State
 	}
 	return nil
+}
+
+func (x *KeyState) GetLastNowUnixNs() int64 {
+	if x != nil {
+		return x.LastNowUnixNs
+	}
+	return 0
+}
+
+func (x *KeyState) GetCallerClock() bool {
+	if x != nil {
+		return x.CallerClock
+	}
+	return false
 }
 
 type TransferRequest struct {
@@ -1027,14 +1046,16 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\aresults\x18\x01 \x03(\v2\x14.ringlimit.v1.ResultR\aresults\x12\x19\n" +
 	"\bbatch_id\x18\x02 \x01(\x04R\abatchId\x12&\n" +
 	"\x04code\x18\x03 \x01(\x0e2\x12.ringlimit.v1.CodeR\x04code\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\xb2\x01\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xfe\x01\n" +
 	"\bKeyState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x125\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x1b\n" +
 	"\tperiod_ns\x18\x04 \x01(\x03R\bperiodNs\x12\x14\n" +
 	"\x05burst\x18\x05 \x01(\x03R\x05burst\x12\x14\n" +
-	"\x05state\x18\x06 \x01(\fR\x05state\"\x8a\x01\n" +
+	"\x05state\x18\x06 \x01(\fR\x05state\x12'\n" +
+	"\x10last_now_unix_ns\x18\a \x01(\x03R\rlastNowUnixNs\x12!\n" +
+	"\fcaller_clock\x18\b \x01(\bR\vcallerClock\"\x8a\x01\n" +
 	"\x0fTransferRequest\x12.\n" +
 	"\x06states\x18\x01 \x03(\v2\x16.ringlimit.v1.KeyStateR\x06states\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x1f\n" +
