@@ -113,21 +113,33 @@ func checkToWire(c Check, m *pb.Check, keys *[]byte) {
 	m.CreatedAtUnixNs = c.CreatedAt
 }
 
+// wireLimit is the limit part that pb.Check and pb.KeyState share.
+type wireLimit interface {
+	GetAlgorithm() pb.Algorithm
+	GetLimit() int64
+	GetPeriodNs() int64
+	GetBurst() int64
+}
+
+// limitFromWire maps the limit fields of m; only the algorithm can fail here.
+func limitFromWire(m wireLimit) (algo.Limit, error) {
+	k, err := kindFromWire(m.GetAlgorithm())
+	if err != nil {
+		return algo.Limit{}, err
+	}
+	return algo.Limit{Kind: k, Limit: m.GetLimit(), Period: time.Duration(m.GetPeriodNs()), Burst: m.GetBurst()}, nil
+}
+
 // checkFromWire maps m to a Check. Only the algorithm can fail here; the caller
 // runs ValidateCheck on the result.
 func checkFromWire(m *pb.Check) (Check, error) {
-	k, err := kindFromWire(m.GetAlgorithm())
+	l, err := limitFromWire(m)
 	if err != nil {
 		return Check{}, err
 	}
 	return Check{
-		Key: string(m.GetKey()),
-		Limit: algo.Limit{
-			Kind:   k,
-			Limit:  m.GetLimit(),
-			Period: time.Duration(m.GetPeriodNs()),
-			Burst:  m.GetBurst(),
-		},
+		Key:       string(m.GetKey()),
+		Limit:     l,
 		Hits:      m.GetHits(),
 		CreatedAt: m.GetCreatedAtUnixNs(),
 	}, nil
@@ -227,18 +239,13 @@ func keyStateToWire(s KeyState, m *pb.KeyState) {
 }
 
 func keyStateFromWire(m *pb.KeyState) (KeyState, error) {
-	k, err := kindFromWire(m.GetAlgorithm())
+	l, err := limitFromWire(m)
 	if err != nil {
 		return KeyState{}, err
 	}
 	return KeyState{
-		Key: string(m.GetKey()),
-		Limit: algo.Limit{
-			Kind:   k,
-			Limit:  m.GetLimit(),
-			Period: time.Duration(m.GetPeriodNs()),
-			Burst:  m.GetBurst(),
-		},
+		Key:         string(m.GetKey()),
+		Limit:       l,
 		State:       m.GetState(),
 		LastNow:     m.GetLastNowUnixNs(),
 		CallerClock: m.GetCallerClock(),
