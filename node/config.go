@@ -27,8 +27,9 @@ const (
 	// own, so during an outage a key may admit up to (nodes falling back + 1) times
 	// its limit: the availability/accuracy trade-off most callers want. Default.
 	Local Policy = iota
-	// FailOpen admits every check while the owner is unreachable (Remaining is
-	// reported as Limit-hits, clamped at 0 only in the reply). Protects availability.
+	// FailOpen admits every check while the owner is unreachable; the Decision
+	// reports the limit's full capacity as Remaining (what a fresh key would have),
+	// since the real state is unknown. Protects availability.
 	FailOpen
 	// FailClosed denies every check while the owner is unreachable (RetryAfter is
 	// the forward timeout). Protects the limited resource.
@@ -137,8 +138,10 @@ type Config struct {
 	// BatchMaxItems flushes a micro-batch to a peer when it holds this many checks.
 	// Default 500. Larger batches raise throughput and latency under load.
 	BatchMaxItems int
-	// BatchMaxWait flushes a micro-batch this long after its first check. Default
-	// 200 µs. Longer waits batch more at low load but add that much latency.
+	// BatchMaxWait flushes a micro-batch this long after its first check, unless
+	// it went out earlier: at once when nothing to that peer is in flight, or when
+	// it reaches BatchMaxItems. Default 200 µs. Longer waits batch more under load
+	// but add up to that much latency.
 	BatchMaxWait time.Duration
 	// ForwardTimeout bounds every forward to an owner, including retries after a
 	// "not owner" answer, after which OwnerUnreachable decides. Default 1 s.
