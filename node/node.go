@@ -533,6 +533,24 @@ func (p peerService) Forward(ctx context.Context, checks []transport.Check) []tr
 	return out
 }
 
+// ForwardMayWait implements transport.ForwardWaitHinter: it reports whether
+// deciding checks now may wait on a handoff gate, that is whether the key of one
+// of them is in a partition this node gained from a live previous owner whose
+// handoff has not arrived yet and whose deadline has not passed. Without a
+// handoff under way it costs one atomic load.
+func (p peerService) ForwardMayWait(checks []transport.Check) bool {
+	rs := p.n.rs.Load()
+	if rs.gates == nil || !time.Now().Before(rs.deadline) {
+		return false
+	}
+	for i := range checks {
+		if rs.gate(rs.snap.Hash(checks[i].Key)) != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // Transfer installs handed-off states (the more restrictive state wins where the
 // key exists) and records the sender's "handoff complete" marker.
 func (p peerService) Transfer(ctx context.Context, b transport.TransferBatch) error {

@@ -13,6 +13,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/transport"
 )
 
@@ -283,5 +284,58 @@ func TestInstallKeepsCallerTime(t *testing.T) {
 	d, _ = s.take(s.hash("k"), "k", l, 1, then+int64(2*time.Second), wall, nil, nil)
 	if d.Allowed {
 		t.Fatal("fourth hit in the 2015 window allowed: the handed-off state was lost")
+	}
+}
+
+func TestForwardMayWaitOnlyForOpenGatesBeforeTheirDeadline(t *testing.T) {
+	t.Parallel()
+	r, err := ring.New(ring.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetMembers([]ring.Member{{Name: "a"}, {Name: "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	snap := r.Snapshot()
+	n := &Node{} // ForwardMayWait reads only the published ring state
+	p := peerService{n}
+	key := "gated-key"
+	part := snap.PartitionOfHash(snap.Hash(key))
+	other := "other-key"
+	for snap.PartitionOfHash(snap.Hash(other)) == part {
+		other += "x"
+	}
+	checks := func(keys ...string) []transport.Check {
+		out := make([]transport.Check, len(keys))
+		for i, k := range keys {
+			out[i] = transport.Check{Key: k}
+		}
+		return out
+	}
+	withGate := func(g chan struct{}, deadline time.Time) {
+		rs := &ringState{snap: snap, gates: make([]chan struct{}, snap.PartitionCount()), deadline: deadline}
+		rs.gates[part] = g
+		n.rs.Store(rs)
+	}
+
+	n.rs.Store(&ringState{snap: snap})
+	if p.ForwardMayWait(checks(key, other)) {
+		t.Error("ForwardMayWait with no gates = true, want false")
+	}
+	gate := make(chan struct{})
+	withGate(gate, time.Now().Add(time.Hour))
+	if !p.ForwardMayWait(checks(other, key)) {
+		t.Error("ForwardMayWait with a gated key = false, want true")
+	}
+	if p.ForwardMayWait(checks(other)) {
+		t.Error("ForwardMayWait without a gated key = true, want false")
+	}
+	close(gate)
+	if p.ForwardMayWait(checks(key)) {
+		t.Error("ForwardMayWait after the gate opened = true, want false")
+	}
+	withGate(make(chan struct{}), time.Now().Add(-time.Second))
+	if p.ForwardMayWait(checks(key)) {
+		t.Error("ForwardMayWait past the handoff deadline = true, want false")
 	}
 }

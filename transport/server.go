@@ -241,8 +241,9 @@ var errStreamStopping = status.Error(codes.Unavailable, "transport: server stopp
 
 // ForwardStream receives batches in a goroutine of its own, so that the
 // handler can return when the server stops even while that goroutine waits in
-// RecvMsg; each batch is decided in its own goroutine and answered as soon as
-// it is decided, in any order.
+// RecvMsg. A batch is decided on that goroutine when the handler says it will
+// not wait (ForwardWaitHinter), else in a goroutine of its own; either way it
+// is answered as soon as it is decided, so answers may come in any order.
 func (s *peerServer) ForwardStream(stream pb.Peer_ForwardStreamServer) error {
 	select {
 	case <-s.stop:
@@ -305,7 +306,11 @@ func (fs *forwardStream) recvLoop() error {
 		}
 		fs.wg.Add(1)
 		fs.mu.Unlock()
-		go fs.serve(sb)
+		if hint, ok := fs.srv.h.(ForwardWaitHinter); ok && !hint.ForwardMayWait(sb.req.checks) {
+			fs.serve(sb)
+		} else {
+			go fs.serve(sb)
+		}
 	}
 }
 

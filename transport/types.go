@@ -107,6 +107,20 @@ type PeerHandler interface {
 	Transfer(ctx context.Context, b TransferBatch) error
 }
 
+// ForwardWaitHinter is an optional interface of a PeerHandler. The server
+// decides a ForwardStream batch on the stream's receive goroutine when
+// ForwardMayWait reports false for its checks, which saves a goroutine and a
+// hand-off between goroutines per batch; otherwise, or when the handler does not
+// implement it, the batch is decided in a goroutine of its own, so that a batch
+// that waits (node holds checks of keys whose handoff is still on its way) does
+// not hold up the batches behind it on the stream. A false answer that turns out
+// wrong (the handler waits after all, say the ring changed in between) only
+// delays the stream's later batches by that wait. ForwardMayWait is called for
+// every batch and must be cheap.
+type ForwardWaitHinter interface {
+	ForwardMayWait(checks []Check) bool
+}
+
 // LimiterHandler is the public Limiter service, implemented by node: it routes a
 // check to its owner in the cluster and returns the owner's (or the fallback's)
 // Result. An error is returned only for invalid input (wrapping
