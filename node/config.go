@@ -169,6 +169,10 @@ type Config struct {
 	// since, so a step of the system clock (NTP) never moves limits backwards or
 	// forwards; gradual NTP slewing still applies.
 	Clock func() int64
+
+	// peerNet, set only by node's own tests, carries forwards and handoffs in
+	// memory instead of over gRPC (the node still serves gRPC).
+	peerNet peerNet
 }
 
 // GossipConfig holds the memberlist timings that decide how fast a crash is

@@ -145,6 +145,14 @@ type peerClient interface {
 	Close() error
 }
 
+// peerNet replaces the gRPC peer transport in node's own tests (Config.peerNet):
+// attach is called once per node, when its gRPC address is known and before it
+// joins the cluster, and returns the peerClient it forwards and hands off
+// through.
+type peerNet interface {
+	attach(n *Node) peerClient
+}
+
 // New validates cfg, starts the gRPC services and gossip, joins the seeds in
 // cfg.Join and builds the first ring. It returns an error wrapping
 // ErrInvalidConfig for a bad Config, or the error of a listener that could not
@@ -191,30 +199,40 @@ func New(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("%w: TLS files: %w", ErrInvalidConfig, err)
 		}
 	}
-	pool, err := transport.NewPool(transport.ClientConfig{
-		TLS:            clientTLS,
-		BatchMaxItems:  cfg.BatchMaxItems,
-		BatchMaxWait:   cfg.BatchMaxWait,
-		ForwardTimeout: cfg.ForwardTimeout,
-		OnBatch:        n.onBatch,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("node: peer pool: %w", err)
+	if cfg.peerNet == nil {
+		pool, err := transport.NewPool(transport.ClientConfig{
+			TLS:            clientTLS,
+			BatchMaxItems:  cfg.BatchMaxItems,
+			BatchMaxWait:   cfg.BatchMaxWait,
+			ForwardTimeout: cfg.ForwardTimeout,
+			OnBatch:        n.onBatch,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("node: peer pool: %w", err)
+		}
+		n.peers = pool
 	}
-	n.peers = pool
+	closePeers := func() {
+		if n.peers != nil {
+			n.peers.Close()
+		}
+	}
 
 	n.grpcLis, err = net.Listen("tcp", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.GRPCPort)))
 	if err != nil {
-		pool.Close()
+		closePeers()
 		return nil, fmt.Errorf("node: grpc listen: %w", err)
 	}
 	host, err := advertiseHost(cfg)
 	if err != nil {
 		n.grpcLis.Close()
-		pool.Close()
+		closePeers()
 		return nil, err
 	}
 	n.grpcAddr = net.JoinHostPort(host, strconv.Itoa(n.grpcLis.Addr().(*net.TCPAddr).Port))
+	if cfg.peerNet != nil {
+		n.peers = cfg.peerNet.attach(n)
+	}
 	n.grpcSrv = transport.NewServer(transport.ServerConfig{TLS: serverTLS, MaxKeyLen: cfg.MaxKeyLen}, peerService{n}, n)
 	n.wg.Add(1)
 	go func() {
@@ -226,7 +244,7 @@ func New(cfg Config) (*Node, error) {
 
 	if err := n.startGossip(host); err != nil {
 		n.grpcSrv.Stop()
-		pool.Close()
+		closePeers()
 		n.wg.Wait()
 		return nil, err
 	}

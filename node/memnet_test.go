@@ -1,0 +1,308 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/transport"
+)
+
+// memNet is the in-memory peer transport of node's tests: a forward or a
+// handoff calls the owner's peerService directly, with the same per-item codes
+// and errors as the gRPC transport. A link can be cut, which makes the owner
+// unreachable from one node while gossip still sees it alive (a one-way
+// partition of the data path), and healed again.
+type memNet struct {
+	mu    sync.Mutex
+	nodes map[string]*Node   // gRPC address -> node
+	cut   map[memLink]bool   // links that fail every call
+	wrong map[memLink]string // links whose calls arrive at another address
+	calls map[memLink]*int64 // calls delivered per link (by the address dialled)
+}
+
+// memLink is the direction from one node (by name) to a gRPC address.
+type memLink struct{ from, to string }
+
+func newMemNet() *memNet {
+	return &memNet{nodes: make(map[string]*Node), cut: make(map[memLink]bool), wrong: make(map[memLink]string), calls: make(map[memLink]*int64)}
+}
+
+func (m *memNet) attach(n *Node) peerClient {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.nodes[n.GRPCAddr()] = n
+	return &memClient{net: m, from: n}
+}
+
+// setCut cuts (or heals) the link from one node to another.
+func (m *memNet) setCut(from, to *Node, cut bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.cut[memLink{from.Name(), to.GRPCAddr()}] = cut
+}
+
+// misroute makes the calls from one node to another arrive at a third, as
+// when a member's address was taken over by another member.
+func (m *memNet) misroute(from, to, at *Node) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.wrong[memLink{from.Name(), to.GRPCAddr()}] = at.GRPCAddr()
+}
+
+// delivered returns how many calls one node made to another's address.
+func (m *memNet) delivered(from, to *Node) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p := m.calls[memLink{from.Name(), to.GRPCAddr()}]; p != nil {
+		return atomic.LoadInt64(p)
+	}
+	return 0
+}
+
+// memClient is one node's end of a memNet.
+type memClient struct {
+	net    *memNet
+	from   *Node
+	closed atomic.Bool
+}
+
+// target returns the node at addr, or an error wrapping transport.ErrUnavailable
+// when this client is closed, the link is cut, or nothing serves addr (never
+// attached, or stopped).
+func (c *memClient) target(addr string) (*Node, error) {
+	if c.closed.Load() {
+		return nil, fmt.Errorf("%w: forward to %s: pool closed", transport.ErrUnavailable, addr)
+	}
+	m := c.net
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	link := memLink{c.from.Name(), addr}
+	t := m.nodes[addr]
+	if at, ok := m.wrong[link]; ok {
+		t = m.nodes[at]
+	}
+	if t == nil || m.cut[link] {
+		return nil, fmt.Errorf("%w: forward to %s: link cut", transport.ErrUnavailable, addr)
+	}
+	select {
+	case <-t.stop:
+		return nil, fmt.Errorf("%w: forward to %s: connection refused", transport.ErrUnavailable, addr)
+	default:
+	}
+	if m.calls[link] == nil {
+		m.calls[link] = new(int64)
+	}
+	atomic.AddInt64(m.calls[link], 1)
+	return t, nil
+}
+
+func (c *memClient) Forward(ctx context.Context, addr string, chk transport.Check) (transport.Result, error) {
+	if err := transport.ValidateCheck(chk, c.from.cfg.MaxKeyLen); err != nil {
+		return transport.Result{}, err
+	}
+	t, err := c.target(addr)
+	if err != nil {
+		return transport.Result{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return transport.Result{}, fmt.Errorf("%w: forward to %s: %w", transport.ErrUnavailable, addr, err)
+	}
+	return peerService{t}.Forward(ctx, []transport.Check{chk})[0], nil
+}
+
+func (c *memClient) Handoff(ctx context.Context, addr string, b transport.TransferBatch) error {
+	t, err := c.target(addr)
+	if err != nil {
+		return err
+	}
+	// The receiver keeps what it is given, as it would after decoding a message.
+	b.States = append([]transport.KeyState(nil), b.States...)
+	for i := range b.States {
+		b.States[i].State = append([]byte(nil), b.States[i].State...)
+	}
+	return peerService{t}.Transfer(ctx, b)
+}
+
+func (c *memClient) Drop(string) {}
+
+func (c *memClient) Close() error {
+	c.closed.Store(true)
+	return nil
+}
+
+// memCluster starts size nodes on one memNet, converged.
+func memCluster(t *testing.T, size int, mod func(*Config)) (*memNet, []*Node) {
+	t.Helper()
+	mn := newMemNet()
+	cfg := TestConfig()
+	cfg.peerNet = mn
+	if mod != nil {
+		mod(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := StartCluster(ctx, size, cfg)
+	if err != nil {
+		t.Fatalf("StartCluster(%d): %v", size, err)
+	}
+	t.Cleanup(func() {
+		for _, n := range c.Nodes() {
+			n.Abort()
+		}
+	})
+	return mn, c.Nodes()
+}
+
+// keyOwnedBy returns a key that owner owns in n's ring.
+func keyOwnedBy(t *testing.T, n, owner *Node) string {
+	t.Helper()
+	snap := n.rs.Load().snap
+	for i := range 10_000 {
+		k := fmt.Sprintf("key-%d", i)
+		if m, ok := snap.Owner(k); ok && m.Name == owner.Name() {
+			return k
+		}
+	}
+	t.Fatalf("no key owned by %s", owner.Name())
+	return ""
+}
+
+// Three nodes on the in-memory transport, 48 goroutines spread over them, 60
+// keys at capacity 40 that cannot refill: every key admits exactly 40, and the
+// forwards really went between the nodes.
+func TestMemNetClusterIsExact(t *testing.T) {
+	t.Parallel()
+	mn, nodes := memCluster(t, 3, nil)
+	l := algo.Limit{Kind: algo.FixedWindow, Limit: 40, Period: 24 * time.Hour}
+	const keys, callers, tries = 60, 48, 60
+	var admitted [keys]atomic.Int64
+	var forwarded atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for g := range callers {
+		wg.Go(func() {
+			n := nodes[g%len(nodes)]
+			for i := range keys * tries / callers * 2 {
+				k := (g + i) % keys
+				d, err := n.Allow(context.Background(), fmt.Sprintf("exact-%d", k), l)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if d.Allowed {
+					admitted[k].Add(1)
+				}
+				if d.Route == RouteForwarded {
+					forwarded.Add(1)
+				} else if d.Route != RouteOwner {
+					errs <- fmt.Errorf("key %d decided by %v, want owner or forwarded", k, d.Route)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for k := range admitted {
+		if got := admitted[k].Load(); got != l.Limit {
+			t.Errorf("key exact-%d: admitted %d, want %d", k, got, l.Limit)
+		}
+	}
+	if forwarded.Load() == 0 {
+		t.Error("no check was forwarded")
+	}
+	if mn.delivered(nodes[0], nodes[1])+mn.delivered(nodes[0], nodes[2]) == 0 {
+		t.Error("node-0 delivered no forward through the in-memory transport")
+	}
+}
+
+// With the data path to an owner cut while gossip still sees it, every policy
+// answers without error through the fallback, and once the link heals the
+// owner decides again, with the state it had before the cut.
+func TestOwnerUnreachablePolicies(t *testing.T) {
+	t.Parallel()
+	l := algo.Limit{Kind: algo.FixedWindow, Limit: 3, Period: 24 * time.Hour}
+	for _, tc := range []struct {
+		policy      Policy
+		wantAllowed []bool // 5 checks during the cut
+	}{
+		{Local, []bool{true, true, true, false, false}},
+		{FailOpen, []bool{true, true, true, true, true}},
+		{FailClosed, []bool{false, false, false, false, false}},
+	} {
+		t.Run(tc.policy.String(), func(t *testing.T) {
+			t.Parallel()
+			mn, nodes := memCluster(t, 2, func(c *Config) { c.OwnerUnreachable = tc.policy })
+			a, b := nodes[0], nodes[1]
+			key := keyOwnedBy(t, a, b)
+			ctx := context.Background()
+
+			d, err := a.Allow(ctx, key, l)
+			if err != nil || d.Route != RouteForwarded || !d.Allowed || d.Owner != b.Name() {
+				t.Fatalf("before the cut: got %+v, %v; want allowed, forwarded to %s", d, err, b.Name())
+			}
+
+			mn.setCut(a, b, true)
+			for i, want := range tc.wantAllowed {
+				d, err := a.Allow(ctx, key, l)
+				if err != nil {
+					t.Fatalf("check %d during the cut: %v", i, err)
+				}
+				if d.Route != RouteFallback || d.Allowed != want {
+					t.Errorf("check %d during the cut: got route %v allowed %v, want fallback, %v", i, d.Route, d.Allowed, want)
+				}
+			}
+
+			mn.setCut(a, b, false)
+			d, err = a.Allow(ctx, key, l)
+			if err != nil || d.Route != RouteForwarded {
+				t.Fatalf("after healing: got %+v, %v; want forwarded", d, err)
+			}
+			if !d.Allowed || d.Remaining != 1 {
+				t.Errorf("after healing: got allowed %v remaining %d, want the owner's second hit: allowed, 1 remaining", d.Allowed, d.Remaining)
+			}
+		})
+	}
+}
+
+// A check that reaches a member which does not own its key is answered "not
+// owner", never forwarded on; the sender routes again while its ring may still
+// change and then lets the policy decide, without an error.
+func TestNotOwnerIsNeverReforwarded(t *testing.T) {
+	t.Parallel()
+	const forwardTimeout = 300 * time.Millisecond
+	mn, nodes := memCluster(t, 3, func(c *Config) { c.ForwardTimeout = forwardTimeout })
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	key := keyOwnedBy(t, a, b)
+	mn.misroute(a, b, c)
+	l := algo.Limit{Kind: algo.FixedWindow, Limit: 3, Period: 24 * time.Hour}
+	start := time.Now()
+	d, err := a.Allow(context.Background(), key, l)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("Allow: %v", err)
+	}
+	if d.Route != RouteFallback || !d.Allowed {
+		t.Errorf("got route %v allowed %v, want the Local fallback to admit", d.Route, d.Allowed)
+	}
+	if took < forwardTimeout {
+		t.Errorf("fell back after %v, want after retrying for ForwardTimeout %v", took, forwardTimeout)
+	}
+	if n := mn.delivered(a, b); n < 2 {
+		t.Errorf("%s sent %d forwards for the key, want the first and at least one retry", a.Name(), n)
+	}
+	if n := mn.delivered(c, b) + mn.delivered(c, a); n != 0 {
+		t.Errorf("%s forwarded %d checks on, want 0: a receiver never re-forwards", c.Name(), n)
+	}
+	if got := c.Stats().Keys; got != 0 {
+		t.Errorf("%s holds %d keys, want 0: it does not own the key", c.Name(), got)
+	}
+}
