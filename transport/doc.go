@@ -14,8 +14,9 @@
 // by id in any order (ClientConfig.UnaryForward, or a peer without
 // ForwardStream, uses one unary Peer.Forward RPC per batch instead). On the
 // owner, NewServer's Peer service validates each item, hands the valid ones
-// of a batch to the node's PeerHandler in one call (one goroutine per batch),
-// and answers one Result per check in order; the Pool hands each caller its
+// of a batch to the node's PeerHandler in one call (on the stream's receive
+// goroutine, or in a goroutine of its own when the handler says the batch may
+// wait: ForwardWaitHinter), and answers one Result per check in order; the Pool hands each caller its
 // own Result. Callers outside the cluster use Client (or any gRPC stub)
 // against the Limiter service, which validates the check and passes it to the
 // node's LimiterHandler. Malformed input becomes codes.InvalidArgument (per

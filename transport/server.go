@@ -162,8 +162,11 @@ func (s *Server) endStreams() { s.stopOnce.Do(func() { close(s.stop) }) }
 // errors wrapping ErrUnavailable become Unavailable, context errors become
 // DeadlineExceeded or Canceled, and others Internal. On ForwardStream the same
 // outcomes travel per batch (ForwardResponse.code and message), and each batch
-// is decided in its own goroutine under the deadline its sender gave, so a
-// handler that blocks on one batch does not hold the others of that peer.
+// is decided under the deadline its sender gave: on the stream's receive
+// goroutine, or in a goroutine of its own when peer implements
+// ForwardWaitHinter and says the batch may wait (always, when it does not
+// implement it), so a handler that blocks on one batch does not hold the
+// others of that peer.
 func NewServer(cfg ServerConfig, peer PeerHandler, lim LimiterHandler) *Server {
 	cfg = cfg.withDefaults()
 	opts := []grpc.ServerOption{
