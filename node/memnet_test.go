@@ -22,14 +22,14 @@ type memNet struct {
 	nodes map[string]*Node   // gRPC address -> node
 	cut   map[memLink]bool   // links that fail every call
 	wrong map[memLink]string // links whose calls arrive at another address
-	calls map[memLink]*int64 // calls delivered per link (by the address dialled)
+	calls map[memLink]int64  // calls delivered per link (by the address dialled)
 }
 
 // memLink is the direction from one node (by name) to a gRPC address.
 type memLink struct{ from, to string }
 
 func newMemNet() *memNet {
-	return &memNet{nodes: make(map[string]*Node), cut: make(map[memLink]bool), wrong: make(map[memLink]string), calls: make(map[memLink]*int64)}
+	return &memNet{nodes: make(map[string]*Node), cut: make(map[memLink]bool), wrong: make(map[memLink]string), calls: make(map[memLink]int64)}
 }
 
 func (m *memNet) attach(n *Node) peerClient {
@@ -58,10 +58,7 @@ func (m *memNet) misroute(from, to, at *Node) {
 func (m *memNet) delivered(from, to *Node) int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if p := m.calls[memLink{from.Name(), to.GRPCAddr()}]; p != nil {
-		return atomic.LoadInt64(p)
-	}
-	return 0
+	return m.calls[memLink{from.Name(), to.GRPCAddr()}]
 }
 
 // memClient is one node's end of a memNet.
@@ -94,10 +91,7 @@ func (c *memClient) target(addr string) (*Node, error) {
 		return nil, fmt.Errorf("%w: forward to %s: connection refused", transport.ErrUnavailable, addr)
 	default:
 	}
-	if m.calls[link] == nil {
-		m.calls[link] = new(int64)
-	}
-	atomic.AddInt64(m.calls[link], 1)
+	m.calls[link]++
 	return t, nil
 }
 
@@ -161,10 +155,9 @@ func memCluster(t *testing.T, size int, mod func(*Config)) (*memNet, []*Node) {
 // keyOwnedBy returns a key that owner owns in n's ring.
 func keyOwnedBy(t *testing.T, n, owner *Node) string {
 	t.Helper()
-	snap := n.rs.Load().snap
 	for i := range 10_000 {
 		k := fmt.Sprintf("key-%d", i)
-		if m, ok := snap.Owner(k); ok && m.Name == owner.Name() {
+		if m, ok := n.Owner(k); ok && m.Name == owner.Name() {
 			return k
 		}
 	}
