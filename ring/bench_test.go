@@ -28,6 +28,27 @@ func BenchmarkSetMembers(b *testing.B) {
 		a := members("node-%d", n)
 		c := members("node-%d", n)
 		c[n-1].Name = "other"
+		for _, cfg := range []Config{{PartitionCount: 1021, ReplicationFactor: 100, Load: 1.25}, {PartitionCount: 4093, ReplicationFactor: 200, Load: 1.02}, {PartitionCount: 8191, ReplicationFactor: 200, Load: 1.02}} {
+			b.Run(fmt.Sprintf("members=%d/parts=%d/repl=%d", n, cfg.PartitionCount, cfg.ReplicationFactor), func(b *testing.B) {
+				r := newRing(b, cfg, nil)
+				i := 0
+				for b.Loop() {
+					set := a
+					if i%2 == 1 {
+						set = c
+					}
+					if err := r.SetMembers(set); err != nil {
+						b.Fatal(err)
+					}
+					i++
+				}
+			})
+		}
+	}
+	for _, n := range []int{3, 10, 50} {
+		a := members("node-%d", n)
+		c := members("node-%d", n)
+		c[n-1].Name = "other"
 		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
 			r := newRing(b, DefaultConfig(), nil)
 			b.ReportAllocs()

@@ -135,8 +135,8 @@ func TestEmptyRing(t *testing.T) {
 		if s.Has("node-0") {
 			t.Errorf("Has(node-0): got true, want false")
 		}
-		if p := s.Partition("k"); p < 0 || p >= 1021 {
-			t.Errorf("Partition: got %d, want in [0, 1021)", p)
+		if p := s.Partition("k"); p < 0 || p >= 4093 {
+			t.Errorf("Partition: got %d, want in [0, 4093)", p)
 		}
 	}
 	check(0)
@@ -242,14 +242,14 @@ func TestSameSetSameTable(t *testing.T) {
 	for name, set := range sets {
 		t.Run(name, func(t *testing.T) {
 			want := newRing(t, DefaultConfig(), set).Snapshot()
-			if got := want.PartitionCount(); got != 1021 {
-				t.Fatalf("PartitionCount: got %d, want 1021", got)
+			if got := want.PartitionCount(); got != 4093 {
+				t.Fatalf("PartitionCount: got %d, want 4093", got)
 			}
 			for trial := range 5 {
 				shuffled := slices.Clone(set)
 				rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
 				got := newRing(t, DefaultConfig(), shuffled).Snapshot()
-				for p := range 1021 {
+				for p := range 4093 {
 					if g, w := got.PartitionOwner(p).Name, want.PartitionOwner(p).Name; g != w {
 						t.Fatalf("trial %d, partition %d: got owner %q, want %q", trial, p, g, w)
 					}
@@ -304,7 +304,7 @@ func TestSnapshotAccessors(t *testing.T) {
 	for i := range 1000 {
 		key := fmt.Sprintf("key-%d", i)
 		p := s.Partition(key)
-		if want := int(xxhash.Sum64String(key) % 1021); p != want {
+		if want := int(xxhash.Sum64String(key) % 4093); p != want {
 			t.Fatalf("Partition(%q): got %d, want %d", key, p, want)
 		}
 		m, ok := s.Owner(key)
@@ -316,7 +316,7 @@ func TestSnapshotAccessors(t *testing.T) {
 		}
 	}
 
-	for _, p := range []int{-1, 1021} {
+	for _, p := range []int{-1, 4093} {
 		func() {
 			defer func() {
 				if recover() == nil {
@@ -374,7 +374,7 @@ func TestCustomHasher(t *testing.T) {
 	def := newRing(t, DefaultConfig(), members("node-%d", 3)).Snapshot()
 	for i := range 100 {
 		key := fmt.Sprintf("key-%d", i)
-		if got, want := s.Partition(key), int(fnvHasher{}.Sum64([]byte(key))%1021); got != want {
+		if got, want := s.Partition(key), int(fnvHasher{}.Sum64([]byte(key))%4093); got != want {
 			t.Fatalf("Partition(%q): got %d, want %d", key, got, want)
 		}
 	}
@@ -454,33 +454,36 @@ func TestConcurrentOwnerDuringSetMembers(t *testing.T) {
 }
 
 // TestBalance measures partitions per member at the defaults. Load caps the
-// busiest member at ceil(floor(1021/n)*1.25); nothing bounds the least loaded one
+// busiest member at ceil(floor(4093/n)*1.02); nothing bounds the least loaded one
 // but ReplicationFactor, so max/min depends on the names.
 func TestBalance(t *testing.T) {
 	t.Parallel()
 	cfg := DefaultConfig()
 	for n := 3; n <= 10; n++ {
-		s := newRing(t, cfg, members("node-%d", n)).Snapshot()
-		count := map[string]int{}
-		for p := range s.PartitionCount() {
-			count[s.PartitionOwner(p).Name]++
-		}
-		if len(count) != n {
-			t.Errorf("%d members: got %d owning partitions, want all %d", n, len(count), n)
-		}
-		hi, lo := 0, math.MaxInt
-		for _, c := range count {
-			hi, lo = max(hi, c), min(lo, c)
-		}
-		limit := int(math.Ceil(float64(cfg.PartitionCount/n) * cfg.Load))
-		ratio := float64(hi) / float64(lo)
-		t.Logf("%2d members: partitions max %d min %d (cap %d, mean %.1f), max/min %.3f",
-			n, hi, lo, limit, float64(cfg.PartitionCount)/float64(n), ratio)
-		if hi > limit {
-			t.Errorf("%d members: got max %d partitions, want <= %d", n, hi, limit)
-		}
-		if ratio > 2 {
-			t.Errorf("%d members: got max/min %.3f, want <= 2", n, ratio)
+		for _, format := range []string{"node-%d", "ringlimit-%d"} {
+			s := newRing(t, cfg, members(format, n)).Snapshot()
+			count := map[string]int{}
+			for p := range s.PartitionCount() {
+				count[s.PartitionOwner(p).Name]++
+			}
+			if len(count) != n {
+				t.Errorf("%d members: got %d owning partitions, want all %d", n, len(count), n)
+			}
+			hi, lo := 0, math.MaxInt
+			for _, c := range count {
+				hi, lo = max(hi, c), min(lo, c)
+			}
+			limit := int(math.Ceil(float64(cfg.PartitionCount/n) * cfg.Load))
+			ratio := float64(hi) / float64(lo)
+			t.Logf("%2d members %-13q: partitions max %d min %d (cap %d, mean %.1f), max/min %.3f",
+				n, format, hi, lo, limit, float64(cfg.PartitionCount)/float64(n), ratio)
+			if hi > limit {
+				t.Errorf("%d members: got max %d partitions, want <= %d", n, hi, limit)
+			}
+			// BenchmarkBalance measured at most 1.26 over 264 name sets.
+			if ratio > 1.3 {
+				t.Errorf("%d members %q: got max/min %.3f, want <= 1.3", n, format, ratio)
+			}
 		}
 	}
 }
@@ -516,8 +519,11 @@ func TestMovementThreeToFour(t *testing.T) {
 	if frac < 0.15 || frac > 0.35 {
 		t.Errorf("moved fraction: got %.3f, want in [0.15, 0.35]", frac)
 	}
-	if toNew != changed {
-		t.Errorf("keys moved between old members: got %d, want 0", changed-toNew)
+	// With Load 1.02 the new member lowers every cap, so a few partitions spill
+	// between old members (BenchmarkBalance: 1.08x the ideal movement at the
+	// median); bound it at 2% of keys.
+	if between := changed - toNew; between > keys/50 {
+		t.Errorf("keys moved between old members: got %d, want <= %d", between, keys/50)
 	}
 }
 
