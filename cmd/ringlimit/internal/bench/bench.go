@@ -89,8 +89,20 @@ type Options struct {
 	// Prefix is prepended to the key index; empty means DefaultPrefix(time.Now()).
 	Prefix string
 	// Progress, if not nil, is called from one goroutine about every 100 ms with
-	// the time since the start and the checks answered so far. It must not block.
+	// the time since the start and the checks decided so far. It must not block.
 	Progress func(elapsed time.Duration, checks int64)
+	// DownAfter is how many consecutive failed checks to one target mark it down:
+	// callers then send to the other targets instead and probe the down one with a
+	// single check every ProbeInterval (doubling after each failed probe, up to 16
+	// times), so a dead target is not hammered with instant failures. 0 means
+	// DefaultDownAfter.
+	DownAfter int
+	// ProbeInterval is the first wait before a down target is probed; 0 means
+	// DefaultProbeInterval.
+	ProbeInterval time.Duration
+	// OnTargetEvent, if not nil, is called when a target is marked down or answers
+	// again, from the caller goroutine that saw it. It must not block.
+	OnTargetEvent func(TargetEvent)
 }
 
 func (o *Options) defaults() error {
@@ -136,6 +148,18 @@ func (o *Options) defaults() error {
 	if o.Prefix == "" {
 		o.Prefix = DefaultPrefix(time.Now())
 	}
+	if o.DownAfter == 0 {
+		o.DownAfter = DefaultDownAfter
+	}
+	if o.DownAfter < 0 {
+		return fmt.Errorf("bench: down-after %d must be > 0", o.DownAfter)
+	}
+	if o.ProbeInterval == 0 {
+		o.ProbeInterval = DefaultProbeInterval
+	}
+	if o.ProbeInterval < 0 {
+		return fmt.Errorf("bench: probe interval %v must be > 0", o.ProbeInterval)
+	}
 	if _, err := MaxAdmitted(o.Limit, 0); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
@@ -149,8 +173,15 @@ func (o *Options) defaults() error {
 type Report struct {
 	// Options are the options run, defaults applied (Progress and Targets kept).
 	Options Options
-	// Checks is the number of checks answered: Decided + Errors.
+	// Checks and Decided are the number of checks decided (allowed or denied):
+	// throughput counts these only. Errors counts checks sent but not decided
+	// (connection refused, timeouts, error answers); they are not checks.
 	Checks, Decided, Errors int64
+	// Targets reports, per target in Options.Targets order, what it decided, its
+	// errors, and when it went down or came back.
+	Targets []TargetReport
+	// Unsent counts open-loop checks not sent because every target was down.
+	Unsent int64
 	// AdmittedChecks and DeniedChecks split Decided; Admitted is in hits.
 	AdmittedChecks, DeniedChecks, Admitted int64
 	// Routes counts decided checks by the path that decided them.
@@ -181,7 +212,8 @@ type Report struct {
 	KeyBound      int64
 }
 
-// Throughput is the rate of answered checks in checks per second.
+// Throughput is the rate of decided checks in checks per second; errors are
+// not counted.
 func (r *Report) Throughput() float64 {
 	if r.Elapsed <= 0 {
 		return 0
@@ -197,7 +229,7 @@ func (r *Report) Err() error {
 		return fmt.Errorf("%w: %d keys over their bound of %d hits; key %s admitted %d", ErrOverBound, r.KeysOverBound, r.KeyBound, r.WorstKey, r.WorstAdmitted)
 	}
 	if r.Errors > 0 {
-		return fmt.Errorf("%w: %d of %d", ErrChecksFailed, r.Errors, r.Checks)
+		return fmt.Errorf("%w: %d errors beside %d decided checks", ErrChecksFailed, r.Errors, r.Checks)
 	}
 	return nil
 }
@@ -218,13 +250,23 @@ func (r *Report) Write(w io.Writer) error {
 	fmt.Fprintf(tw, "limit\t%s %d per %v, burst %d, %d hits per check\n", o.Limit.Kind, o.Limit.Limit, o.Limit.Period, o.Limit.Burst, o.Hits)
 	fmt.Fprintf(tw, "keys\t%d %s (seed %d), %d used, prefix %s\n", o.Keys, dist, o.Seed, r.KeysUsed, o.Prefix)
 	fmt.Fprintf(tw, "elapsed\t%v\n", r.Elapsed.Round(time.Millisecond))
-	fmt.Fprintf(tw, "checks\t%d (%.0f/s)\n", r.Checks, r.Throughput())
+	fmt.Fprintf(tw, "checks\t%d decided (%.0f/s)\n", r.Checks, r.Throughput())
 	if o.Rate > 0 {
-		fmt.Fprintf(tw, "scheduled\t%d, missed %d\n", r.Scheduled, r.Missed)
+		fmt.Fprintf(tw, "scheduled\t%d, missed %d, unsent (no live target) %d\n", r.Scheduled, r.Missed, r.Unsent)
 	}
-	fmt.Fprintf(tw, "errors\t%d\n", r.Errors)
+	fmt.Fprintf(tw, "errors\t%d (not counted as checks)\n", r.Errors)
 	for _, s := range r.ErrorSamples {
 		fmt.Fprintf(tw, "  error\t%s\n", s)
+	}
+	for _, t := range r.Targets {
+		state := "up"
+		if t.Down {
+			state = "DOWN"
+		}
+		fmt.Fprintf(tw, "target %s\tdecided %d, errors %d, %s at the end\n", t.Name, t.Decided, t.Errors, state)
+		for _, ev := range t.Events {
+			fmt.Fprintf(tw, "  \t%s\n", ev)
+		}
 	}
 	fmt.Fprintf(tw, "routes\towner %d, forwarded %d, fallback %d\n", r.Routes[transport.RouteOwner], r.Routes[transport.RouteForwarded], r.Routes[transport.RouteFallback])
 	if h := r.Latency; h.TotalCount() > 0 {
@@ -258,8 +300,10 @@ func rnd(d time.Duration) time.Duration {
 type caller struct {
 	hist                              *hdrhistogram.Histogram
 	decided, errs, admChecks, denChks int64
+	unsent                            int64
 	routes                            [4]int64
 	errSample                         []string
+	perTarget                         [][2]int64 // decided, errors per target
 }
 
 // Run sends load as o describes and returns the report. The error is non-nil for
@@ -275,27 +319,41 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	callers := make([]*caller, o.Concurrency)
 	keyName := func(k int) string { return o.Prefix + strconv.Itoa(k) }
 
-	// One check: send, classify, record. lat is measured from 'from'.
-	do := func(c *caller, chk target.Checker, gen KeyGen, from time.Time) {
+	start := time.Now()
+	hs := newHealthSet(o, start)
+	// One check: pick a live target, send, classify, record. lat is measured
+	// from 'from'. It returns false when every target is down and no probe is
+	// due: nothing was sent.
+	do := func(c *caller, pref int, gen KeyGen, from time.Time) bool {
+		ti, probe := hs.pick(pref)
+		if ti < 0 {
+			return false
+		}
 		k := gen.Next()
 		checked[k].Store(true)
-		res, err := chk.Check(ctx, transport.Check{Key: keyName(k), Limit: o.Limit, Hits: o.Hits})
+		res, err := hs.ts[ti].chk.Check(ctx, transport.Check{Key: keyName(k), Limit: o.Limit, Hits: o.Hits})
 		lat := int64(time.Since(from))
 		if err != nil && ctx.Err() != nil {
-			return
+			if probe {
+				hs.result(ti, true, err)
+			}
+			return true
 		}
-		answered.Add(1)
 		if err == nil && res.Code != transport.CodeOK {
 			err = fmt.Errorf("code %d: %s", res.Code, res.Message)
 		}
+		hs.result(ti, probe, err)
 		if err != nil {
 			c.errs++
+			c.perTarget[ti][1]++
 			if len(c.errSample) < 3 {
-				c.errSample = append(c.errSample, err.Error())
+				c.errSample = append(c.errSample, hs.ts[ti].name+": "+err.Error())
 			}
-			return
+			return true
 		}
+		answered.Add(1)
 		c.decided++
+		c.perTarget[ti][0]++
 		c.hist.RecordValue(min(max(lat, 1), maxLatency))
 		if int(res.Route) < len(c.routes) {
 			c.routes[res.Route]++
@@ -306,13 +364,29 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		} else {
 			c.denChks++
 		}
+		return true
+	}
+	// idle waits for the next probe when every target is down, so callers do
+	// not spin; it returns false when the run is over.
+	idle := func(deadline time.Time) bool {
+		wait := min(hs.nextDue(), time.Until(deadline))
+		if wait <= 0 {
+			return false
+		}
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return true
+		case <-ctx.Done():
+			return false
+		}
 	}
 
 	stopProgress := make(chan struct{})
 	var progressDone sync.WaitGroup
 	var scheduled, missed int64
 	var wg sync.WaitGroup
-	start := time.Now()
 	deadline := start.Add(o.Duration)
 	if o.Progress != nil {
 		progressDone.Go(func() {
@@ -365,22 +439,26 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		})
 	}
 	for i := range o.Concurrency {
-		c := &caller{hist: hdrhistogram.New(1, maxLatency, 3)}
+		c := &caller{hist: hdrhistogram.New(1, maxLatency, 3), perTarget: make([][2]int64, len(o.Targets))}
 		callers[i] = c
 		gen, _ := NewKeyGen(o.Dist, o.Keys, o.ZipfS, rand.New(rand.NewPCG(o.Seed, uint64(i))))
-		chk := o.Targets[i%len(o.Targets)].Checker
+		pref := i % len(o.Targets)
 		wg.Go(func() {
 			if sched != nil {
 				for due := range sched {
 					if ctx.Err() != nil {
 						return
 					}
-					do(c, chk, gen, start.Add(due))
+					if !do(c, pref, gen, start.Add(due)) {
+						c.unsent++
+					}
 				}
 				return
 			}
 			for ctx.Err() == nil && time.Now().Before(deadline) {
-				do(c, chk, gen, time.Now())
+				if !do(c, pref, gen, time.Now()) && !idle(deadline) {
+					return
+				}
 			}
 		})
 	}
@@ -394,7 +472,18 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		Routes:  map[transport.Route]int64{},
 		Latency: hdrhistogram.New(1, maxLatency, 3),
 	}
+	r.Targets = make([]TargetReport, len(o.Targets))
+	for i, h := range hs.ts {
+		h.mu.Lock()
+		r.Targets[i] = TargetReport{Name: h.name, Down: h.down.Load(), Events: h.events}
+		h.mu.Unlock()
+	}
 	for _, c := range callers {
+		for i, pt := range c.perTarget {
+			r.Targets[i].Decided += pt[0]
+			r.Targets[i].Errors += pt[1]
+		}
+		r.Unsent += c.unsent
 		r.Latency.Merge(c.hist)
 		r.Decided += c.decided
 		r.Errors += c.errs
@@ -409,7 +498,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			}
 		}
 	}
-	r.Checks = r.Decided + r.Errors
+	r.Checks = r.Decided
 	r.KeyBound, _ = MaxAdmitted(o.Limit, elapsed)
 	worst := -1
 	for k := range admitted {

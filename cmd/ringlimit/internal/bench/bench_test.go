@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -277,8 +278,8 @@ func TestRunOpenLoopMeetsRate(t *testing.T) {
 	if r.Scheduled != 500 {
 		t.Errorf("got %d scheduled, want 500", r.Scheduled)
 	}
-	if r.Checks+r.Missed != r.Scheduled {
-		t.Errorf("got checks %d + missed %d, want %d scheduled", r.Checks, r.Missed, r.Scheduled)
+	if r.Checks+r.Errors+r.Missed+r.Unsent != r.Scheduled {
+		t.Errorf("got checks %d + errors %d + missed %d + unsent %d, want %d scheduled", r.Checks, r.Errors, r.Missed, r.Unsent, r.Scheduled)
 	}
 }
 
@@ -324,5 +325,104 @@ func TestRunRejectsBadOptions(t *testing.T) {
 		if _, err := Run(context.Background(), o); err == nil {
 			t.Errorf("%s: got nil error", name)
 		}
+	}
+}
+
+// flaky is a target that fails at once (as a connection refused does) while
+// dead is set, and otherwise delegates to a fixedWindow. calls counts every
+// check sent to it.
+type flaky struct {
+	fixedWindow
+	dead  atomic.Bool
+	calls atomic.Int64
+}
+
+func (f *flaky) Check(ctx context.Context, c transport.Check) (transport.Result, error) {
+	f.calls.Add(1)
+	if f.dead.Load() {
+		return transport.Result{}, errors.New("connection refused")
+	}
+	return f.fixedWindow.Check(ctx, c)
+}
+
+// TestRunSkipsADeadTarget is issue 13's first point: a killed daemon answers
+// every check at once with an error. Those errors are not checks, and callers must
+// not spin on it: they move to the live targets and probe the dead one now and then.
+func TestRunSkipsADeadTarget(t *testing.T) {
+	t.Parallel()
+	live := &flaky{fixedWindow: fixedWindow{state: map[string][2]int64{}, delay: 100 * time.Microsecond}}
+	dead := &flaky{fixedWindow: fixedWindow{state: map[string][2]int64{}}}
+	dead.dead.Store(true)
+	var mu sync.Mutex
+	var events []TargetEvent
+	r, err := Run(context.Background(), Options{
+		Targets:       []target.Target{{Name: "live", Checker: live}, {Name: "dead", Checker: dead}},
+		Limit:         algo.Limit{Kind: algo.FixedWindow, Limit: 1000, Period: time.Second},
+		Duration:      300 * time.Millisecond,
+		Concurrency:   8,
+		ProbeInterval: 50 * time.Millisecond,
+		OnTargetEvent: func(e TargetEvent) { mu.Lock(); events = append(events, e); mu.Unlock() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 8 callers may each have a check in flight when it is marked down (after
+	// DownAfter errors); then one probe at a time, at most every 50 ms.
+	if got, most := dead.calls.Load(), int64(DefaultDownAfter+8+300/50+1); got > most {
+		t.Errorf("got %d checks sent to the dead target, want <= %d (no spinning)", got, most)
+	}
+	if r.Checks != r.Decided || r.Checks != live.calls.Load() {
+		t.Errorf("got checks %d decided %d, want both = %d answered by the live target", r.Checks, r.Decided, live.calls.Load())
+	}
+	if r.Errors != dead.calls.Load() {
+		t.Errorf("got %d errors, want %d (every check sent to the dead target)", r.Errors, dead.calls.Load())
+	}
+	if len(r.Targets) != 2 || r.Targets[1].Errors != r.Errors || r.Targets[1].Decided != 0 || !r.Targets[1].Down || r.Targets[0].Down {
+		t.Fatalf("got targets %+v, want live up and dead down with all the errors", r.Targets)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) != 1 || !events[0].Down || events[0].Target != "dead" || events[0].Err != "connection refused" {
+		t.Errorf("got events %+v, want one down event for dead", events)
+	}
+	var buf bytes.Buffer
+	r.Write(&buf)
+	for _, want := range []string{"target dead", "DOWN at the end", "not counted as checks", "consecutive errors"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
+
+// TestRunProbesATargetBack: a target that dies and comes back is used again.
+func TestRunProbesATargetBack(t *testing.T) {
+	t.Parallel()
+	f := &flaky{fixedWindow: fixedWindow{state: map[string][2]int64{}, delay: 100 * time.Microsecond}}
+	f.dead.Store(true)
+	revived := make(chan struct{})
+	r, err := Run(context.Background(), Options{
+		Targets:       []target.Target{{Name: "only", Checker: f}},
+		Limit:         algo.Limit{Kind: algo.FixedWindow, Limit: 1000, Period: time.Second},
+		Duration:      400 * time.Millisecond,
+		Concurrency:   4,
+		ProbeInterval: 20 * time.Millisecond,
+		OnTargetEvent: func(e TargetEvent) {
+			if e.Down {
+				f.dead.Store(false)
+			} else {
+				close(revived)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-revived:
+	default:
+		t.Fatalf("got no 'answering again' event; targets %+v", r.Targets)
+	}
+	if r.Targets[0].Down || r.Checks == 0 || len(r.Targets[0].Events) != 2 {
+		t.Errorf("got %+v with %d checks, want the target up again, deciding, with 2 events", r.Targets[0], r.Checks)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -36,6 +37,12 @@ sent by up to --concurrency callers; latency is measured from the scheduled send
 time, so queueing behind a slow cluster counts (no coordinated omission), and
 checks still unsent at the end are reported as missed.
 
+Only decided checks (allowed or denied) count as checks and in checks/s; errors
+are reported apart, per target. A target that fails --down-after checks in a row
+is marked down (a line on stderr says which and why): callers move to the other
+targets and probe it with one check every --probe-interval (doubling while it
+stays down) instead of spinning on instant errors.
+
 Admission check: for every key the admitted hits are compared with the most its
 algorithm can admit over the run's elapsed time E starting from a fresh state
 (L = --limit, P = --period, B = --burst): fixed_window and sliding_window_counter
@@ -67,6 +74,10 @@ A progress bar is drawn on stderr when it is a terminal, unless --quiet.`,
 				return fmt.Errorf("--concurrency %d: must be >= 1", o.Concurrency)
 			case o.Keys < 1 || o.Keys > bench.MaxKeys:
 				return fmt.Errorf("--keys %d: want 1..%d", o.Keys, bench.MaxKeys)
+			case o.DownAfter < 1:
+				return fmt.Errorf("--down-after %d: must be >= 1", o.DownAfter)
+			case o.ProbeInterval <= 0:
+				return fmt.Errorf("--probe-interval %v: must be > 0", o.ProbeInterval)
 			case o.Rate < 0:
 				return fmt.Errorf("--rate %v: must be >= 0 (0 = closed loop)", o.Rate)
 			case d == bench.Zipf && !(o.ZipfS > 1):
@@ -86,6 +97,12 @@ A progress bar is drawn on stderr when it is a terminal, unless --quiet.`,
 			defer stop()
 			o.Targets = targets
 			stderr := cmd.ErrOrStderr()
+			var evMu sync.Mutex
+			o.OnTargetEvent = func(e bench.TargetEvent) {
+				evMu.Lock()
+				defer evMu.Unlock()
+				fmt.Fprintf(stderr, "\nbench: target %s %s\n", e.Target, e)
+			}
 			var bar *progressbar.ProgressBar
 			if !quiet && isTerminal(stderr) {
 				bar = newBar(stderr, o.Duration)
@@ -125,6 +142,8 @@ A progress bar is drawn on stderr when it is a terminal, unless --quiet.`,
 	fs.Uint64Var(&o.Seed, "seed", bench.DefaultSeed, "seed of the key generators (caller i uses PCG(seed, i))")
 	fs.StringVar(&prefix, "prefix", "", `key prefix (default "bench:<unix ns>:", fresh per run)`)
 	fs.BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
+	fs.IntVar(&o.DownAfter, "down-after", bench.DefaultDownAfter, "consecutive errors that mark a target down")
+	fs.DurationVar(&o.ProbeInterval, "probe-interval", bench.DefaultProbeInterval, "first wait before a down target is probed again (doubles per failed probe)")
 	return cmd
 }
 
