@@ -108,7 +108,7 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"replay", "--nodes", "0"}, "--nodes 0"},
 		{[]string{"replay", "--log", "/nonexistent/log"}, "/nonexistent/log"},
 		{[]string{"replay", "--addr", "127.0.0.1:1", "--tls-cert", "x"}, "--tls-cert, --tls-key and --tls-ca go together"},
-		{[]string{"demo", "--algorithm", "gcra"}, "demo runs every algorithm"},
+		{[]string{"demo", "--algorithm", "gcra"}, "unknown flag: --algorithm"},
 		{[]string{"check"}, "accepts 1 arg"},
 		{[]string{"check", "k", "--algorithm", "x"}, "--algorithm"},
 		{[]string{"members", "--addr", "ftp://x"}, "want host:port or an http(s) URL"},
@@ -285,5 +285,23 @@ func TestMembers(t *testing.T) {
 	defer bad.Close()
 	if code, _, stderr := run(t, Deps{}, "members", "--addr", bad.URL); code != ExitError || !strings.Contains(stderr, "503") {
 		t.Errorf("503: got exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestHelpListsOnlyAcceptedFlags is issue 13's second point: demo runs every
+// algorithm, so its --help must not offer --algorithm.
+func TestHelpListsOnlyAcceptedFlags(t *testing.T) {
+	t.Parallel()
+	code, out, _ := run(t, Deps{}, "demo", "--help")
+	if code != ExitOK || !strings.Contains(out, "--limit") {
+		t.Fatalf("demo --help: got exit %d, output:\n%s", code, out)
+	}
+	if strings.Contains(out, "--algorithm") {
+		t.Errorf("demo --help lists --algorithm, which demo does not accept:\n%s", out)
+	}
+	for _, c := range []string{"replay", "bench", "check"} {
+		if _, out, _ := run(t, Deps{}, c, "--help"); !strings.Contains(out, "--algorithm") {
+			t.Errorf("%s --help: got no --algorithm, want it listed", c)
+		}
 	}
 }

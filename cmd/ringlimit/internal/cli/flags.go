@@ -24,8 +24,12 @@ type limitFlags struct {
 	hits      int64
 }
 
-func (f *limitFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&f.algorithm, "algorithm", "gcra", "algorithm: sliding_window_log, sliding_window_counter, fixed_window, gcra or token_bucket")
+// register adds the limit flags to fs; --algorithm only when withAlgorithm (demo
+// runs every algorithm and must not list a flag it cannot take).
+func (f *limitFlags) register(fs *pflag.FlagSet, withAlgorithm bool) {
+	if withAlgorithm {
+		fs.StringVar(&f.algorithm, "algorithm", "gcra", "algorithm: sliding_window_log, sliding_window_counter, fixed_window, gcra or token_bucket")
+	}
 	fs.Int64Var(&f.limit, "limit", 10, "hits per period (the rate for gcra and token_bucket)")
 	fs.DurationVar(&f.period, "period", time.Minute, "window length or refill period")
 	fs.Int64Var(&f.burst, "burst", 5, "gcra: max_burst (capacity burst+1); token_bucket: capacity (>= 1); ignored by window algorithms")

@@ -154,7 +154,7 @@ mismatch), 2 on error.`,
 		},
 	}
 	fs := cmd.Flags()
-	lf.register(fs)
+	lf.register(fs, true)
 	tf.register(fs)
 	logf.register(fs)
 	fs.StringVar(&prefix, "prefix", "", `key prefix (default "replay:<unix ns>:", fresh per run so earlier runs' state is never met)`)
@@ -183,9 +183,6 @@ any replay differs from the single-node reference.`,
   go run ./cmd/ringlimit demo --limit 20 --period 10s --burst 3 --nodes 5`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cmd.Flags().Changed("algorithm") {
-				return errors.New("--algorithm: demo runs every algorithm; use replay for one")
-			}
 			var limits []algo.Limit
 			for _, k := range algo.Kinds() {
 				l, _, err := lf.parse(k)
@@ -251,7 +248,7 @@ any replay differs from the single-node reference.`,
 		},
 	}
 	fs := cmd.Flags()
-	lf.register(fs)
+	lf.register(fs, false)
 	logf.register(fs)
 	fs.IntVar(&nodes, "nodes", 3, "nodes of the in-process cluster")
 	fs.IntVar(&workers, "workers", 0, "concurrent senders per replay (0 = 8 per CPU, at least 16)")
