@@ -217,12 +217,34 @@ func ints5Reply(r [5]int64) reply {
 	}
 }
 
+// pipelineChunk is how many commands of one pipeline are decided before their
+// answers are written and flushed, so a client sending 10,000 commands at once
+// starts reading answers before the last is decided.
+const pipelineChunk = 1024
+
 // handle answers cmd and the rest of the pipeline read with it, in order.
 func (s *Server) handle(c redcon.Conn, first redcon.Command) {
 	cmds := append([]redcon.Command{first}, c.ReadPipeline()...)
 	st := c.Context().(*connState)
+	for len(cmds) > 0 {
+		n := min(len(cmds), pipelineChunk)
+		if quit := s.handleChunk(c, st, cmds[:n]); quit {
+			c.Close()
+			return
+		}
+		cmds = cmds[n:]
+		if len(cmds) > 0 {
+			if err := redcon.BaseWriter(c).Flush(); err != nil {
+				return // the connection is gone; redcon sees it at its next read
+			}
+		}
+	}
+}
+
+// handleChunk answers cmds in order and reports whether one was QUIT (the
+// commands after it are not run).
+func (s *Server) handleChunk(c redcon.Conn, st *connState, cmds []redcon.Command) (quit bool) {
 	replies := make([]reply, len(cmds))
-	quit := -1
 	for i := 0; i < len(cmds); {
 		if st.authed && isCheck(cmds[i]) {
 			j := i + 1
@@ -235,7 +257,7 @@ func (s *Server) handle(c redcon.Conn, first redcon.Command) {
 		}
 		replies[i] = s.exec(st, cmds[i])
 		if lower(cmds[i].Args[0]) == "quit" {
-			quit = i
+			quit = true
 			break
 		}
 		i++
@@ -246,9 +268,7 @@ func (s *Server) handle(c redcon.Conn, first redcon.Command) {
 		}
 		r(c)
 	}
-	if quit >= 0 {
-		c.Close()
-	}
+	return quit
 }
 
 func lower(b []byte) string { return strings.ToLower(string(b)) }
