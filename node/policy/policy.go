@@ -310,18 +310,20 @@ func Key(domain string, entries []Entry) string {
 	for _, e := range entries {
 		n += len(e.Key) + len(e.Value) + 8
 	}
-	b := make([]byte, 0, n)
-	b = append(b, "rl:"...)
-	b = appendField(b, domain)
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString("rl:")
+	writeField(&b, domain)
 	for _, e := range entries {
-		b = appendField(b, e.Key)
-		b = appendField(b, e.Value)
+		writeField(&b, e.Key)
+		writeField(&b, e.Value)
 	}
-	return string(b)
+	return b.String()
 }
 
-func appendField(b []byte, s string) []byte {
-	b = strconv.AppendInt(b, int64(len(s)), 10)
-	b = append(b, ':')
-	return append(b, s...)
+func writeField(b *strings.Builder, s string) {
+	var num [20]byte
+	b.Write(strconv.AppendInt(num[:0], int64(len(s)), 10))
+	b.WriteByte(':')
+	b.WriteString(s)
 }
