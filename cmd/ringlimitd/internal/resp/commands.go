@@ -11,6 +11,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node/policy"
 )
 
 // MaxKeyLen is the longest key accepted, in bytes (the daemon's key rule: 1..1024).
@@ -27,8 +28,11 @@ func cellErr(msg string) string { return "Cell error: Store error: " + msg }
 // parseCheck parses CL.THROTTLE or RL.CHECK. It returns the error reply text
 // when the command is invalid.
 func parseCheck(cmd redcon.Command) (check, string) {
-	if lower(cmd.Args[0]) == "rl.check" {
+	switch lower(cmd.Args[0]) {
+	case "rl.check":
 		return parseRLCheck(cmd.Args)
+	case "rl.policy":
+		return parseRLPolicy(cmd.Args)
 	}
 	return parseCLThrottle(cmd.Args)
 }
@@ -114,6 +118,31 @@ func parseRLCheck(args [][]byte) (check, string) {
 		return check{}, "ERR " + limitMessage(err)
 	}
 	return check{key: string(args[1]), limit: l, hits: hits, ms: true}, ""
+}
+
+// rlPolicyUsage is RL.POLICY's arity error.
+const rlPolicyUsage = "ERR Usage: rl.policy <domain> <hits> <key> <value> [<key> <value> ...]"
+
+// parseRLPolicy parses
+//
+//	RL.POLICY <domain> <hits> <key> <value> [<key> <value> ...]
+//
+// one descriptor (its entries in order) checked against the policy file. An
+// empty value is a key-only entry.
+func parseRLPolicy(args [][]byte) (check, string) {
+	if len(args) < 5 || len(args)%2 == 0 {
+		return check{}, rlPolicyUsage
+	}
+	hits, err := strconv.ParseInt(string(args[2]), 10, 64)
+	if err != nil {
+		return check{}, "ERR hits " + strconv.Quote(string(args[2])) + ": not an integer"
+	}
+	d := &policy.Descriptor{}
+	for i := 3; i+1 < len(args); i += 2 {
+		d.Entries = append(d.Entries, policy.Entry{Key: string(args[i]), Value: string(args[i+1])})
+	}
+	domain := string(args[1])
+	return check{key: policy.Key(domain, d.Entries), hits: hits, domain: domain, desc: d}, ""
 }
 
 // parsePeriod reads a Go duration or an integer of milliseconds.
@@ -225,7 +254,7 @@ func (s *Server) exec(st *connState, cmd redcon.Command) reply {
 		return s.command(args)
 	case "info":
 		return s.info()
-	case "cl.throttle", "rl.check":
+	case "cl.throttle", "rl.check", "rl.policy":
 		// Only reached before AUTH, which returned NOAUTH above.
 		return errReply("NOAUTH Authentication required.")
 	}
@@ -367,6 +396,7 @@ func commandTable() []commandEntry {
 	return []commandEntry{
 		{"cl.throttle", -5, []string{"write"}, 1},
 		{"rl.check", -5, []string{"write"}, 1},
+		{"rl.policy", -5, []string{"write"}, 0},
 		{"ping", -1, []string{"fast"}, 0},
 		{"echo", 2, []string{"fast"}, 0},
 		{"quit", -1, []string{"fast"}, 0},

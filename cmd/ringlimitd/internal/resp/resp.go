@@ -36,6 +36,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/node/policy"
 )
 
 // Defaults of Config's limits.
@@ -92,6 +93,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Version is reported by INFO as ringlimit_version.
 	Version string
+	// Policy, when not nil, answers RL.POLICY from the policy file. nil:
+	// RL.POLICY replies an error naming --policy-file.
+	Policy *policy.Limiter
 }
 
 // Server serves RESP on one listener. Create it with New, run Serve, stop it
@@ -275,7 +279,7 @@ func lower(b []byte) string { return strings.ToLower(string(b)) }
 
 func isCheck(cmd redcon.Command) bool {
 	switch lower(cmd.Args[0]) {
-	case "cl.throttle", "rl.check":
+	case "cl.throttle", "rl.check", "rl.policy":
 		return true
 	}
 	return false
@@ -287,6 +291,10 @@ type check struct {
 	limit algo.Limit
 	hits  int64
 	ms    bool // reply durations in ms (RL.CHECK) instead of redis-cell's s
+	// RL.POLICY: the domain and descriptor; key is then the stored key the
+	// policy builds, used only to keep one descriptor's checks in order.
+	domain string
+	desc   *policy.Descriptor
 }
 
 // runChecks decides a run of consecutive checks: parse errors answer at once;
@@ -298,6 +306,9 @@ func (s *Server) runChecks(cmds []redcon.Command, replies []reply) {
 	var order []string
 	for i, cmd := range cmds {
 		ck, errMsg := parseCheck(cmd)
+		if errMsg == "" && ck.desc != nil && s.cfg.Policy == nil {
+			errMsg = "ERR no policy file is loaded (start ringlimitd with --policy-file)"
+		}
 		if errMsg != "" {
 			replies[i] = errReply(errMsg)
 			continue
@@ -333,6 +344,9 @@ func (s *Server) runChecks(cmds []redcon.Command, replies []reply) {
 func (s *Server) decide(ck check) reply {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CheckTimeout)
 	defer cancel()
+	if ck.desc != nil {
+		return s.decidePolicy(ctx, ck)
+	}
 	d, err := s.cfg.Checker.AllowN(ctx, ck.key, ck.limit, ck.hits)
 	if err != nil {
 		return errReply(checkError(err))
@@ -341,6 +355,39 @@ func (s *Server) decide(ck check) reply {
 		return ints5Reply(msReply(d.Decision))
 	}
 	return ints5Reply(d.CLThrottleReply())
+}
+
+// decidePolicy answers RL.POLICY: [limited, limit, remaining, retry_after_ms,
+// reset_after_ms, rule, outcome].
+func (s *Server) decidePolicy(ctx context.Context, ck check) reply {
+	res, err := s.cfg.Policy.Check(ctx, ck.domain, []policy.Descriptor{*ck.desc}, ck.hits)
+	if err != nil {
+		if errors.Is(err, policy.ErrInvalidRequest) {
+			return errReply("ERR " + strings.TrimPrefix(err.Error(), policy.ErrInvalidRequest.Error()+": "))
+		}
+		return errReply(checkError(err))
+	}
+	d := &res.Decisions[0]
+	ints := msReply(d.Decision.Decision)
+	if d.Rule == nil || d.Key == "" {
+		ints = [5]int64{0, 0, 0, -1, 0}
+		if !d.Allowed {
+			ints[0] = 1 // a blocking rule (requests_per_unit 0)
+		}
+	}
+	rule := ""
+	if d.Rule != nil {
+		rule = d.Rule.ID()
+	}
+	outcome := string(d.Outcome())
+	return func(c redcon.Conn) {
+		c.WriteArray(7)
+		for _, v := range ints {
+			c.WriteInt64(v)
+		}
+		c.WriteBulkString(rule)
+		c.WriteBulkString(outcome)
+	}
 }
 
 // checkError maps a node error to the reply text clients see.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/node/policy"
 )
 
 // startCluster starts an in-process cluster of n nodes (node.TestConfig) and a
@@ -410,4 +411,70 @@ type fakeChecker struct{}
 
 func (fakeChecker) AllowN(context.Context, string, algo.Limit, int64) (node.Decision, error) {
 	return node.Decision{}, nil
+}
+
+// TestRLPolicy: descriptors against the policy file, on a 3-node cluster.
+func TestRLPolicy(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := node.StartCluster(ctx, 3, node.TestConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	p, err := policy.Parse("seed.yaml", []byte(`
+domain: api
+descriptors:
+  - key: api_id
+    value: post
+    rate_limit: {unit: hour, requests_per_unit: 3, name: post-default}
+    descriptors:
+      - key: app_id
+        value: vip
+        rate_limit: {unit: hour, requests_per_unit: 5}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addrs []string
+	for _, n := range cl.Nodes() {
+		lim, err := policy.NewLimiter(n, p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, serve(t, Config{Checker: n, Policy: lim}, nil))
+	}
+	bg := context.Background()
+	count := func(args ...any) (allowed int, last []any) {
+		for i := range 8 {
+			c := redis.NewClient(&redis.Options{Addr: addrs[i%3]})
+			r, err := c.Do(bg, args...).Slice()
+			c.Close()
+			if err != nil {
+				t.Fatalf("%v: %v", args, err)
+			}
+			if r[0].(int64) == 0 {
+				allowed++
+			}
+			last = r
+		}
+		return allowed, last
+	}
+	if n, last := count("RL.POLICY", "api", "1", "api_id", "post"); n != 3 || last[5] != "post-default" || last[6] != "denied" {
+		t.Errorf("api_id=post: got %d allowed, last %v, want 3 and rule post-default denied", n, last)
+	}
+	if n, last := count("RL.POLICY", "api", "1", "api_id", "post", "app_id", "vip"); n != 5 || last[6] != "denied" {
+		t.Errorf("app_id=vip override: got %d allowed, last %v, want 5", n, last)
+	}
+	if n, last := count("RL.POLICY", "api", "1", "api_id", "get"); n != 8 || last[6] != "no_rule" {
+		t.Errorf("no rule: got %d allowed, last %v, want all 8 and no_rule", n, last)
+	}
+	// Without a policy file the command says so.
+	bare := serve(t, Config{Checker: cl.Nodes()[0]}, nil)
+	c := redis.NewClient(&redis.Options{Addr: bare})
+	defer c.Close()
+	if err := c.Do(bg, "RL.POLICY", "api", "1", "api_id", "post").Err(); err == nil || !strings.Contains(err.Error(), "--policy-file") {
+		t.Errorf("no policy: got %v, want an error naming --policy-file", err)
+	}
 }
