@@ -371,7 +371,12 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot) {
 		m, ok := snap.Owner(key)
 		return !ok || m.Name != self || ns.leaving
 	})
+	movedBans := n.bans.extract(func(key string) bool {
+		m, ok := snap.Owner(key)
+		return !ok || m.Name != self || ns.leaving
+	})
 	byOwner := make(map[string][]transport.KeyState)
+	bansByOwner := make(map[string][]transport.PenaltyState)
 	addrs := make(map[string]string)
 	for p := 0; p < snap.PartitionCount(); p++ {
 		if old.Len() > 0 && old.PartitionOwner(p).Name == self {
@@ -400,6 +405,18 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot) {
 			Key: ms.key, Limit: ms.e.limit, State: b, LastNow: ms.e.lastNow, CallerClock: ms.e.callerClock,
 		})
 	}
+	for _, ps := range movedBans {
+		m, ok := snap.Owner(ps.Key)
+		if !ok {
+			lost++
+			continue
+		}
+		addrs[m.Name] = m.Addr
+		if _, ok := byOwner[m.Name]; !ok {
+			byOwner[m.Name] = nil
+		}
+		bansByOwner[m.Name] = append(bansByOwner[m.Name], ps)
+	}
 	if len(byOwner) == 0 {
 		if lost > 0 {
 			// The whole cluster is stopping (or this was its last member): there is
@@ -419,7 +436,7 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot) {
 		go func() {
 			defer wg.Done()
 			err := n.peers.Handoff(ctx, addrs[name], transport.TransferBatch{
-				From: self, RingDigest: snap.Digest(), States: states, Done: true,
+				From: self, RingDigest: snap.Digest(), States: states, Done: true, Penalties: bansByOwner[name],
 			})
 			if err != nil {
 				mu.Lock()

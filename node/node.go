@@ -73,6 +73,9 @@ type Decision struct {
 	algo.Decision
 	Route Route
 	Owner string
+	// Banned is set when the key's penalty ban decided the check (see
+	// AllowPenalized).
+	Banned bool
 }
 
 // Member is one live member of the cluster as this node sees it.
@@ -112,6 +115,9 @@ type Node struct {
 	owned    *store
 	fallback *store
 	peers    peerClient
+
+	// bans holds the ban states of keys checked with a penalty (see penalty.go).
+	bans *penalties
 
 	ml         *memberlist.Memberlist
 	grpcSrv    *transport.Server
@@ -173,6 +179,7 @@ func New(cfg Config) (*Node, error) {
 		ring:      r,
 		owned:     newStore(cfg.MaxKeys, r.Snapshot().Hash),
 		fallback:  newStore(cfg.MaxKeys, r.Snapshot().Hash),
+		bans:      &penalties{},
 		memberSig: make(chan struct{}, 1),
 		members:   make(map[string]Member),
 		marks:     make(map[string]uint64),
@@ -330,7 +337,7 @@ func (n *Node) Check(ctx context.Context, c transport.Check) (transport.Result, 
 		}
 		return transport.Result{}, err
 	}
-	return transport.Result{Decision: d.Decision, Route: d.Route, Owner: d.Owner, Code: transport.CodeOK}, nil
+	return transport.Result{Decision: d.Decision, Route: d.Route, Owner: d.Owner, Code: transport.CodeOK, Banned: d.Banned}, nil
 }
 
 // decide routes one check: decide it here if this node owns the key, else forward
@@ -349,7 +356,7 @@ func (n *Node) decide(ctx context.Context, c transport.Check) (Decision, error) 
 		h := rs.snap.Hash(c.Key) // one hash: owner, handoff gate and shard
 		owner, ok := rs.snap.OwnerOfHash(h)
 		if !ok || owner.Name == n.cfg.Name {
-			d, err := n.decideOwned(ctx, rs, c, h)
+			d, ban, err := n.decideOwned(ctx, rs, c, h)
 			if errors.Is(err, errNotOwner) && attempt < 8 {
 				rs = n.rs.Load() // the ring changed under us: route again
 				continue
@@ -361,7 +368,7 @@ func (n *Node) decide(ctx context.Context, c transport.Check) (Decision, error) 
 				return Decision{}, err
 			}
 			n.observe(c.Limit.Kind, RouteOwner, d.Allowed)
-			return Decision{Decision: d, Route: RouteOwner, Owner: n.cfg.Name}, nil
+			return Decision{Decision: d, Route: RouteOwner, Owner: n.cfg.Name, Banned: ban}, nil
 		}
 		// The pool bounds each forward by ForwardTimeout; the deadline below bounds
 		// the retries (set on the first failure, so the fast path reads no clock and
@@ -373,7 +380,7 @@ func (n *Node) decide(ctx context.Context, c transport.Check) (Decision, error) 
 		switch {
 		case err == nil && res.Code == transport.CodeOK:
 			n.observe(c.Limit.Kind, RouteForwarded, res.Decision.Allowed)
-			return Decision{Decision: res.Decision, Route: RouteForwarded, Owner: owner.Name}, nil
+			return Decision{Decision: res.Decision, Route: RouteForwarded, Owner: owner.Name, Banned: res.Banned}, nil
 		case err == nil && res.Code == transport.CodeInvalidArgument:
 			return Decision{}, fmt.Errorf("%w: %s", transport.ErrInvalidCheck, res.Message)
 		}
@@ -437,11 +444,12 @@ func (n *Node) awaitRingChange(ctx context.Context, rs *ringState, d time.Durati
 
 // decideOwned applies c on this node as its owner under ring state rs. It first
 // waits, bounded by HandoffTimeout, for the previous owner's handoff when the key's
-// partition was just gained from a live member.
-func (n *Node) decideOwned(ctx context.Context, rs *ringState, c transport.Check, h uint64) (algo.Decision, error) {
+// partition was just gained from a live member. A check with a Penalty is decided
+// with the key's ban state (banned reports that the ban decided it).
+func (n *Node) decideOwned(ctx context.Context, rs *ringState, c transport.Check, h uint64) (d algo.Decision, banned bool, err error) {
 	if gate := rs.gate(h); gate != nil {
 		if err := rs.waitGate(ctx, gate, n.stop); err != nil {
-			return algo.Decision{}, err
+			return algo.Decision{}, false, err
 		}
 	}
 	wall := n.clock()
@@ -449,7 +457,13 @@ func (n *Node) decideOwned(ctx context.Context, rs *ringState, c transport.Check
 	if now == 0 {
 		now = wall
 	}
-	return n.owned.take(h, c.Key, c.Limit, c.Hits, now, wall, func() bool { return n.owns(rs, c.Key) }, n.onEvict)
+	if c.Penalty.IsZero() {
+		d, err = n.owned.take(h, c.Key, c.Limit, c.Hits, now, wall, func() bool { return n.owns(rs, c.Key) }, n.onEvict)
+		return d, false, err
+	}
+	return n.bans.take(h, c.Key, c.Penalty, c.Hits, now, func(hits int64) (algo.Decision, error) {
+		return n.owned.take(h, c.Key, c.Limit, hits, now, wall, func() bool { return n.owns(rs, c.Key) }, n.onEvict)
+	})
 }
 
 // owns reports, under a shard lock, whether this node still owns key: true when
@@ -536,10 +550,10 @@ func (p peerService) Forward(ctx context.Context, checks []transport.Check) []tr
 			out[i] = transport.Result{Code: transport.CodeNotOwner, Message: "not owner"}
 			continue
 		}
-		d, err := n.decideOwned(ctx, rs, c, h)
+		d, ban, err := n.decideOwned(ctx, rs, c, h)
 		switch {
 		case err == nil:
-			out[i] = transport.Result{Decision: d, Route: RouteOwner, Owner: n.cfg.Name, Code: transport.CodeOK}
+			out[i] = transport.Result{Decision: d, Route: RouteOwner, Owner: n.cfg.Name, Code: transport.CodeOK, Banned: ban}
 		case errors.Is(err, errNotOwner):
 			out[i] = transport.Result{Code: transport.CodeNotOwner, Message: "not owner"}
 		case errors.Is(err, algo.ErrInvalidLimit), errors.Is(err, transport.ErrInvalidCheck):
@@ -583,6 +597,9 @@ func (p peerService) Transfer(ctx context.Context, b transport.TransferBatch) er
 			return err
 		}
 		n.owned.install(ks.Key, ks.Limit, st, ks.LastNow, ks.CallerClock, wall)
+	}
+	for _, ps := range b.Penalties {
+		n.bans.install(n.owned.hash(ps.Key), ps)
 	}
 	if b.Done {
 		n.markHandoffDone(b.From, b.RingDigest)

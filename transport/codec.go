@@ -118,7 +118,8 @@ func (m *fwdRequest) append(b []byte) []byte {
 
 func checkSize(c *Check) int {
 	return sizeBytes(len(c.Key)) + sizeI64(int64(kindToWire(c.Limit.Kind))) + sizeI64(c.Limit.Limit) +
-		sizeI64(int64(c.Limit.Period)) + sizeI64(c.Limit.Burst) + sizeI64(c.Hits) + sizeI64(c.CreatedAt)
+		sizeI64(int64(c.Limit.Period)) + sizeI64(c.Limit.Burst) + sizeI64(c.Hits) + sizeI64(c.CreatedAt) +
+		sizeI64(c.Penalty.Denials) + sizeI64(int64(c.Penalty.Within)) + sizeI64(int64(c.Penalty.Ban))
 }
 
 func appendCheck(b []byte, c *Check) []byte {
@@ -131,7 +132,10 @@ func appendCheck(b []byte, c *Check) []byte {
 	b = appendI64(b, 4, int64(c.Limit.Period))
 	b = appendI64(b, 5, c.Limit.Burst)
 	b = appendI64(b, 6, c.Hits)
-	return appendI64(b, 7, c.CreatedAt)
+	b = appendI64(b, 7, c.CreatedAt)
+	b = appendI64(b, 8, c.Penalty.Denials)
+	b = appendI64(b, 9, int64(c.Penalty.Within))
+	return appendI64(b, 10, int64(c.Penalty.Ban))
 }
 
 func (m *fwdRequest) decode(b []byte) error {
@@ -207,7 +211,7 @@ func decodeCheck(b []byte) (Check, error) {
 			b, c.Key = b[l:], string(v)
 			continue
 		}
-		if typ != protowire.VarintType || num < 2 || num > 7 {
+		if typ != protowire.VarintType || num < 2 || num > 10 {
 			l := protowire.ConsumeFieldValue(num, typ, b)
 			if l < 0 {
 				return Check{}, errMalformed
@@ -234,6 +238,12 @@ func decodeCheck(b []byte) (Check, error) {
 			c.Hits = v
 		case 7:
 			c.CreatedAt = v
+		case 8:
+			c.Penalty.Denials = v
+		case 9:
+			c.Penalty.Within = time.Duration(v)
+		case 10:
+			c.Penalty.Ban = time.Duration(v)
 		}
 	}
 	k, err := kindFromWire(alg)
@@ -305,6 +315,9 @@ func decisionSize(r *Result) int {
 	if d.Allowed {
 		n += 2
 	}
+	if r.Banned {
+		n += 2
+	}
 	return n
 }
 
@@ -319,7 +332,12 @@ func appendDecision(b []byte, r *Result) []byte {
 	b = appendI64(b, 4, int64(d.RetryAfter))
 	b = appendI64(b, 5, int64(d.ResetAfter))
 	b = appendI64(b, 6, int64(routeToWire(r.Route)))
-	return appendString(b, 7, r.Owner)
+	b = appendString(b, 7, r.Owner)
+	if r.Banned {
+		b = protowire.AppendTag(b, 8, protowire.VarintType)
+		b = protowire.AppendVarint(b, 1)
+	}
+	return b
 }
 
 func (m *fwdResponse) decode(b []byte) error {
@@ -444,6 +462,7 @@ func (m *fwdResponse) decodeResult(b []byte, r *Result) error {
 	}
 	r.Route = routeFromWire(d.Route)
 	r.Owner = d.Owner
+	r.Banned = d.Banned
 	return nil
 }
 
@@ -466,7 +485,7 @@ func (m *fwdResponse) decodeDecision(b []byte, d *pb.Decision) error {
 			d.Owner = m.lastOwner
 			continue
 		}
-		if typ != protowire.VarintType || num < 1 || num > 6 {
+		if typ != protowire.VarintType || num < 1 || num > 8 || num == 7 {
 			l := protowire.ConsumeFieldValue(num, typ, b)
 			if l < 0 {
 				return errMalformed
@@ -493,6 +512,8 @@ func (m *fwdResponse) decodeDecision(b []byte, d *pb.Decision) error {
 			d.ResetAfterNs = v
 		case 6:
 			d.Route = pb.Route(int32(v))
+		case 8:
+			d.Banned = protowire.DecodeBool(u)
 		}
 	}
 	return nil

@@ -43,6 +43,9 @@ func randChecks(r *rand.Rand, n int) []Check {
 			Hits:      randInt64(r),
 			CreatedAt: randInt64(r),
 		}
+		if i%2 == 0 {
+			checks[i].Penalty = Penalty{Denials: randInt64(r), Within: time.Duration(randInt64(r)), Ban: time.Duration(randInt64(r))}
+		}
 		if i%3 == 0 {
 			checks[i] = validCheck(fmt.Sprint("valid-", i), int64(i))
 		}
@@ -57,9 +60,10 @@ func randResults(r *rand.Rand, n int) []Result {
 		out[i] = Result{
 			Decision: algo.Decision{Allowed: r.IntN(2) == 0, Limit: randInt64(r), Remaining: randInt64(r),
 				RetryAfter: time.Duration(randInt64(r)), ResetAfter: time.Duration(randInt64(r))},
-			Route: Route(r.IntN(4)),
-			Code:  Code(r.IntN(4)),
-			Owner: owners[r.IntN(len(owners))],
+			Route:  Route(r.IntN(4)),
+			Code:   Code(r.IntN(4)),
+			Owner:  owners[r.IntN(len(owners))],
+			Banned: r.IntN(2) == 0,
 		}
 		if out[i].Code != CodeOK {
 			out[i].Message = fmt.Sprint("message ", i)

@@ -111,6 +111,9 @@ func checkToWire(c Check, m *pb.Check, keys *[]byte) {
 	m.Burst = c.Limit.Burst
 	m.Hits = c.Hits
 	m.CreatedAtUnixNs = c.CreatedAt
+	m.PenaltyDenials = c.Penalty.Denials
+	m.PenaltyWithinNs = int64(c.Penalty.Within)
+	m.PenaltyBanNs = int64(c.Penalty.Ban)
 }
 
 // wireLimit is the limit part that pb.Check and pb.KeyState share.
@@ -142,6 +145,7 @@ func checkFromWire(m *pb.Check) (Check, error) {
 		Limit:     l,
 		Hits:      m.GetHits(),
 		CreatedAt: m.GetCreatedAtUnixNs(),
+		Penalty:   Penalty{Denials: m.GetPenaltyDenials(), Within: time.Duration(m.GetPenaltyWithinNs()), Ban: time.Duration(m.GetPenaltyBanNs())},
 	}, nil
 }
 
@@ -170,6 +174,7 @@ func decisionToWire(r Result, m *pb.Decision) {
 	m.ResetAfterNs = int64(r.Decision.ResetAfter)
 	m.Route = routeToWire(r.Route)
 	m.Owner = r.Owner
+	m.Banned = r.Banned
 }
 
 // decisionFromWire maps a Decision message (nil reads as the zero Decision) into
@@ -184,6 +189,7 @@ func decisionFromWire(m *pb.Decision, r *Result) {
 	}
 	r.Route = routeFromWire(m.GetRoute())
 	r.Owner = m.GetOwner()
+	r.Banned = m.GetBanned()
 }
 
 // resultsToWire builds the wire form of a batch of results with four

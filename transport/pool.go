@@ -278,9 +278,38 @@ func (p *Pool) Handoff(ctx context.Context, addr string, b TransferBatch) error 
 			return fmt.Errorf("transfer to %s: states[%d]: %w", addr, i, err)
 		}
 	}
+	for i, s := range b.Penalties {
+		if err := validatePenaltyState(s, p.cfg.MaxKeyLen); err != nil {
+			return fmt.Errorf("transfer to %s: penalties[%d]: %w", addr, i, err)
+		}
+	}
 	pe, err := p.peer(addr)
 	if err != nil {
 		return err
+	}
+	// Ban states go first, in requests of their own without Done, so they are
+	// installed before the receiver stops holding the keys' checks.
+	for pens := b.Penalties; len(pens) > 0; {
+		n, size := 0, 0
+		for n < len(pens) && n < p.cfg.MaxBatch {
+			sz := len(pens[n].Key) + 8*len(pens[n].Denials) + 32
+			if n > 0 && size+sz > p.cfg.TransferMaxBytes {
+				break
+			}
+			size += sz
+			n++
+		}
+		req := &pb.TransferRequest{From: b.From, RingDigest: b.RingDigest, Penalties: make([]*pb.PenaltyState, n)}
+		for j := range n {
+			req.Penalties[j] = penaltyStateToWire(pens[j])
+		}
+		cctx, cancel := context.WithTimeout(ctx, p.cfg.TransferTimeout)
+		_, err := pe.client.Transfer(cctx, req)
+		cancel()
+		if err != nil {
+			return errorFromStatus("transfer to "+addr, err)
+		}
+		pens = pens[n:]
 	}
 	for first := true; first || len(states) > 0; first = false {
 		n, size := 0, 0

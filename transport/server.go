@@ -454,8 +454,21 @@ func (s *peerServer) Transfer(ctx context.Context, req *pb.TransferRequest) (*pb
 		}
 		states[i] = st
 	}
-	if len(states) > 0 || req.GetDone() {
-		b := TransferBatch{From: req.GetFrom(), RingDigest: req.GetRingDigest(), States: states, Done: req.GetDone()}
+	var pens []PenaltyState
+	if pin := req.GetPenalties(); len(pin) > 0 {
+		if len(pin) > s.cfg.MaxBatch {
+			return nil, batchTooLarge("penalties", len(pin), s.cfg.MaxBatch)
+		}
+		pens = make([]PenaltyState, len(pin))
+		for i, m := range pin {
+			pens[i] = penaltyStateFromWire(m)
+			if err := validatePenaltyState(pens[i], s.cfg.MaxKeyLen); err != nil {
+				return nil, status.Errorf(codes.InvalidArgument, "penalties[%d]: %v", i, err)
+			}
+		}
+	}
+	if len(states) > 0 || len(pens) > 0 || req.GetDone() {
+		b := TransferBatch{From: req.GetFrom(), RingDigest: req.GetRingDigest(), States: states, Done: req.GetDone(), Penalties: pens}
 		if err := s.h.Transfer(ctx, b); err != nil {
 			return nil, statusFromError(err)
 		}

@@ -32,6 +32,8 @@ type Check struct {
 	// CreatedAt is the caller's timestamp in Unix ns used instead of the owner's
 	// clock, or 0 for "use the owner's clock". A node may refuse it.
 	CreatedAt int64
+	// Penalty is the key's ban rule, applied on the owner; zero = none.
+	Penalty Penalty
 }
 
 // Result is the answer to one Check of a batch.
@@ -47,6 +49,9 @@ type Result struct {
 	// Owner is the name of the node that decided, when it is known ("" otherwise).
 	// Carried on the wire as Decision.owner; set by the node.
 	Owner string
+	// Banned is set when the key's penalty ban decided the check (denied,
+	// RetryAfter = the ban's remaining time). Carried as Decision.banned.
+	Banned bool
 }
 
 // Code is the per-check outcome inside a batch.
@@ -92,6 +97,8 @@ type TransferBatch struct {
 	// Done marks the end of the handoff for RingDigest: the receiver stops holding
 	// checks of the partitions it gained from From.
 	Done bool
+	// Penalties are the ban states of the handed-off keys; may be empty.
+	Penalties []PenaltyState
 }
 
 // PeerHandler is the owner side of the internal Peer service, implemented by node.

@@ -49,7 +49,7 @@ func ValidateCheck(c Check, maxKeyLen int) error {
 	if err := c.Limit.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidCheck, err)
 	}
-	return nil
+	return c.Penalty.Validate()
 }
 
 // validateKeyState checks what the receiver of a Transfer needs: a valid key and

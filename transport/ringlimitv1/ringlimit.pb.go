@@ -226,6 +226,11 @@ type Check struct {
 	Hits int64 `protobuf:"varint,6,opt,name=hits,proto3" json:"hits,omitempty"`
 	// Caller's timestamp in Unix ns to decide at, or 0 for the owner's clock.
 	CreatedAtUnixNs int64 `protobuf:"varint,7,opt,name=created_at_unix_ns,json=createdAtUnixNs,proto3" json:"created_at_unix_ns,omitempty"`
+	// Penalty (all three 0 = none): after penalty_denials denied checks of the
+	// key within penalty_within_ns, the owner bans the key for penalty_ban_ns.
+	PenaltyDenials  int64 `protobuf:"varint,8,opt,name=penalty_denials,json=penaltyDenials,proto3" json:"penalty_denials,omitempty"`
+	PenaltyWithinNs int64 `protobuf:"varint,9,opt,name=penalty_within_ns,json=penaltyWithinNs,proto3" json:"penalty_within_ns,omitempty"`
+	PenaltyBanNs    int64 `protobuf:"varint,10,opt,name=penalty_ban_ns,json=penaltyBanNs,proto3" json:"penalty_ban_ns,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -309,6 +314,27 @@ func (x *Check) GetCreatedAtUnixNs() int64 {
 	return 0
 }
 
+func (x *Check) GetPenaltyDenials() int64 {
+	if x != nil {
+		return x.PenaltyDenials
+	}
+	return 0
+}
+
+func (x *Check) GetPenaltyWithinNs() int64 {
+	if x != nil {
+		return x.PenaltyWithinNs
+	}
+	return 0
+}
+
+func (x *Check) GetPenaltyBanNs() int64 {
+	if x != nil {
+		return x.PenaltyBanNs
+	}
+	return 0
+}
+
 // Decision is the outcome of one decided check.
 type Decision struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -324,7 +350,10 @@ type Decision struct {
 	ResetAfterNs int64 `protobuf:"varint,5,opt,name=reset_after_ns,json=resetAfterNs,proto3" json:"reset_after_ns,omitempty"`
 	Route        Route `protobuf:"varint,6,opt,name=route,proto3,enum=ringlimit.v1.Route" json:"route,omitempty"`
 	// Name of the node that decided, when known.
-	Owner         string `protobuf:"bytes,7,opt,name=owner,proto3" json:"owner,omitempty"`
+	Owner string `protobuf:"bytes,7,opt,name=owner,proto3" json:"owner,omitempty"`
+	// The key is banned by its penalty: this check was denied (retry_after_ns is
+	// the ban's remaining time), whatever the algorithm says.
+	Banned        bool `protobuf:"varint,8,opt,name=banned,proto3" json:"banned,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -406,6 +435,13 @@ func (x *Decision) GetOwner() string {
 		return x.Owner
 	}
 	return ""
+}
+
+func (x *Decision) GetBanned() bool {
+	if x != nil {
+		return x.Banned
+	}
+	return false
 }
 
 // Result is the answer to one item of a batch, in the order of the request.
@@ -905,7 +941,9 @@ type TransferRequest struct {
 	RingDigest uint64 `protobuf:"varint,3,opt,name=ring_digest,json=ringDigest,proto3" json:"ring_digest,omitempty"`
 	// done marks the last request of a handoff: the receiver may stop holding
 	// checks for the partitions it gained from `from` in that ring.
-	Done          bool `protobuf:"varint,4,opt,name=done,proto3" json:"done,omitempty"`
+	Done bool `protobuf:"varint,4,opt,name=done,proto3" json:"done,omitempty"`
+	// Penalty (ban) states of the handed-off keys.
+	Penalties     []*PenaltyState `protobuf:"bytes,5,rep,name=penalties,proto3" json:"penalties,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -968,6 +1006,85 @@ func (x *TransferRequest) GetDone() bool {
 	return false
 }
 
+func (x *TransferRequest) GetPenalties() []*PenaltyState {
+	if x != nil {
+		return x.Penalties
+	}
+	return nil
+}
+
+// PenaltyState is the ban state of one key handed from its old owner to its new owner.
+type PenaltyState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The key is banned until this time (Unix ns); 0 = not banned.
+	BanUntilUnixNs int64 `protobuf:"varint,2,opt,name=ban_until_unix_ns,json=banUntilUnixNs,proto3" json:"ban_until_unix_ns,omitempty"`
+	// Times (Unix ns) of the key's recent denied checks, oldest first.
+	DenialsUnixNs []int64 `protobuf:"varint,3,rep,packed,name=denials_unix_ns,json=denialsUnixNs,proto3" json:"denials_unix_ns,omitempty"`
+	// The state may be dropped at this time (Unix ns).
+	ExpireUnixNs  int64 `protobuf:"varint,4,opt,name=expire_unix_ns,json=expireUnixNs,proto3" json:"expire_unix_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PenaltyState) Reset() {
+	*x = PenaltyState{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PenaltyState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PenaltyState) ProtoMessage() {}
+
+func (x *PenaltyState) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PenaltyState.ProtoReflect.Descriptor instead.
+func (*PenaltyState) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *PenaltyState) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *PenaltyState) GetBanUntilUnixNs() int64 {
+	if x != nil {
+		return x.BanUntilUnixNs
+	}
+	return 0
+}
+
+func (x *PenaltyState) GetDenialsUnixNs() []int64 {
+	if x != nil {
+		return x.DenialsUnixNs
+	}
+	return nil
+}
+
+func (x *PenaltyState) GetExpireUnixNs() int64 {
+	if x != nil {
+		return x.ExpireUnixNs
+	}
+	return 0
+}
+
 type TransferResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -976,7 +1093,7 @@ type TransferResponse struct {
 
 func (x *TransferResponse) Reset() {
 	*x = TransferResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[11]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1105,7 @@ func (x *TransferResponse) String() string {
 func (*TransferResponse) ProtoMessage() {}
 
 func (x *TransferResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[11]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,14 +1118,14 @@ func (x *TransferResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferResponse.ProtoReflect.Descriptor instead.
 func (*TransferResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{11}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{12}
 }
 
 var File_ringlimit_v1_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\"\xda\x01\n" +
+	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\"\xd5\x02\n" +
 	"\x05Check\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x125\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x14\n" +
@@ -1016,7 +1133,11 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\tperiod_ns\x18\x04 \x01(\x03R\bperiodNs\x12\x14\n" +
 	"\x05burst\x18\x05 \x01(\x03R\x05burst\x12\x12\n" +
 	"\x04hits\x18\x06 \x01(\x03R\x04hits\x12+\n" +
-	"\x12created_at_unix_ns\x18\a \x01(\x03R\x0fcreatedAtUnixNs\"\xe5\x01\n" +
+	"\x12created_at_unix_ns\x18\a \x01(\x03R\x0fcreatedAtUnixNs\x12'\n" +
+	"\x0fpenalty_denials\x18\b \x01(\x03R\x0epenaltyDenials\x12*\n" +
+	"\x11penalty_within_ns\x18\t \x01(\x03R\x0fpenaltyWithinNs\x12$\n" +
+	"\x0epenalty_ban_ns\x18\n" +
+	" \x01(\x03R\fpenaltyBanNs\"\xfd\x01\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -1024,7 +1145,8 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x0eretry_after_ns\x18\x04 \x01(\x03R\fretryAfterNs\x12$\n" +
 	"\x0ereset_after_ns\x18\x05 \x01(\x03R\fresetAfterNs\x12)\n" +
 	"\x05route\x18\x06 \x01(\x0e2\x13.ringlimit.v1.RouteR\x05route\x12\x14\n" +
-	"\x05owner\x18\a \x01(\tR\x05owner\"~\n" +
+	"\x05owner\x18\a \x01(\tR\x05owner\x12\x16\n" +
+	"\x06banned\x18\b \x01(\bR\x06banned\"~\n" +
 	"\x06Result\x12&\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x12.ringlimit.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x122\n" +
@@ -1055,13 +1177,19 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x05burst\x18\x05 \x01(\x03R\x05burst\x12\x14\n" +
 	"\x05state\x18\x06 \x01(\fR\x05state\x12'\n" +
 	"\x10last_now_unix_ns\x18\a \x01(\x03R\rlastNowUnixNs\x12!\n" +
-	"\fcaller_clock\x18\b \x01(\bR\vcallerClock\"\x8a\x01\n" +
+	"\fcaller_clock\x18\b \x01(\bR\vcallerClock\"\xc4\x01\n" +
 	"\x0fTransferRequest\x12.\n" +
 	"\x06states\x18\x01 \x03(\v2\x16.ringlimit.v1.KeyStateR\x06states\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x1f\n" +
 	"\vring_digest\x18\x03 \x01(\x04R\n" +
 	"ringDigest\x12\x12\n" +
-	"\x04done\x18\x04 \x01(\bR\x04done\"\x12\n" +
+	"\x04done\x18\x04 \x01(\bR\x04done\x128\n" +
+	"\tpenalties\x18\x05 \x03(\v2\x1a.ringlimit.v1.PenaltyStateR\tpenalties\"\x99\x01\n" +
+	"\fPenaltyState\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12)\n" +
+	"\x11ban_until_unix_ns\x18\x02 \x01(\x03R\x0ebanUntilUnixNs\x12&\n" +
+	"\x0fdenials_unix_ns\x18\x03 \x03(\x03R\rdenialsUnixNs\x12$\n" +
+	"\x0eexpire_unix_ns\x18\x04 \x01(\x03R\fexpireUnixNs\"\x12\n" +
 	"\x10TransferResponse*\xba\x01\n" +
 	"\tAlgorithm\x12\x19\n" +
 	"\x15ALGORITHM_UNSPECIFIED\x10\x00\x12 \n" +
@@ -1102,7 +1230,7 @@ func file_ringlimit_v1_ringlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(Algorithm)(0),             // 0: ringlimit.v1.Algorithm
 	(Route)(0),                 // 1: ringlimit.v1.Route
@@ -1118,7 +1246,8 @@ var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(*ForwardResponse)(nil),    // 11: ringlimit.v1.ForwardResponse
 	(*KeyState)(nil),           // 12: ringlimit.v1.KeyState
 	(*TransferRequest)(nil),    // 13: ringlimit.v1.TransferRequest
-	(*TransferResponse)(nil),   // 14: ringlimit.v1.TransferResponse
+	(*PenaltyState)(nil),       // 14: ringlimit.v1.PenaltyState
+	(*TransferResponse)(nil),   // 15: ringlimit.v1.TransferResponse
 }
 var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	0,  // 0: ringlimit.v1.Check.algorithm:type_name -> ringlimit.v1.Algorithm
@@ -1134,21 +1263,22 @@ var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	2,  // 10: ringlimit.v1.ForwardResponse.code:type_name -> ringlimit.v1.Code
 	0,  // 11: ringlimit.v1.KeyState.algorithm:type_name -> ringlimit.v1.Algorithm
 	12, // 12: ringlimit.v1.TransferRequest.states:type_name -> ringlimit.v1.KeyState
-	6,  // 13: ringlimit.v1.Limiter.Check:input_type -> ringlimit.v1.CheckRequest
-	8,  // 14: ringlimit.v1.Limiter.CheckBatch:input_type -> ringlimit.v1.CheckBatchRequest
-	10, // 15: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
-	10, // 16: ringlimit.v1.Peer.ForwardStream:input_type -> ringlimit.v1.ForwardRequest
-	13, // 17: ringlimit.v1.Peer.Transfer:input_type -> ringlimit.v1.TransferRequest
-	7,  // 18: ringlimit.v1.Limiter.Check:output_type -> ringlimit.v1.CheckResponse
-	9,  // 19: ringlimit.v1.Limiter.CheckBatch:output_type -> ringlimit.v1.CheckBatchResponse
-	11, // 20: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
-	11, // 21: ringlimit.v1.Peer.ForwardStream:output_type -> ringlimit.v1.ForwardResponse
-	14, // 22: ringlimit.v1.Peer.Transfer:output_type -> ringlimit.v1.TransferResponse
-	18, // [18:23] is the sub-list for method output_type
-	13, // [13:18] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	14, // 13: ringlimit.v1.TransferRequest.penalties:type_name -> ringlimit.v1.PenaltyState
+	6,  // 14: ringlimit.v1.Limiter.Check:input_type -> ringlimit.v1.CheckRequest
+	8,  // 15: ringlimit.v1.Limiter.CheckBatch:input_type -> ringlimit.v1.CheckBatchRequest
+	10, // 16: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
+	10, // 17: ringlimit.v1.Peer.ForwardStream:input_type -> ringlimit.v1.ForwardRequest
+	13, // 18: ringlimit.v1.Peer.Transfer:input_type -> ringlimit.v1.TransferRequest
+	7,  // 19: ringlimit.v1.Limiter.Check:output_type -> ringlimit.v1.CheckResponse
+	9,  // 20: ringlimit.v1.Limiter.CheckBatch:output_type -> ringlimit.v1.CheckBatchResponse
+	11, // 21: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
+	11, // 22: ringlimit.v1.Peer.ForwardStream:output_type -> ringlimit.v1.ForwardResponse
+	15, // 23: ringlimit.v1.Peer.Transfer:output_type -> ringlimit.v1.TransferResponse
+	19, // [19:24] is the sub-list for method output_type
+	14, // [14:19] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_v1_ringlimit_proto_init() }
@@ -1162,7 +1292,7 @@ func file_ringlimit_v1_ringlimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_v1_ringlimit_proto_rawDesc), len(file_ringlimit_v1_ringlimit_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

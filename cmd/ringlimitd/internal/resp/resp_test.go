@@ -1,0 +1,480 @@
+package resp
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/node/policy"
+)
+
+// startCluster starts an in-process cluster of n nodes (node.TestConfig) and a
+// RESP server in front of each, and returns the servers' addresses.
+func startCluster(t *testing.T, n int, mod func(*Config)) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := node.StartCluster(ctx, n, node.TestConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	var addrs []string
+	for _, nd := range c.Nodes() {
+		addrs = append(addrs, serve(t, Config{Checker: nd}, mod))
+	}
+	return addrs
+}
+
+// serve starts a Server for cfg (after mod) on a free loopback port.
+func serve(t *testing.T, cfg Config, mod func(*Config)) string {
+	t.Helper()
+	if mod != nil {
+		mod(&cfg)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ln) }()
+	t.Cleanup(func() {
+		s.Close()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: got %v, want nil after Close", err)
+		}
+	})
+	return ln.Addr().String()
+}
+
+// redisCLI runs Debian's redis-cli (redis-tools) against addr.
+func redisCLI(t *testing.T, addr string, extra []string, args ...string) string {
+	t.Helper()
+	path, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Fatalf("redis-cli not found (.ci/run installs Debian's redis-tools): %v", err)
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	argv := append([]string{"-h", host, "-p", port}, extra...)
+	out, err := exec.Command(path, append(argv, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func fields(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// TestRedisCLIThrottle: the issue's example and redis-cell's README examples,
+// through redis-cli, on a 3-node cluster (the key is decided by its owner
+// whichever node answers).
+func TestRedisCLIThrottle(t *testing.T) {
+	t.Parallel()
+	addrs := startCluster(t, 3, nil)
+	steps := []struct {
+		addr string
+		args []string
+		want string
+	}{
+		{addrs[0], []string{"CL.THROTTLE", "user123", "0", "1", "2", "1"}, "0 1 0 -1 2"},
+		{addrs[1], []string{"CL.THROTTLE", "user123", "0", "1", "2", "1"}, "1 1 0 2 2"},
+		// redis-cell README: 15 max burst, 30 per 60 s, fresh key.
+		{addrs[2], []string{"cl.throttle", "user:readme", "15", "30", "60"}, "0 16 15 -1 2"},
+		{addrs[0], []string{"CL.THROTTLE", "user:readme", "15", "30", "60", "1"}, "0 16 14 -1 4"},
+		// quantity 0 peeks.
+		{addrs[1], []string{"CL.THROTTLE", "user:readme", "15", "30", "60", "0"}, "0 16 14 -1 4"},
+	}
+	for _, s := range steps {
+		if got := fields(redisCLI(t, s.addr, nil, s.args...)); got != s.want {
+			t.Errorf("%v on %s: got %q, want %q", s.args, s.addr, got, s.want)
+		}
+	}
+}
+
+// TestThrottleErrors: redis-cell v0.5's error replies, byte for byte where
+// redis-cell answers, and the same wrapping where ringlimit refuses more.
+func TestThrottleErrors(t *testing.T) {
+	t.Parallel()
+	addrs := startCluster(t, 1, nil)
+	c := redis.NewClient(&redis.Options{Addr: addrs[0]})
+	defer c.Close()
+	ctx := context.Background()
+	for _, tt := range []struct {
+		args []any
+		want string
+	}{
+		{[]any{"CL.THROTTLE", "k", "1", "2"}, "Cell error: Store error: Usage: cl.throttle <key> <max_burst> <count per period> <period> [<quantity>]"},
+		{[]any{"CL.THROTTLE", "k", "1", "2", "3", "4", "5"}, "Cell error: Store error: Usage: cl.throttle <key> <max_burst> <count per period> <period> [<quantity>]"},
+		{[]any{"CL.THROTTLE", "k", "x", "2", "3"}, "Cell error: Store error: Couldn't parse as integer: x"},
+		{[]any{"CL.THROTTLE", "k", "1", "2", "3.5"}, "Cell error: Store error: Couldn't parse as integer: 3.5"},
+		{[]any{"CL.THROTTLE", "k", "1", "99999999999999999999", "3"}, "Cell error: Store error: Couldn't parse as integer: 99999999999999999999"},
+		{[]any{"CL.THROTTLE", "k", "1", "0", "3"}, "Cell error: Store error: Zero rates are not supported"},
+		{[]any{"CL.THROTTLE", "k", "1", "5", "0"}, "Cell error: Store error: Zero rates are not supported"},
+		{[]any{"CL.THROTTLE", "k", "-1", "5", "60"}, "Cell error: Store error: field max_burst value -1: must be >= 0"},
+		{[]any{"CL.THROTTLE", "k", "1", "5", "60", "-2"}, "Cell error: Store error: field quantity value -2: must be in 0..2147483648"},
+		{[]any{"CL.THROTTLE", strings.Repeat("k", 1025), "1", "5", "60"}, "Cell error: Store error: key of 1025 bytes: want 1..1024 bytes"},
+		{[]any{"RL.CHECK", "k", "leaky", "5", "1s"}, `ERR algorithm "leaky": want one of sliding_window_log, sliding_window_counter, fixed_window, gcra, token_bucket`},
+		{[]any{"RL.CHECK", "k", "gcra", "5"}, "ERR Usage: rl.check <key> <algorithm> <limit> <period> [<burst> [<hits>]]"},
+		{[]any{"RL.CHECK", "k", "gcra", "5", "soon"}, `ERR period "soon": want a duration such as 1m or 250ms, or an integer of ms`},
+		{[]any{"NOSUCH", "a"}, "ERR unknown command 'NOSUCH', with args beginning with: 'a' "},
+		{[]any{"SELECT", "1"}, "ERR DB index is out of range"},
+		{[]any{"AUTH", "x"}, "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"},
+		{[]any{"HELLO", "3"}, "NOPROTO sorry, this protocol version is not supported."},
+	} {
+		err := c.Do(ctx, tt.args...).Err()
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("%v: got %v, want error %q", tt.args[:min(len(tt.args), 4)], err, tt.want)
+		}
+	}
+	// And it keeps serving on the same connection.
+	if got, err := c.Do(ctx, "CL.THROTTLE", "k", "1", "5", "60").Int64Slice(); err != nil || len(got) != 5 || got[0] != 0 {
+		t.Errorf("after the errors: got %v, %v, want an allowed reply", got, err)
+	}
+}
+
+// TestRLCheck: every algorithm through RL.CHECK, durations in ms.
+func TestRLCheck(t *testing.T) {
+	t.Parallel()
+	addrs := startCluster(t, 1, nil)
+	c := redis.NewClient(&redis.Options{Addr: addrs[0]})
+	defer c.Close()
+	ctx := context.Background()
+	for _, algoName := range []string{"sliding_window_log", "sliding_window_counter", "fixed_window", "gcra", "token_bucket"} {
+		key := "rl:" + algoName
+		var allowed int
+		for range 5 {
+			r, err := c.Do(ctx, "RL.CHECK", key, algoName, "3", "1h", "2").Int64Slice()
+			if err != nil || len(r) != 5 {
+				t.Fatalf("%s: got %v, %v", algoName, r, err)
+			}
+			if r[0] == 0 {
+				allowed++
+			} else if r[3] <= 0 {
+				t.Errorf("%s: denied with retry_after_ms %d, want > 0", algoName, r[3])
+			}
+		}
+		want := 3 // windows: limit 3; gcra: burst 2 = capacity 3
+		if algoName == "token_bucket" {
+			want = 2 // capacity = burst
+		}
+		if allowed != want {
+			t.Errorf("%s: got %d allowed of 5, want %d", algoName, allowed, want)
+		}
+	}
+}
+
+// TestConnectHandshakes: what clients send on connect.
+func TestConnectHandshakes(t *testing.T) {
+	t.Parallel()
+	addrs := startCluster(t, 1, nil)
+	// go-redis v9 sends HELLO 3 then falls back to RESP2, and CLIENT SETINFO.
+	c := redis.NewClient(&redis.Options{Addr: addrs[0], ClientName: "tester"})
+	defer c.Close()
+	ctx := context.Background()
+	if got, err := c.Ping(ctx).Result(); err != nil || got != "PONG" {
+		t.Fatalf("PING: got %q, %v", got, err)
+	}
+	if got, err := c.Echo(ctx, "hi").Result(); err != nil || got != "hi" {
+		t.Errorf("ECHO: got %q, %v", got, err)
+	}
+	if got, err := c.ClientGetName(ctx).Result(); err != nil || got != "tester" {
+		t.Errorf("CLIENT GETNAME: got %q, %v, want tester", got, err)
+	}
+	if id, err := c.ClientID(ctx).Result(); err != nil || id <= 0 {
+		t.Errorf("CLIENT ID: got %d, %v", id, err)
+	}
+	if err := c.Do(ctx, "SELECT", "0").Err(); err != nil {
+		t.Errorf("SELECT 0: %v", err)
+	}
+	if info, err := c.Info(ctx, "server").Result(); err != nil || !strings.Contains(info, "redis_version:") {
+		t.Errorf("INFO server: got %q, %v", info, err)
+	}
+	if n, err := c.Do(ctx, "COMMAND", "COUNT").Int64(); err != nil || n < 2 {
+		t.Errorf("COMMAND COUNT: got %d, %v", n, err)
+	}
+	// redis-cli in interactive-like use: COMMAND and INFO work through it too.
+	if out := redisCLI(t, addrs[0], nil, "COMMAND"); !strings.Contains(out, "cl.throttle") {
+		t.Errorf("redis-cli COMMAND: got %q, want cl.throttle listed", out)
+	}
+	if out := redisCLI(t, addrs[0], nil, "PING"); out != "PONG" {
+		t.Errorf("redis-cli PING: got %q", out)
+	}
+}
+
+// TestAuth: with client tokens, every command but AUTH/HELLO/QUIT needs AUTH.
+func TestAuth(t *testing.T) {
+	t.Parallel()
+	addrs := startCluster(t, 1, func(c *Config) { c.Authenticate = TokenAuthenticator([]string{"s3cret-token"}) })
+	ctx := context.Background()
+	anon := redis.NewClient(&redis.Options{Addr: addrs[0], DisableIdentity: true})
+	defer anon.Close()
+	if err := anon.Do(ctx, "CL.THROTTLE", "k", "1", "5", "60").Err(); err == nil || !strings.HasPrefix(err.Error(), "NOAUTH") {
+		t.Errorf("unauthenticated CL.THROTTLE: got %v, want NOAUTH", err)
+	}
+	wrong := redis.NewClient(&redis.Options{Addr: addrs[0], Password: "nope"})
+	defer wrong.Close()
+	if err := wrong.Ping(ctx).Err(); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Errorf("wrong token: got %v, want WRONGPASS", err)
+	}
+	good := redis.NewClient(&redis.Options{Addr: addrs[0], Password: "s3cret-token"})
+	defer good.Close()
+	if r, err := good.Do(ctx, "CL.THROTTLE", "k", "1", "5", "60").Int64Slice(); err != nil || r[0] != 0 {
+		t.Errorf("with the token: got %v, %v, want allowed", r, err)
+	}
+	// redis-cli -a
+	if out := redisCLI(t, addrs[0], []string{"-a", "s3cret-token", "--no-auth-warning"}, "CL.THROTTLE", "k2", "1", "5", "60"); fields(out) != "0 2 1 -1 12" {
+		t.Errorf("redis-cli -a: got %q", fields(out))
+	}
+	if out := redisCLI(t, addrs[0], nil, "CL.THROTTLE", "k2", "1", "5", "60"); !strings.Contains(out, "NOAUTH") {
+		t.Errorf("redis-cli without -a: got %q, want NOAUTH", out)
+	}
+}
+
+// TestPipelineOrder sends 10,000 CL.THROTTLE in one go-redis pipeline, 100 keys
+// of capacity 50 interleaved, through one node of a 3-node cluster: each key's
+// first 50 checks are admitted and the rest denied, in request order.
+func TestPipelineOrder(t *testing.T) {
+	t.Parallel()
+	addrs := startCluster(t, 3, nil)
+	// No retries: a retried pipeline would take its checks twice.
+	c := redis.NewClient(&redis.Options{Addr: addrs[1], MaxRetries: -1, ReadTimeout: time.Minute})
+	defer c.Close()
+	ctx := context.Background()
+	const keys, n = 100, 10000
+	p := c.Pipeline()
+	cmds := make([]*redis.Cmd, n)
+	for i := range n {
+		cmds[i] = p.Do(ctx, "CL.THROTTLE", fmt.Sprintf("pipe:%d", i%keys), "49", "1", "3600")
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]int{}
+	for i, cmd := range cmds {
+		r, err := cmd.Int64Slice()
+		if err != nil {
+			t.Fatalf("reply %d: %v", i, err)
+		}
+		k := i % keys
+		seen[k]++
+		wantLimited := int64(0)
+		if seen[k] > 50 {
+			wantLimited = 1
+		}
+		if r[0] != wantLimited {
+			t.Fatalf("reply %d (key %d, check %d): got limited=%d, want %d", i, k, seen[k], r[0], wantLimited)
+		}
+		if wantLimited == 0 && r[2] != int64(50-seen[k]) {
+			t.Fatalf("reply %d: got remaining %d, want %d", i, r[2], 50-seen[k])
+		}
+	}
+}
+
+// TestConcurrentConnectionsOneKey: 64 go-redis connections over the 3 nodes
+// hammer one GCRA key of capacity 100 that cannot refill in the test: exactly
+// 100 admitted.
+func TestConcurrentConnectionsOneKey(t *testing.T) {
+	t.Parallel()
+	addrs := startCluster(t, 3, nil)
+	ctx := context.Background()
+	var admitted, denied atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 64 {
+		c := redis.NewClient(&redis.Options{Addr: addrs[i%3], PoolSize: 1})
+		defer c.Close()
+		wg.Go(func() {
+			for range 20 {
+				r, err := c.Do(ctx, "CL.THROTTLE", "hot", "99", "1", "86400").Int64Slice()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r[0] == 0 {
+					admitted.Add(1)
+				} else {
+					denied.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if admitted.Load() != 100 || denied.Load() != 64*20-100 {
+		t.Errorf("got %d admitted, %d denied, want exactly 100 admitted of %d", admitted.Load(), denied.Load(), 64*20)
+	}
+}
+
+// rawExchange writes req on a fresh connection and reads one reply line.
+func rawExchange(t *testing.T, addr, req string) (string, net.Conn) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conn.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the reply to %q: %v", req[:min(len(req), 40)], err)
+	}
+	return strings.TrimRight(line, "\r\n"), conn
+}
+
+// TestLimitsAndMalformedInput: requests over the limits and malformed ones get
+// an error reply; the server keeps serving every other connection.
+func TestLimitsAndMalformedInput(t *testing.T) {
+	t.Parallel()
+	addrs := startCluster(t, 1, func(c *Config) { c.MaxConns = 3; c.MaxBulk = 1024; c.MaxArgs = 16; c.MaxInline = 256 })
+	addr := addrs[0]
+	keep := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1})
+	defer keep.Close()
+	ctx := context.Background()
+	if err := keep.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ req, want string }{
+		{"*1\r\n$100000000\r\n", "-ERR Protocol error: invalid bulk length (100000000 bytes, max 1024)"},
+		{"*100\r\n", "-ERR Protocol error: too many arguments (100, max 16)"},
+		{strings.Repeat("x", 300) + "\r\n", "-ERR Protocol error: too big inline request (max 256 bytes)"},
+		{"*1\r\n$abc\r\n", "-ERR Protocol error: invalid bulk length"},
+		{"*2\r\n$4\r\nPING\r\n:1\r\n", "-ERR Protocol error: expected '$', got ':'"},
+	} {
+		got, conn := rawExchange(t, addr, tt.req)
+		conn.Close()
+		if got != tt.want {
+			t.Errorf("%q: got %q, want %q", tt.req[:min(len(tt.req), 20)], got, tt.want)
+		}
+	}
+	// A valid request before the oversized one on the same connection is
+	// answered first.
+	got, conn := rawExchange(t, addr, "PING\r\n*1\r\n$5000\r\n")
+	if got != "+PONG" {
+		t.Errorf("PING before an oversized bulk: got %q, want +PONG", got)
+	}
+	conn.Close()
+	// Connection limit: keep holds one; two more fill it; the next is refused.
+	c2, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	c3, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, conn := rawExchange(t, addr, "PING\r\n")
+		conn.Close()
+		if got == "-ERR max number of clients reached" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("4th connection: got %q, want max number of clients reached", got)
+		}
+	}
+	// The held connection still works.
+	if err := keep.Ping(ctx).Err(); err != nil {
+		t.Errorf("existing connection after the refusals: %v", err)
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	if _, err := New(Config{}); !errors.Is(err, ErrConfig) {
+		t.Errorf("nil Checker: got %v, want ErrConfig", err)
+	}
+	if _, err := New(Config{Checker: fakeChecker{}, MaxConns: -1}); !errors.Is(err, ErrConfig) {
+		t.Errorf("MaxConns -1: got %v, want ErrConfig", err)
+	}
+}
+
+type fakeChecker struct{}
+
+func (fakeChecker) AllowN(context.Context, string, algo.Limit, int64) (node.Decision, error) {
+	return node.Decision{}, nil
+}
+
+// TestRLPolicy: descriptors against the policy file, on a 3-node cluster.
+func TestRLPolicy(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := node.StartCluster(ctx, 3, node.TestConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	p, err := policy.Parse("seed.yaml", []byte(`
+domain: api
+descriptors:
+  - key: api_id
+    value: post
+    rate_limit: {unit: hour, requests_per_unit: 3, name: post-default}
+    descriptors:
+      - key: app_id
+        value: vip
+        rate_limit: {unit: hour, requests_per_unit: 5}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addrs []string
+	for _, n := range cl.Nodes() {
+		lim, err := policy.NewLimiter(n, p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, serve(t, Config{Checker: n, Policy: lim}, nil))
+	}
+	bg := context.Background()
+	count := func(args ...any) (allowed int, last []any) {
+		for i := range 8 {
+			c := redis.NewClient(&redis.Options{Addr: addrs[i%3]})
+			r, err := c.Do(bg, args...).Slice()
+			c.Close()
+			if err != nil {
+				t.Fatalf("%v: %v", args, err)
+			}
+			if r[0].(int64) == 0 {
+				allowed++
+			}
+			last = r
+		}
+		return allowed, last
+	}
+	if n, last := count("RL.POLICY", "api", "1", "api_id", "post"); n != 3 || last[5] != "post-default" || last[6] != "denied" {
+		t.Errorf("api_id=post: got %d allowed, last %v, want 3 and rule post-default denied", n, last)
+	}
+	if n, last := count("RL.POLICY", "api", "1", "api_id", "post", "app_id", "vip"); n != 5 || last[6] != "denied" {
+		t.Errorf("app_id=vip override: got %d allowed, last %v, want 5", n, last)
+	}
+	if n, last := count("RL.POLICY", "api", "1", "api_id", "get"); n != 8 || last[6] != "no_rule" {
+		t.Errorf("no rule: got %d allowed, last %v, want all 8 and no_rule", n, last)
+	}
+	// Without a policy file the command says so.
+	bare := serve(t, Config{Checker: cl.Nodes()[0]}, nil)
+	c := redis.NewClient(&redis.Options{Addr: bare})
+	defer c.Close()
+	if err := c.Do(bg, "RL.POLICY", "api", "1", "api_id", "post").Err(); err == nil || !strings.Contains(err.Error(), "--policy-file") {
+		t.Errorf("no policy: got %v, want an error naming --policy-file", err)
+	}
+}

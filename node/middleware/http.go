@@ -1,0 +1,336 @@
+package middleware
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/ringlimit/ringlimit/node/policy"
+)
+
+// The response header fields the HTTP middleware sets, after
+// draft-ietf-httpapi-ratelimit-headers-10 ("RateLimit header fields for
+// HTTP"): RateLimit-Policy is a Structured Fields list of quota policies, each
+// a string naming the policy with q (quota, requests) and w (window, seconds);
+// RateLimit is a list of current limits, each the policy name with r
+// (remaining requests) and t (seconds until the quota resets). Both are set
+// (Header().Set, never Add) on every limited response, allowed or not;
+// Retry-After (seconds) on 429 only.
+const (
+	HeaderRateLimitPolicy = "RateLimit-Policy"
+	HeaderRateLimit       = "RateLimit"
+	HeaderRetryAfter      = "Retry-After"
+)
+
+// KeyFunc returns the rate-limit key of a request; an error (wrap ErrNoKey)
+// answers the request 500 without calling the handler: a request whose key
+// cannot be told is never let through unlimited.
+type KeyFunc func(r *http.Request) (string, error)
+
+// Option configures HTTP and HTTPDescriptors.
+type Option func(*httpConfig) error
+
+type httpConfig struct {
+	key        KeyFunc
+	deny       http.Handler
+	failClosed bool
+	log        *slog.Logger
+}
+
+// WithKeyFunc sets the key function. Default: KeyFromClientIP() (the direct
+// peer's address, no proxy trusted).
+func WithKeyFunc(f KeyFunc) Option {
+	return func(c *httpConfig) error {
+		if f == nil {
+			return fmt.Errorf("%w: nil KeyFunc", ErrInvalidOption)
+		}
+		c.key = f
+		return nil
+	}
+}
+
+// WithDenyHandler replaces the default 429 response body ("Too Many
+// Requests"). The handler runs after the status-independent fields
+// (RateLimit-Policy, RateLimit, Retry-After) are set and must write the status
+// itself; VerdictFrom(r.Context()) returns the Verdict.
+func WithDenyHandler(h http.Handler) Option {
+	return func(c *httpConfig) error {
+		if h == nil {
+			return fmt.Errorf("%w: nil deny handler", ErrInvalidOption)
+		}
+		c.deny = h
+		return nil
+	}
+}
+
+// WithFailClosed answers 503 Service Unavailable when the Limiter returns an
+// error. Default: fail open (the request reaches the handler, without
+// RateLimit fields).
+func WithFailClosed() Option {
+	return func(c *httpConfig) error { c.failClosed = true; return nil }
+}
+
+// WithLogger logs Limiter and key errors (at Warn). Default: not logged.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *httpConfig) error { c.log = l; return nil }
+}
+
+// KeyFromClientIP keys requests by client IP. The direct peer
+// (Request.RemoteAddr) is the client unless it is in one of the trusted proxy
+// networks; then the Forwarded header's for= (RFC 7239), or else
+// X-Forwarded-For, is read from the right, skipping addresses in trusted
+// networks, and the first untrusted address is the client. Entries a client
+// wrote itself sit to the left of what the trusted proxies appended, so they
+// are never reached; an unparsable or obfuscated entry stops the walk at the
+// last trusted hop.
+func KeyFromClientIP(trusted ...netip.Prefix) KeyFunc {
+	tr := append([]netip.Prefix(nil), trusted...)
+	return func(r *http.Request) (string, error) {
+		a, err := ClientIP(r, tr)
+		if err != nil {
+			return "", err
+		}
+		return a.String(), nil
+	}
+}
+
+// ClientIP returns the client address of r under the trusted proxy networks
+// (see KeyFromClientIP). Errors wrap ErrNoKey (an unparsable RemoteAddr).
+func ClientIP(r *http.Request, trusted []netip.Prefix) (netip.Addr, error) {
+	peer, err := parseHostAddr(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("%w: remote address %q", ErrNoKey, r.RemoteAddr)
+	}
+	isTrusted := func(a netip.Addr) bool {
+		for _, p := range trusted {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
+	if !isTrusted(peer) {
+		return peer, nil
+	}
+	var chain []string
+	if fw := r.Header.Values("Forwarded"); len(fw) > 0 {
+		chain = forwardedFor(fw)
+	} else {
+		for _, v := range r.Header.Values("X-Forwarded-For") {
+			for _, s := range strings.Split(v, ",") {
+				chain = append(chain, strings.TrimSpace(s))
+			}
+		}
+	}
+	client := peer
+	for i := len(chain) - 1; i >= 0 && isTrusted(client); i-- {
+		a, err := parseHostAddr(chain[i])
+		if err != nil {
+			break
+		}
+		client = a
+	}
+	return client, nil
+}
+
+// forwardedFor returns the for= values of Forwarded header values, in order.
+// An element without for= yields "" (which stops the walk).
+func forwardedFor(values []string) []string {
+	var out []string
+	for _, v := range values {
+		for _, elem := range strings.Split(v, ",") {
+			f := ""
+			for _, pair := range strings.Split(elem, ";") {
+				k, val, ok := strings.Cut(strings.TrimSpace(pair), "=")
+				if ok && strings.EqualFold(k, "for") {
+					f = strings.Trim(val, `"`)
+				}
+			}
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// parseHostAddr parses "ip", "ip:port", "[ipv6]" or "[ipv6]:port".
+func parseHostAddr(s string) (netip.Addr, error) {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap(), nil
+	}
+	s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
+	if h, _, err := net.SplitHostPort(s); err == nil {
+		s = h
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	return a.Unmap(), nil
+}
+
+// KeyFromHeader keys requests by the value of header name; a request without
+// it has no key (500).
+func KeyFromHeader(name string) KeyFunc {
+	return func(r *http.Request) (string, error) {
+		v := r.Header.Get(name)
+		if v == "" {
+			return "", fmt.Errorf("%w: header %s is missing", ErrNoKey, name)
+		}
+		return v, nil
+	}
+}
+
+// KeyFromRoute keys requests by the ServeMux pattern that matched them
+// (Request.Pattern, e.g. "GET /items/{id}"): one limit per route. The
+// middleware must wrap the handler registered with the pattern
+// (mux.Handle(pattern, mw(h))), since the pattern is set on the request the
+// mux passes to that handler; a request without a pattern has no key.
+func KeyFromRoute() KeyFunc {
+	return func(r *http.Request) (string, error) {
+		if r.Pattern == "" {
+			return "", fmt.Errorf("%w: no ServeMux pattern (wrap the handler registered with the pattern)", ErrNoKey)
+		}
+		return r.Pattern, nil
+	}
+}
+
+type verdictKey struct{}
+
+// VerdictFrom returns the Verdict the middleware stored in the request context
+// for the deny handler and the handler.
+func VerdictFrom(ctx context.Context) (Verdict, bool) {
+	v, ok := ctx.Value(verdictKey{}).(Verdict)
+	return v, ok
+}
+
+// HTTP returns middleware that decides every request with l by its key (see
+// WithKeyFunc) before calling the next handler. Errors: a nil Limiter or a bad
+// option (wrapping ErrInvalidOption).
+func HTTP(l Limiter, opts ...Option) (func(http.Handler) http.Handler, error) {
+	if l == nil {
+		return nil, fmt.Errorf("%w: nil Limiter", ErrInvalidOption)
+	}
+	c, err := newHTTPConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	key := c.key
+	return c.wrap(func(r *http.Request) (Verdict, bool, error) {
+		k, err := key(r)
+		if err != nil {
+			return Verdict{}, false, err
+		}
+		v, err := l.Limit(r.Context(), k)
+		return v, true, err
+	}), nil
+}
+
+// HTTPDescriptors returns middleware that checks the descriptors build returns
+// for each request against the policy file in domain (1 hit per request). A
+// build error answers 500 (the request is not let through unlimited).
+// WithKeyFunc is ignored. Errors: a nil argument, an empty domain or a bad
+// option (wrapping ErrInvalidOption).
+func HTTPDescriptors(pl *policy.Limiter, domain string, build func(r *http.Request) ([]policy.Descriptor, error), opts ...Option) (func(http.Handler) http.Handler, error) {
+	if pl == nil || build == nil || domain == "" {
+		return nil, fmt.Errorf("%w: HTTPDescriptors needs a policy.Limiter, a domain and a build function", ErrInvalidOption)
+	}
+	c, err := newHTTPConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.wrap(func(r *http.Request) (Verdict, bool, error) {
+		descs, err := build(r)
+		if err != nil {
+			return Verdict{}, false, err
+		}
+		v, err := checkPolicy(r.Context(), pl, domain, descs)
+		return v, true, err
+	}), nil
+}
+
+func newHTTPConfig(opts []Option) (*httpConfig, error) {
+	c := &httpConfig{key: KeyFromClientIP()}
+	for _, o := range opts {
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// wrap builds the middleware around decide, which returns the Verdict, whether
+// an error came from the Limiter (true) or from building the key (false), and
+// the error.
+func (c *httpConfig) wrap(decide func(r *http.Request) (Verdict, bool, error)) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			v, fromLimiter, err := decide(r)
+			if err != nil {
+				if c.log != nil {
+					c.log.Warn("rate limit", "err", err, "from_limiter", fromLimiter, "path", r.URL.Path)
+				}
+				switch {
+				case !fromLimiter:
+					http.Error(w, "rate limit key: "+err.Error(), http.StatusInternalServerError)
+				case c.failClosed:
+					http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
+				default:
+					next.ServeHTTP(w, r)
+				}
+				return
+			}
+			if v.Limited {
+				setFields(w.Header(), v)
+			}
+			if v.Allowed {
+				next.ServeHTTP(w, r)
+				return
+			}
+			w.Header().Set(HeaderRetryAfter, strconv.FormatInt(retrySeconds(v), 10))
+			if c.deny != nil {
+				c.deny.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), verdictKey{}, v)))
+				return
+			}
+			http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
+		})
+	}
+}
+
+// setFields sets RateLimit-Policy and RateLimit for v.
+func setFields(h http.Header, v Verdict) {
+	name := sfString(v.Policy)
+	h.Set(HeaderRateLimitPolicy, name+";q="+strconv.FormatInt(v.Limit, 10)+";w="+strconv.FormatInt(ceilSeconds(v.Window, 1), 10))
+	t := v.ResetAfter
+	if !v.Allowed && v.RetryAfter > t {
+		t = v.RetryAfter
+	}
+	h.Set(HeaderRateLimit, name+";r="+strconv.FormatInt(v.Remaining, 10)+";t="+strconv.FormatInt(ceilSeconds(t, 0), 10))
+}
+
+// sfString serializes s as a Structured Fields String (RFC 8941 §4.1.6):
+// quoted, with '"' and '\' escaped; characters outside printable ASCII are
+// replaced by '?'.
+func sfString(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		switch {
+		case ch == '"' || ch == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(ch)
+		case ch < 0x20 || ch > 0x7e:
+			b.WriteByte('?')
+		default:
+			b.WriteByte(ch)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
