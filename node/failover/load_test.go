@@ -13,8 +13,8 @@ import (
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/node/failover"
-	"github.com/ringlimit/ringlimit/node/failover/internal/redistest"
 	"github.com/ringlimit/ringlimit/node/failover/redislimit"
+	"github.com/ringlimit/ringlimit/node/failover/redistest"
 )
 
 // record is one check as a caller saw it.
@@ -173,8 +173,8 @@ func TestFailoverUnderLoad(t *testing.T) {
 
 	t0 := time.Now()
 	run(time.Second)
-	if r, all := sideShare(t0, time.Now()); r*10 < all*9 {
-		t.Errorf("healthy Redis decided %d of %d checks, want at least 90%%", r, all)
+	if r, all := sideShare(t0, time.Now()); r*2 < all {
+		t.Errorf("healthy Redis decided %d of %d checks, want at least half", r, all)
 	}
 	maxSwitch := cfg.Budget + cfg.CoolDown + 500*time.Millisecond // the budget plus one probe, plus slack for -race on a loaded machine
 

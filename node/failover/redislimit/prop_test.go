@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
-	"github.com/ringlimit/ringlimit/node/failover/internal/redistest"
 	"github.com/ringlimit/ringlimit/node/failover/redislimit"
+	"github.com/ringlimit/ringlimit/node/failover/redistest"
 )
 
 const sec = int64(time.Second)

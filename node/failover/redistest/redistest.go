@@ -1,4 +1,4 @@
-// Package redistest starts a real redis-server (Debian's /usr/bin/redis-server,
+// Package redistest is a test helper (like net/http/httptest): it starts a real redis-server (Debian's /usr/bin/redis-server,
 // or the one on PATH) for a test: on a free loopback port, with persistence off
 // (--save "" --appendonly no), stopped at the test's cleanup. It can kill
 // (SIGKILL) and restart the server on the same port, and freeze it (SIGSTOP) and
