@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/bench"
+	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/redistarget"
+	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
 )
 
 func newBenchCmd(deps Deps) *cobra.Command {
@@ -22,13 +25,15 @@ func newBenchCmd(deps Deps) *cobra.Command {
 		dist   string
 		prefix string
 		quiet  bool
+		redisU string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Load a cluster (closed or open loop) and check it never admits more than its limits allow",
 		Long: `bench sends checks for --duration to an in-process cluster (default: 3 nodes on
-loopback) or to daemons (--addr), with keys drawn uniformly or from a Zipf
-distribution, and reports throughput, latency percentiles (HDR histogram) and
+loopback), to daemons (--addr) or to the Redis-backed limiter (--redis URL: the
+same algorithms as Lua scripts, to compare with Redis on the same machine),
+with keys drawn uniformly or from a Zipf distribution, and reports throughput, latency percentiles (HDR histogram) and
 errors.
 
 Closed loop (default): --concurrency callers, each sending its next check when the
@@ -53,7 +58,8 @@ token_bucket B+floor(E/floor(P/L)). Keys are fresh per run (--prefix). Exit code
 A progress bar is drawn on stderr when it is a terminal, unless --quiet.`,
 		Example: `  ringlimit bench --duration 10s --concurrency 64
   ringlimit bench --rate 20000 --keys 100000 --dist zipf --zipf-s 1.2 --algorithm token_bucket --limit 100 --period 1s --burst 20
-  ringlimit bench --addr 10.0.0.1:8081,10.0.0.2:8081 --duration 30s`,
+  ringlimit bench --addr 10.0.0.1:8081,10.0.0.2:8081 --duration 30s
+  ringlimit bench --redis redis://127.0.0.1:6379/0 --concurrency 64 --keys 100000 --algorithm gcra`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			l, hits, err := lf.parse(0)
@@ -62,6 +68,9 @@ A progress bar is drawn on stderr when it is a terminal, unless --quiet.`,
 			}
 			if err := tf.validate(cmd.Flags()); err != nil {
 				return err
+			}
+			if redisU != "" && (cmd.Flags().Changed("addr") || cmd.Flags().Changed("target") || cmd.Flags().Changed("nodes")) {
+				return errors.New("--redis sends to Redis: it excludes --addr, --target and --nodes")
 			}
 			d, err := bench.ParseDist(dist)
 			if err != nil {
@@ -90,7 +99,13 @@ A progress bar is drawn on stderr when it is a terminal, unless --quiet.`,
 			if o.Seed == 0 {
 				o.Seed = bench.DefaultSeed
 			}
-			targets, stop, err := tf.open(cmd.Context(), deps, false)
+			open := func() ([]target.Target, func() error, error) { return tf.open(cmd.Context(), deps, false) }
+			if redisU != "" {
+				open = func() ([]target.Target, func() error, error) {
+					return redistarget.Open(cmd.Context(), redisU, o.Concurrency)
+				}
+			}
+			targets, stop, err := open()
 			if err != nil {
 				return err
 			}
@@ -144,6 +159,7 @@ A progress bar is drawn on stderr when it is a terminal, unless --quiet.`,
 	fs.BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
 	fs.IntVar(&o.DownAfter, "down-after", bench.DefaultDownAfter, "consecutive errors that mark a target down")
 	fs.DurationVar(&o.ProbeInterval, "probe-interval", bench.DefaultProbeInterval, "first wait before a down target is probed again (doubles per failed probe)")
+	fs.StringVar(&redisU, "redis", "", "redis:// or rediss:// URL: send the same load to the Redis-backed limiter (the algorithms as Lua scripts) instead of ringlimit")
 	return cmd
 }
 

@@ -112,6 +112,13 @@ type Config struct {
 	LogLevel string
 	// LogFormat is json or text (--log-format). Default json.
 	LogFormat string
+	// RedisPrimary, if set (redis:// or rediss:// URL), makes Redis the primary
+	// limiter of the HTTP checks, with this node's cluster deciding while Redis
+	// fails (package node/failover). Default "": the cluster decides everything.
+	RedisPrimary string
+	// RedisBudget is the deadline of each Redis call with RedisPrimary
+	// (default 50 ms); past it the cluster decides the check.
+	RedisBudget time.Duration
 }
 
 // Default returns the documented defaults of every field.
@@ -132,6 +139,7 @@ func Default() Config {
 		ShutdownTimeout:  10 * time.Second,
 		LogLevel:         "info",
 		LogFormat:        "json",
+		RedisBudget:      50 * time.Millisecond,
 	}
 }
 
@@ -159,6 +167,8 @@ func (c *Config) Register(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on the graceful stop (HTTP drain, leave, handoff)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "json or text")
+	fs.StringVar(&c.RedisPrimary, "redis-primary", c.RedisPrimary, "redis:// or rediss:// URL: decide checks on Redis first, on the cluster while Redis fails (default: cluster only)")
+	fs.DurationVar(&c.RedisBudget, "redis-budget", c.RedisBudget, "with --redis-primary: deadline of each Redis call, after which the cluster decides")
 }
 
 // EnvName returns the environment variable of the flag named flag:
@@ -224,6 +234,12 @@ func (c *Config) Validate() error {
 	}
 	if strings.TrimSpace(c.NodeName) == "" {
 		return bad("node-name", `""`, "must not be empty")
+	}
+	if c.RedisPrimary != "" && !strings.HasPrefix(c.RedisPrimary, "redis://") && !strings.HasPrefix(c.RedisPrimary, "rediss://") {
+		return bad("redis-primary", strconv.Quote(c.RedisPrimary), "want a redis:// or rediss:// URL")
+	}
+	if c.RedisBudget <= 0 {
+		return bad("redis-budget", c.RedisBudget, "must be > 0")
 	}
 	if net.ParseIP(c.BindAddr) == nil {
 		return bad("bind-addr", strconv.Quote(c.BindAddr), "want an IP address")

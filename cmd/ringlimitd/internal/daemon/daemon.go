@@ -171,6 +171,8 @@ type Daemon struct {
 	ln      net.Listener
 	srv     *http.Server
 	errc    chan error
+	// closeRedis closes the --redis-primary client, nil without it.
+	closeRedis func() error
 }
 
 // Start starts a node configured by cfg (which must have passed Validate) and
@@ -202,7 +204,20 @@ func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 		return nil, fmt.Errorf("start node: %w", err)
 	}
 	d.node, d.ln = n, ln
-	h := httpapi.NewHandler(limiter{n}, httpapi.Options{
+	var chk httpapi.Limiter = limiter{n}
+	if cfg.RedisPrimary != "" {
+		fc, err := newFailoverChecker(n, cfg.RedisPrimary, cfg.RedisBudget)
+		if err == nil {
+			err = d.metrics.Registry().Register(fc.f.Collector())
+		}
+		if err != nil {
+			ln.Close()
+			n.Abort()
+			return nil, fmt.Errorf("--redis-primary: %w", err)
+		}
+		chk, d.closeRedis = fc, fc.client.Close
+	}
+	h := httpapi.NewHandler(chk, httpapi.Options{
 		Logger: logger.With("component", "http"),
 		Extra:  map[string]http.Handler{"/metrics": d.metrics.Handler()},
 	})
@@ -223,7 +238,7 @@ func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 		"node", n.Name(), "http", ln.Addr().String(), "grpc", n.GRPCAddr(), "gossip", n.GossipAddr(),
 		"join", cfg.Join, "cluster_label", cfg.ClusterLabel, "owner_unreachable", cfg.OwnerUnreachable,
 		"accept_caller_timestamps", cfg.AcceptCallerTimestamps, "gossip_encrypted", cfg.GossipKeyFile != "",
-		"mtls", cfg.TLSCertFile != "", "gossip_profile", cfg.GossipProfile)
+		"mtls", cfg.TLSCertFile != "", "gossip_profile", cfg.GossipProfile, "redis_primary", cfg.RedisPrimary != "")
 	return d, nil
 }
 
@@ -248,6 +263,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	if httpErr != nil {
 		httpErr = fmt.Errorf("http shutdown: %w", httpErr)
 		_ = d.srv.Close()
+	}
+	if d.closeRedis != nil {
+		_ = d.closeRedis()
 	}
 	done := make(chan error, 1)
 	go func() { done <- d.node.Close() }()

@@ -1,0 +1,62 @@
+// Package redistarget is the target of `ringlimit bench --redis URL`: the same
+// checks as a cluster target, decided by the Redis-backed limiter (package
+// node/failover/redislimit, the same algorithms as Lua scripts on the caller's
+// clock), so that ringlimit and Redis can be compared on one machine.
+package redistarget
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
+	"github.com/ringlimit/ringlimit/node/failover/redislimit"
+	"github.com/ringlimit/ringlimit/transport"
+)
+
+// Name is the target's name in reports, and the Owner of its Results.
+const Name = "redis"
+
+// checker adapts a redislimit.Limiter to target.Checker.
+type checker struct{ l *redislimit.Limiter }
+
+// Check decides c on Redis at the CLI's clock (or c.CreatedAt when set).
+func (c checker) Check(ctx context.Context, ch transport.Check) (transport.Result, error) {
+	now := ch.CreatedAt
+	if now == 0 {
+		now = time.Now().UnixNano()
+	}
+	d, err := c.l.Take(ctx, ch.Key, now, ch.Hits, ch.Limit)
+	if err != nil {
+		return transport.Result{}, err
+	}
+	return transport.Result{Decision: d, Route: transport.RouteOwner, Owner: Name, Code: transport.CodeOK}, nil
+}
+
+// Open connects to the Redis at url (redis:// or rediss://, see
+// redislimit.NewClient) with a pool of at least poolSize connections (one per
+// bench caller, so callers do not queue for connections), checks that it
+// answers PING and loads the scripts. stop closes the client.
+func Open(ctx context.Context, url string, poolSize int) (targets []target.Target, stop func() error, err error) {
+	c, err := redislimit.NewClient(url)
+	if err != nil {
+		return nil, nil, err
+	}
+	if rc, ok := c.(*redis.Client); ok && rc.Options().PoolSize < poolSize {
+		o := rc.Options()
+		o.PoolSize = poolSize
+		rc.Close()
+		c = redis.NewClient(o)
+	}
+	l, err := redislimit.New(c, redislimit.Options{})
+	if err == nil {
+		err = l.Load(ctx)
+	}
+	if err != nil {
+		c.Close()
+		return nil, nil, fmt.Errorf("redis %s: %w", url, err)
+	}
+	return []target.Target{{Name: Name, Checker: checker{l}}}, c.Close, nil
+}

@@ -1,0 +1,67 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/node/failover"
+	"github.com/ringlimit/ringlimit/node/failover/redislimit"
+	"github.com/ringlimit/ringlimit/transport"
+)
+
+// RedisOwner is the Owner a daemon check reports when Redis (--redis-primary)
+// decided it (with RouteOwner: Redis held the key's state).
+const RedisOwner = "redis"
+
+// failoverChecker is the daemon's checker with --redis-primary: checks go
+// through a failover.Limiter (Redis first, this node's cluster when Redis
+// fails). Checks carrying their own timestamp (CreatedAt) go to the node as
+// before, which honours or refuses them (--accept-caller-timestamps).
+type failoverChecker struct {
+	limiter
+	f      *failover.Limiter
+	client redis.UniversalClient
+}
+
+// newFailoverChecker connects nothing yet: go-redis dials on the first check.
+func newFailoverChecker(n *node.Node, url string, budget time.Duration) (*failoverChecker, error) {
+	c, err := redislimit.NewClient(url)
+	if err != nil {
+		return nil, err
+	}
+	rl, err := redislimit.New(c, redislimit.Options{})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	f, err := failover.New(rl, n, failover.Config{Budget: budget})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &failoverChecker{limiter: limiter{n}, f: f, client: c}, nil
+}
+
+func (fc *failoverChecker) Check(ctx context.Context, c transport.Check) (transport.Result, error) {
+	if c.CreatedAt != 0 {
+		return fc.limiter.Check(ctx, c)
+	}
+	d, err := fc.f.AllowN(ctx, c.Key, c.Limit, c.Hits)
+	if err != nil {
+		switch {
+		case errors.Is(err, node.ErrTooManyKeys), errors.Is(err, node.ErrStopped):
+			err = fmt.Errorf("%w: %w", transport.ErrUnavailable, err)
+		}
+		return transport.Result{}, err
+	}
+	r := transport.Result{Decision: d.Decision.Decision, Route: d.Route, Owner: d.Owner, Code: transport.CodeOK}
+	if d.Side == failover.SideRedis {
+		r.Route, r.Owner = transport.RouteOwner, RedisOwner
+	}
+	return r, nil
+}

@@ -1,0 +1,420 @@
+// Package failover is a Redis-first rate limiter that keeps deciding when Redis
+// does not: checks go to Redis (package redislimit, the same algorithms as the
+// cluster, on the caller's clock) while Redis answers within a time budget, and
+// to a ringlimit cluster (a *node.Node) when it does not.
+//
+// A check enters Limiter.AllowN. A circuit breaker picks the side. Closed:
+// the check runs on Redis with a deadline of Config.Budget; an error, a timeout
+// or a call slower than Config.SlowCall counts as a failure, and
+// Config.FailureThreshold consecutive failures open the breaker. A check whose
+// Redis call fails is decided by the cluster in the same call, never returned
+// as an error. Open: every check goes to the cluster. After Config.CoolDown one
+// check at a time probes Redis (half-open) while the others stay on the
+// cluster; Config.SuccessThreshold consecutive successful probes close the
+// breaker, a failed one opens it again for another CoolDown. Every Decision
+// says which side decided (Decision.Side).
+//
+// Over-admission at a switch. Redis and the cluster keep separate states: the
+// side that takes over has not seen the hits the other side admitted, so it may
+// admit them again. Each maximal run of a key's checks decided by one side
+// admits at most what one limiter admits over the run: for GCRA and
+// TokenBucket at most C + rate*(duration of the run), C the capacity
+// (Burst+1 for GCRA, Burst for TokenBucket); for FixedWindow and the sliding
+// windows at most Limit per window the run overlaps. Summing over the runs, a
+// key admits at most what a single limiter would over the same time, plus C
+// (Limit for the windows, per window) for every switch of side that key sees:
+// at most one extra full capacity per switch per key, and only for keys that
+// were checked on both sides of it. The hits a side admitted that no longer
+// count at the switch (older than the window, or refilled) do not add up, so
+// the excess is at most the capacity in use at the switch. A clean outage is
+// two switches (to the cluster and back); every half-open probe that hits a
+// key adds up to two more for that key. TestFailoverUnderLoad measures it.
+package failover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/node/failover/redislimit"
+)
+
+// ErrInvalidConfig is returned by New, wrapped with the field and value.
+var ErrInvalidConfig = errors.New("failover: invalid config")
+
+// Primary is the Redis side; *redislimit.Limiter implements it. Take decides a
+// check of hits at now (Unix ns, the caller's clock).
+type Primary interface {
+	Take(ctx context.Context, key string, now, hits int64, l algo.Limit) (algo.Decision, error)
+}
+
+// Cluster is the fallback side; *node.Node implements it.
+type Cluster interface {
+	AllowN(ctx context.Context, key string, l algo.Limit, hits int64) (node.Decision, error)
+}
+
+// Side says which limiter decided a check.
+type Side uint8
+
+// The sides.
+const (
+	// SideRedis: the Redis primary decided.
+	SideRedis Side = iota + 1
+	// SideCluster: the ringlimit cluster decided (Route and Owner say how).
+	SideCluster
+)
+
+// String returns "redis" or "cluster".
+func (s Side) String() string {
+	switch s {
+	case SideRedis:
+		return "redis"
+	case SideCluster:
+		return "cluster"
+	}
+	return fmt.Sprintf("side(%d)", uint8(s))
+}
+
+// State is the circuit breaker's state.
+type State uint8
+
+// The breaker states.
+const (
+	// Closed: checks go to Redis.
+	Closed State = iota
+	// Open: checks go to the cluster until CoolDown has passed.
+	Open
+	// HalfOpen: one check at a time probes Redis, the others go to the cluster.
+	HalfOpen
+)
+
+// States lists the breaker states in order.
+func States() []State { return []State{Closed, Open, HalfOpen} }
+
+// String returns "closed", "open" or "half_open".
+func (s State) String() string {
+	switch s {
+	case Closed:
+		return "closed"
+	case Open:
+		return "open"
+	case HalfOpen:
+		return "half_open"
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}
+
+// Decision is a check's outcome: the algorithm's Decision, the cluster's Route
+// and Owner (zero for SideRedis), and the side that decided.
+type Decision struct {
+	node.Decision
+	Side Side
+}
+
+// Config tunes the breaker. Zero fields take the defaults given.
+type Config struct {
+	// Budget is the deadline of each Redis call (default 50 ms). A check waits
+	// at most Budget for Redis, then the cluster decides it: a check's latency
+	// is at most Budget plus the cluster's. Shorter switches faster when Redis
+	// hangs and counts more slow-but-alive calls as failures.
+	Budget time.Duration
+	// SlowCall: a Redis call that answers but takes longer than this counts as
+	// a failure for the breaker (its Decision is still used). Default Budget/2;
+	// at most Budget.
+	SlowCall time.Duration
+	// FailureThreshold consecutive failures open the breaker (default 3). 1
+	// switches on the first failure; more tolerate isolated errors.
+	FailureThreshold int
+	// CoolDown is how long the breaker stays open before probing (default 1 s).
+	CoolDown time.Duration
+	// SuccessThreshold consecutive successful probes close it (default 2).
+	SuccessThreshold int
+	// Now returns the caller's clock in Unix ns, passed to Redis with every
+	// check (default time.Now().UnixNano()). The cluster uses its own clock
+	// (node.Config.Clock); keep them the same clock.
+	Now func() int64
+	// OnStateChange, if set, is called after every transition, with the
+	// breaker's lock released, possibly concurrently; it must not block.
+	OnStateChange func(from, to State, at time.Time)
+}
+
+func (c *Config) fill() error {
+	if c.Budget == 0 {
+		c.Budget = 50 * time.Millisecond
+	}
+	if c.SlowCall == 0 {
+		c.SlowCall = c.Budget / 2
+	}
+	if c.FailureThreshold == 0 {
+		c.FailureThreshold = 3
+	}
+	if c.CoolDown == 0 {
+		c.CoolDown = time.Second
+	}
+	if c.SuccessThreshold == 0 {
+		c.SuccessThreshold = 2
+	}
+	if c.Now == nil {
+		c.Now = func() int64 { return time.Now().UnixNano() }
+	}
+	bad := func(f string, v any) error { return fmt.Errorf("%w: %s = %v", ErrInvalidConfig, f, v) }
+	switch {
+	case c.Budget < 0:
+		return bad("Budget", c.Budget)
+	case c.SlowCall < 0 || c.SlowCall > c.Budget:
+		return bad("SlowCall", c.SlowCall)
+	case c.FailureThreshold < 0:
+		return bad("FailureThreshold", c.FailureThreshold)
+	case c.CoolDown < 0:
+		return bad("CoolDown", c.CoolDown)
+	case c.SuccessThreshold < 0:
+		return bad("SuccessThreshold", c.SuccessThreshold)
+	}
+	return nil
+}
+
+// Stats is a snapshot of the breaker's counters.
+type Stats struct {
+	// State is the current state.
+	State State
+	// Switches counts transitions by [from][to].
+	Switches [3][3]uint64
+	// TimeIn is the total time spent in each state, including the current one.
+	TimeIn [3]time.Duration
+	// Checks counts decided checks by side (index Side).
+	Checks [3]uint64
+	// Failures counts Redis calls that failed, timed out or were slow.
+	Failures uint64
+}
+
+// Limiter is the failover limiter. Safe for concurrent use.
+type Limiter struct {
+	p   Primary
+	c   Cluster
+	cfg Config
+
+	state     atomic.Uint32 // State
+	fails     atomic.Int64  // consecutive failures while Closed
+	probing   atomic.Bool   // a half-open probe is in flight
+	redisN    atomic.Uint64
+	clusterN  atomic.Uint64
+	failuresN atomic.Uint64
+
+	mu       sync.Mutex
+	since    time.Time // entered the current state
+	openedAt time.Time
+	okProbes int
+	switches [3][3]uint64
+	timeIn   [3]time.Duration
+}
+
+// New returns a Limiter deciding on p while it is healthy and on c otherwise.
+// Errors: ErrInvalidConfig for a nil side or a negative or inconsistent field.
+func New(p Primary, c Cluster, cfg Config) (*Limiter, error) {
+	if p == nil || c == nil {
+		return nil, fmt.Errorf("%w: nil Primary or Cluster", ErrInvalidConfig)
+	}
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	return &Limiter{p: p, c: c, cfg: cfg, since: time.Now()}, nil
+}
+
+// Allow checks one hit; see AllowN.
+func (l *Limiter) Allow(ctx context.Context, key string, lim algo.Limit) (Decision, error) {
+	return l.AllowN(ctx, key, lim, 1)
+}
+
+// AllowN checks hits hits (0 peeks) of key against lim on Redis or, when the
+// breaker is not closed or the Redis call fails, on the cluster. Errors: an
+// error wrapping algo.ErrInvalidLimit for an invalid lim or hits (checked before
+// either side is called), and the cluster's errors (node.AllowN's: an invalid
+// key, ErrTooManyKeys, ErrStopped, ctx's error). A Redis failure is never
+// returned. A lim that algo accepts but Redis cannot compute exactly
+// (redislimit.ErrUnsupportedLimit) is always decided by the cluster.
+func (l *Limiter) AllowN(ctx context.Context, key string, lim algo.Limit, hits int64) (Decision, error) {
+	if err := lim.Validate(); err != nil {
+		return Decision{}, err
+	}
+	if err := algo.ValidateHits(hits); err != nil {
+		return Decision{}, err
+	}
+	if redislimit.Validate(lim) != nil {
+		return l.cluster(ctx, key, lim, hits)
+	}
+	switch State(l.state.Load()) {
+	case Closed:
+		d, ok := l.redis(ctx, key, lim, hits, false)
+		if ok {
+			return d, nil
+		}
+	default:
+		if l.tryProbe() {
+			d, ok := l.redis(ctx, key, lim, hits, true)
+			if ok {
+				return d, nil
+			}
+		}
+	}
+	return l.cluster(ctx, key, lim, hits)
+}
+
+// cluster decides on the cluster.
+func (l *Limiter) cluster(ctx context.Context, key string, lim algo.Limit, hits int64) (Decision, error) {
+	d, err := l.c.AllowN(ctx, key, lim, hits)
+	if err != nil {
+		return Decision{}, err
+	}
+	l.clusterN.Add(1)
+	return Decision{Decision: d, Side: SideCluster}, nil
+}
+
+// redis runs one Redis call within the budget and feeds the breaker; ok is
+// false when the cluster must decide.
+func (l *Limiter) redis(ctx context.Context, key string, lim algo.Limit, hits int64, probe bool) (Decision, bool) {
+	now := l.cfg.Now()
+	rctx, cancel := context.WithTimeout(ctx, l.cfg.Budget)
+	start := time.Now()
+	d, err := l.p.Take(rctx, key, now, hits, lim)
+	took := time.Since(start)
+	cancel()
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// The caller gave up: not Redis's failure.
+		if probe {
+			l.probing.Store(false)
+		}
+		return Decision{}, false
+	case errors.Is(err, redislimit.ErrClockStep) || errors.Is(err, algo.ErrInvalidLimit) || errors.Is(err, redislimit.ErrInvalidKey):
+		// Redis is healthy; this check is the cluster's to decide (or reject).
+		l.record(true, probe)
+		return Decision{}, false
+	case err != nil:
+		l.failuresN.Add(1)
+		l.record(false, probe)
+		return Decision{}, false
+	}
+	l.record(took <= l.cfg.SlowCall, probe)
+	if took > l.cfg.SlowCall {
+		l.failuresN.Add(1)
+	}
+	l.redisN.Add(1)
+	return Decision{Decision: node.Decision{Decision: d}, Side: SideRedis}, true
+}
+
+// tryProbe reports whether this check is the one half-open probe, moving an
+// open breaker whose cool-down has passed to half-open.
+func (l *Limiter) tryProbe() bool {
+	if l.probing.Load() {
+		return false
+	}
+	l.mu.Lock()
+	st := State(l.state.Load())
+	if st == Open && time.Since(l.openedAt) < l.cfg.CoolDown || st == Closed || l.probing.Load() {
+		l.mu.Unlock()
+		return false
+	}
+	l.probing.Store(true)
+	var from State
+	var at time.Time
+	if st == Open {
+		from, at = Open, l.setLocked(HalfOpen)
+	}
+	l.mu.Unlock()
+	if !at.IsZero() {
+		l.notify(from, HalfOpen, at)
+	}
+	return true
+}
+
+// record feeds one Redis outcome (ok: answered within SlowCall) to the breaker.
+func (l *Limiter) record(ok, probe bool) {
+	if !probe {
+		if ok {
+			if l.fails.Load() != 0 {
+				l.fails.Store(0)
+			}
+			return
+		}
+		if l.fails.Add(1) < int64(l.cfg.FailureThreshold) {
+			return
+		}
+		l.transition(Closed, Open)
+		return
+	}
+	l.mu.Lock()
+	var to State
+	var at time.Time
+	if State(l.state.Load()) == HalfOpen {
+		if ok {
+			l.okProbes++
+			if l.okProbes >= l.cfg.SuccessThreshold {
+				to, at = Closed, l.setLocked(Closed)
+			}
+		} else {
+			to, at = Open, l.setLocked(Open)
+		}
+	}
+	l.probing.Store(false)
+	l.mu.Unlock()
+	if !at.IsZero() {
+		l.notify(HalfOpen, to, at)
+	}
+}
+
+// transition moves the breaker from -> to if it is in from.
+func (l *Limiter) transition(from, to State) {
+	l.mu.Lock()
+	var at time.Time
+	if State(l.state.Load()) == from {
+		at = l.setLocked(to)
+	}
+	l.mu.Unlock()
+	if !at.IsZero() {
+		l.notify(from, to, at)
+	}
+}
+
+// setLocked enters state to; l.mu is held. It returns the time of the switch.
+func (l *Limiter) setLocked(to State) time.Time {
+	now := time.Now()
+	from := State(l.state.Load())
+	l.timeIn[from] += now.Sub(l.since)
+	l.since = now
+	l.switches[from][to]++
+	switch to {
+	case Open:
+		l.openedAt = now
+	case HalfOpen:
+		l.okProbes = 0
+	case Closed:
+		l.fails.Store(0)
+	}
+	l.state.Store(uint32(to))
+	return now
+}
+
+func (l *Limiter) notify(from, to State, at time.Time) {
+	if l.cfg.OnStateChange != nil {
+		l.cfg.OnStateChange(from, to, at)
+	}
+}
+
+// State returns the breaker's current state.
+func (l *Limiter) State() State { return State(l.state.Load()) }
+
+// Stats returns a snapshot of the counters.
+func (l *Limiter) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := Stats{State: State(l.state.Load()), Switches: l.switches, TimeIn: l.timeIn, Failures: l.failuresN.Load()}
+	s.TimeIn[s.State] += time.Since(l.since)
+	s.Checks[SideRedis] = l.redisN.Load()
+	s.Checks[SideCluster] = l.clusterN.Load()
+	return s
+}

@@ -1,0 +1,246 @@
+package redislimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node/failover/redislimit"
+	"github.com/ringlimit/ringlimit/node/failover/redistest"
+)
+
+const sec = int64(time.Second)
+
+// randLimit draws a Limit of kind k: small ones where rounding is exposed
+// (Periods of a few ns, T not a whole number of ns) and large ones whose
+// products exceed 2^53 (SlidingWindowCounter's prev*(Period-elapsed)).
+func randLimit(r *rand.Rand, k algo.Kind) algo.Limit {
+	periods := []int64{1, 3, 7, 10, 64, 1000, 999_983, sec, 60 * sec, 3600 * sec, 86400 * sec}
+	l := algo.Limit{Kind: k, Limit: 1 + r.Int64N(12), Period: time.Duration(periods[r.IntN(len(periods))]), Burst: r.Int64N(8)}
+	if r.IntN(4) == 0 {
+		l.Limit = 1 + r.Int64N(2_000_000)
+	}
+	switch k {
+	case algo.SlidingWindowLog:
+		l.Limit = min(l.Limit, 300)
+	case algo.TokenBucket:
+		l.Burst++
+		l.Burst = min(l.Burst, int64(redislimit.MaxDuration)/int64(l.Period))
+	case algo.GCRA:
+		l.Limit = min(l.Limit, int64(l.Period)) // T >= 1 ns
+	}
+	if redislimit.Validate(l) != nil {
+		return randLimit(r, k)
+	}
+	return l
+}
+
+type step struct {
+	key  string
+	now  int64
+	hits int64
+	lim  algo.Limit
+}
+
+// randSteps draws n checks on a few keys with a few Limits (of every Kind, so a
+// key also changes Kind), a clock that mostly moves forward by amounts around
+// the emission interval and the Period, and sometimes steps back (by up to two
+// Periods), starting around 2026 or before 1970.
+func randSteps(r *rand.Rand, n int, kinds []algo.Kind) []step {
+	var lims []algo.Limit
+	for _, k := range kinds {
+		for range 2 {
+			lims = append(lims, randLimit(r, k))
+		}
+	}
+	keys := []string{"a", "b", "c", "{x}:d"}
+	start := []int64{1_795_000_000 * sec, -3 * sec, 0, 1 << 40}[r.IntN(4)]
+	now := map[string]int64{}
+	cur := map[string]algo.Limit{}
+	out := make([]step, n)
+	for i := range out {
+		key := keys[r.IntN(len(keys))]
+		if _, ok := cur[key]; !ok || r.IntN(40) == 0 {
+			cur[key] = lims[r.IntN(len(lims))]
+			if _, ok := now[key]; !ok {
+				now[key] = start + r.Int64N(sec)
+			}
+		}
+		l := cur[key]
+		p := int64(l.Period)
+		t := now[key]
+		switch r.IntN(8) {
+		case 0: // same instant
+		case 1:
+			t += r.Int64N(p/l.Limit + 1)
+		case 2:
+			t += r.Int64N(p + 1)
+		case 3:
+			t += p - 1 + r.Int64N(3)
+		case 4:
+			t += r.Int64N(3 * p)
+		case 5:
+			t++
+		case 6:
+			t -= r.Int64N(2*p + 1) // the clock steps back
+		case 7:
+			t -= r.Int64N(p/l.Limit + 2)
+		}
+		now[key] = t
+		hits := int64(1)
+		switch r.IntN(5) {
+		case 0:
+			hits = 0
+		case 1:
+			hits = r.Int64N(min(l.Limit, 1000) + l.Burst + 3)
+		}
+		out[i] = step{key, t, hits, l}
+	}
+	return out
+}
+
+// TestScriptsEqualAlgo feeds the same seeded random sequences to algo.State and
+// to the Lua scripts on a real redis-server, and requires identical Decisions.
+func TestScriptsEqualAlgo(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	for _, k := range algo.Kinds() {
+		for seed := range uint64(5) {
+			t.Run(fmt.Sprintf("%v/seed%d", k, seed), func(t *testing.T) {
+				r := rand.New(rand.NewPCG(seed, uint64(k)))
+				l, err := redislimit.New(srv.Client(), redislimit.Options{Prefix: fmt.Sprintf("p:%v:%d:", k, seed), ExpiryGrace: time.Hour})
+				if err != nil {
+					t.Fatal(err)
+				}
+				kinds := []algo.Kind{k}
+				if seed >= 3 {
+					kinds = algo.Kinds() // keys also change Kind
+				}
+				ref := map[string]*algo.State{}
+				for i, s := range randSteps(r, 1000, kinds) {
+					st := ref[s.key]
+					if st == nil {
+						st = new(algo.State)
+						ref[s.key] = st
+					}
+					want, werr := st.Take(s.now, s.hits, s.lim)
+					got, gerr := l.Take(ctx, s.key, s.now, s.hits, s.lim)
+					if werr != nil || gerr != nil {
+						t.Fatalf("step %d %+v: errors algo %v, redis %v", i, s, werr, gerr)
+					}
+					if got != want {
+						t.Fatalf("step %d key %q now %d hits %d limit %+v: got %+v, want %+v", i, s.key, s.now, s.hits, s.lim, got, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestScriptsLargeValues pins checks whose intermediate products exceed 2^53
+// (where float64 Lua arithmetic would round) against algo.
+func TestScriptsLargeValues(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	l, err := redislimit.New(srv.Client(), redislimit.Options{ExpiryGrace: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := int64(1_795_000_000*sec + 123_456_789)
+	cases := []algo.Limit{
+		{Kind: algo.SlidingWindowCounter, Limit: 1<<51 - 1, Period: redislimit.MaxDuration},
+		{Kind: algo.SlidingWindowCounter, Limit: 3_000_017, Period: time.Duration(86400*sec + 7)},
+		{Kind: algo.GCRA, Limit: 7, Period: redislimit.MaxDuration / 8, Burst: 6},
+		{Kind: algo.TokenBucket, Limit: 1<<51 - 3, Period: redislimit.MaxDuration / 1000, Burst: 1000},
+		{Kind: algo.FixedWindow, Limit: 1 << 51, Period: redislimit.MaxDuration - 1},
+		{Kind: algo.SlidingWindowLog, Limit: 5, Period: redislimit.MaxDuration},
+	}
+	for i, lim := range cases {
+		var st algo.State
+		key := fmt.Sprintf("large%d", i)
+		for j, tt := range []int64{now, now + 1, now + int64(lim.Period)/3, now + int64(lim.Period)/3 - 5*sec, now + int64(lim.Period) + 17, now + 2*int64(lim.Period)} {
+			hits := []int64{1, 1 << 30, 2, 1, 3, 1 << 31}[j]
+			want, werr := st.Take(tt, hits, lim)
+			got, gerr := l.Take(ctx, key, tt, hits, lim)
+			if werr != nil || gerr != nil || got != want {
+				t.Errorf("%+v step %d: got %+v (%v), want %+v (%v)", lim, j, got, gerr, want, werr)
+			}
+		}
+	}
+}
+
+func TestUnsupportedAndInvalid(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	l, err := redislimit.New(srv.Client(), redislimit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, lim := range []algo.Limit{
+		{Kind: algo.FixedWindow, Limit: 1, Period: redislimit.MaxDuration + 1},
+		{Kind: algo.FixedWindow, Limit: redislimit.MaxCount + 1, Period: time.Second},
+		{Kind: algo.GCRA, Limit: 1, Period: redislimit.MaxDuration, Burst: 1},
+		{Kind: algo.TokenBucket, Limit: 1, Period: time.Hour, Burst: 1000},
+	} {
+		if algo.Limit.Validate(lim) != nil {
+			t.Fatalf("%+v: algo refuses it; the case must be valid for algo", lim)
+		}
+		_, err := l.Take(ctx, "k", 0, 1, lim)
+		if !errors.Is(err, redislimit.ErrUnsupportedLimit) || !errors.Is(err, algo.ErrInvalidLimit) {
+			t.Errorf("%+v: got %v, want ErrUnsupportedLimit", lim, err)
+		}
+	}
+	if _, err := l.Take(ctx, "k", 0, -1, algo.Limit{Kind: algo.GCRA, Limit: 1, Period: time.Second}); !errors.Is(err, algo.ErrInvalidLimit) {
+		t.Errorf("hits -1: got %v, want algo.ErrInvalidLimit", err)
+	}
+	if _, err := l.Take(ctx, "", 0, 1, algo.Limit{Kind: algo.GCRA, Limit: 1, Period: time.Second}); !errors.Is(err, redislimit.ErrInvalidKey) {
+		t.Errorf("empty key: got %v, want ErrInvalidKey", err)
+	}
+	// A step back far beyond the exact range is an error, not a wrong Decision.
+	g := algo.Limit{Kind: algo.GCRA, Limit: 1, Period: time.Second}
+	if _, err := l.Take(ctx, "step", algo.MaxTime-10, 1, g); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Take(ctx, "step", 0, 1, g); !errors.Is(err, redislimit.ErrClockStep) {
+		t.Errorf("step back by 2^62 ns: got %v, want ErrClockStep", err)
+	}
+}
+
+// TestExpiry checks that an admitted check sets the key's TTL to ResetAfter
+// (rounded up to ms) plus the grace, and that denied checks leave it alone.
+func TestExpiry(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := srv.Client()
+	l, err := redislimit.New(c, redislimit.Options{Prefix: "e:", ExpiryGrace: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	lim := algo.Limit{Kind: algo.GCRA, Limit: 10, Period: time.Minute, Burst: 1} // T = 6 s
+	d, err := l.Take(ctx, "x", 1_795_000_000*sec, 1, lim)
+	if err != nil || !d.Allowed || d.ResetAfter != 6*time.Second {
+		t.Fatalf("got %+v %v, want allowed, ResetAfter 6s", d, err)
+	}
+	ttl, err := c.PTTL(ctx, "e:x").Result()
+	if err != nil || ttl > 8*time.Second || ttl < 7*time.Second {
+		t.Errorf("PTTL %v %v, want about 8s (6s + 2s grace)", ttl, err)
+	}
+	if n, _ := c.Exists(ctx, "e:nothing").Result(); n != 0 {
+		t.Fatal("unexpected key")
+	}
+	// A peek never creates a key.
+	if _, err := l.Take(ctx, "peek", 1_795_000_000*sec, 0, lim); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := c.Exists(ctx, "e:peek").Result(); n != 0 {
+		t.Errorf("a peek created its key")
+	}
+}
