@@ -449,18 +449,19 @@ func (n *Node) decideOwned(ctx context.Context, rs *ringState, c transport.Check
 	if now == 0 {
 		now = wall
 	}
-	return n.owned.take(h, c.Key, c.Limit, c.Hits, now, wall, func() bool { return n.owns(rs, c.Key) }, n.onEvict)
+	return n.owned.take(h, c.Limit, c.Hits, now, wall, func() bool { return n.owns(rs, h) }, n.onEvict)
 }
 
-// owns reports, under a shard lock, whether this node still owns key: true when
-// the ring has not changed since rs was used to route (rs already said so), else
-// the current ring decides. A leaving node owns nothing.
-func (n *Node) owns(rs *ringState, key string) bool {
+// owns reports, under a shard lock, whether this node still owns the key whose
+// ring hash is h: true when the ring has not changed since rs was used to route
+// (rs already said so), else the current ring decides. A leaving node owns
+// nothing.
+func (n *Node) owns(rs *ringState, h uint64) bool {
 	cur := n.rs.Load()
 	if cur == rs {
 		return !cur.leaving
 	}
-	m, ok := cur.snap.Owner(key)
+	m, ok := cur.snap.OwnerOfHash(h)
 	return ok && m.Name == n.cfg.Name && !cur.leaving
 }
 
@@ -475,7 +476,7 @@ func (n *Node) decideFallback(c transport.Check) (Decision, error) {
 	switch n.cfg.OwnerUnreachable {
 	case Local:
 		var err error
-		d, err = n.fallback.take(n.fallback.hash(c.Key), c.Key, c.Limit, c.Hits, now, wall, nil, n.onEvict)
+		d, err = n.fallback.take(n.fallback.hash(c.Key), c.Limit, c.Hits, now, wall, nil, n.onEvict)
 		if err != nil {
 			return Decision{}, err
 		}
@@ -582,7 +583,11 @@ func (p peerService) Transfer(ctx context.Context, b transport.TransferBatch) er
 		if err := ks.Limit.Validate(); err != nil {
 			return err
 		}
-		n.owned.install(ks.Key, ks.Limit, st, ks.LastNow, ks.CallerClock, wall)
+		h := ks.KeyHash
+		if ks.Key != "" {
+			h = n.owned.hash(ks.Key)
+		}
+		n.owned.install(h, ks.Limit, st, ks.LastNow, ks.CallerClock, wall)
 	}
 	if b.Done {
 		n.markHandoffDone(b.From, b.RingDigest)

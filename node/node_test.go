@@ -272,16 +272,16 @@ func TestInstallKeepsCallerTime(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s.install("k", l, st, then, true, wall)
+	s.install(s.hash("k"), l, st, then, true, wall)
 	s.dropIdle(wall+int64(time.Second), nil)
 	if got := s.len(); got != 1 {
 		t.Fatalf("keys after idle scan: got %d, want 1 (a caller-timestamped key is kept for a Period)", got)
 	}
-	d, err := s.take(s.hash("k"), "k", l, 1, then+int64(time.Second), wall, nil, nil)
+	d, err := s.take(s.hash("k"), l, 1, then+int64(time.Second), wall, nil, nil)
 	if err != nil || !d.Allowed || d.Remaining != 0 {
 		t.Fatalf("third hit in the 2015 window: got %+v, %v; want allowed with 0 remaining", d, err)
 	}
-	d, _ = s.take(s.hash("k"), "k", l, 1, then+int64(2*time.Second), wall, nil, nil)
+	d, _ = s.take(s.hash("k"), l, 1, then+int64(2*time.Second), wall, nil, nil)
 	if d.Allowed {
 		t.Fatal("fourth hit in the 2015 window allowed: the handed-off state was lost")
 	}

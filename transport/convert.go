@@ -229,6 +229,7 @@ func resultFromWire(m *pb.Result, r *Result) {
 
 func keyStateToWire(s KeyState, m *pb.KeyState) {
 	m.Key = []byte(s.Key)
+	m.KeyHash = s.KeyHash
 	m.Algorithm = kindToWire(s.Limit.Kind)
 	m.Limit = s.Limit.Limit
 	m.PeriodNs = int64(s.Limit.Period)
@@ -245,6 +246,7 @@ func keyStateFromWire(m *pb.KeyState) (KeyState, error) {
 	}
 	return KeyState{
 		Key:         string(m.GetKey()),
+		KeyHash:     m.GetKeyHash(),
 		Limit:       l,
 		State:       m.GetState(),
 		LastNow:     m.GetLastNowUnixNs(),

@@ -804,7 +804,11 @@ type KeyState struct {
 	// timestamp or the owner's clock.
 	LastNowUnixNs int64 `protobuf:"varint,7,opt,name=last_now_unix_ns,json=lastNowUnixNs,proto3" json:"last_now_unix_ns,omitempty"`
 	// Whether that time was the caller's timestamp.
-	CallerClock   bool `protobuf:"varint,8,opt,name=caller_clock,json=callerClock,proto3" json:"caller_clock,omitempty"`
+	CallerClock bool `protobuf:"varint,8,opt,name=caller_clock,json=callerClock,proto3" json:"caller_clock,omitempty"`
+	// The key's ring hash (xxhash64 of the key): the receiver stores the state
+	// under it. 0 = not sent (hash key). A sender that keeps only hashes sends it
+	// with an empty key.
+	KeyHash       uint64 `protobuf:"fixed64,9,opt,name=key_hash,json=keyHash,proto3" json:"key_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -893,6 +897,13 @@ func (x *KeyState) GetCallerClock() bool {
 		return x.CallerClock
 	}
 	return false
+}
+
+func (x *KeyState) GetKeyHash() uint64 {
+	if x != nil {
+		return x.KeyHash
+	}
+	return 0
 }
 
 type TransferRequest struct {
@@ -1046,7 +1057,7 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\aresults\x18\x01 \x03(\v2\x14.ringlimit.v1.ResultR\aresults\x12\x19\n" +
 	"\bbatch_id\x18\x02 \x01(\x04R\abatchId\x12&\n" +
 	"\x04code\x18\x03 \x01(\x0e2\x12.ringlimit.v1.CodeR\x04code\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\xfe\x01\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\x99\x02\n" +
 	"\bKeyState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x125\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x14\n" +
@@ -1055,7 +1066,8 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x05burst\x18\x05 \x01(\x03R\x05burst\x12\x14\n" +
 	"\x05state\x18\x06 \x01(\fR\x05state\x12'\n" +
 	"\x10last_now_unix_ns\x18\a \x01(\x03R\rlastNowUnixNs\x12!\n" +
-	"\fcaller_clock\x18\b \x01(\bR\vcallerClock\"\x8a\x01\n" +
+	"\fcaller_clock\x18\b \x01(\bR\vcallerClock\x12\x19\n" +
+	"\bkey_hash\x18\t \x01(\x06R\akeyHash\"\x8a\x01\n" +
 	"\x0fTransferRequest\x12.\n" +
 	"\x06states\x18\x01 \x03(\v2\x16.ringlimit.v1.KeyStateR\x06states\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x1f\n" +
