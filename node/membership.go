@@ -254,8 +254,8 @@ func (n *Node) idleLoop() {
 			return
 		case <-t.C:
 			wall := n.clock()
-			n.owned.dropIdle(wall, n.onEvict)
-			n.fallback.dropIdle(wall, n.onEvict)
+			n.owned.dropIdle(wall)
+			n.fallback.dropIdle(wall)
 		}
 	}
 }

@@ -171,13 +171,13 @@ func New(cfg Config) (*Node, error) {
 		clock:     cfg.Clock,
 		id:        newInstanceID(),
 		ring:      r,
-		owned:     newStore(cfg.MaxKeys, r.Snapshot().Hash),
-		fallback:  newStore(cfg.MaxKeys, r.Snapshot().Hash),
 		memberSig: make(chan struct{}, 1),
 		members:   make(map[string]Member),
 		marks:     make(map[string]uint64),
 		stop:      make(chan struct{}),
 	}
+	n.owned = newStore(cfg.MaxKeys, r.Snapshot().Hash, n.onEvict)
+	n.fallback = newStore(cfg.MaxKeys, r.Snapshot().Hash, n.onEvict)
 	if n.log == nil {
 		n.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -449,7 +449,7 @@ func (n *Node) decideOwned(ctx context.Context, rs *ringState, c transport.Check
 	if now == 0 {
 		now = wall
 	}
-	return n.owned.take(h, c.Limit, c.Hits, now, wall, func() bool { return n.owns(rs, h) }, n.onEvict)
+	return n.owned.take(h, c.Limit, c.Hits, now, wall, func() bool { return n.owns(rs, h) })
 }
 
 // owns reports, under a shard lock, whether this node still owns the key whose
@@ -476,7 +476,7 @@ func (n *Node) decideFallback(c transport.Check) (Decision, error) {
 	switch n.cfg.OwnerUnreachable {
 	case Local:
 		var err error
-		d, err = n.fallback.take(n.fallback.hash(c.Key), c.Limit, c.Hits, now, wall, nil, n.onEvict)
+		d, err = n.fallback.take(n.fallback.hash(c.Key), c.Limit, c.Hits, now, wall, nil)
 		if err != nil {
 			return Decision{}, err
 		}

@@ -90,13 +90,16 @@ type shard struct {
 // store is the owner-side key space of a node (or its local fallback space).
 type store struct {
 	hash    func(string) uint64 // the ring's key hash: callers pass it to take
+	onEvict func(reason string) // Metrics.Eviction, or nil
 	shards  [numShards]shard
 	keys    atomic.Int64
 	maxKeys int64
 }
 
-func newStore(maxKeys int, hash func(string) uint64) *store {
-	return &store{maxKeys: int64(maxKeys), hash: hash}
+// newStore returns a store that holds at most maxKeys keys (see take), hashed
+// by hash, and reports evictions to onEvict (nil: not reported).
+func newStore(maxKeys int, hash func(string) uint64, onEvict func(reason string)) *store {
+	return &store{maxKeys: int64(maxKeys), hash: hash, onEvict: onEvict}
 }
 
 // shardOf picks the shard of a key from its hash (s.hash(key)).
@@ -107,7 +110,7 @@ func shardOf(h uint64) uint64 { return h & (numShards - 1) }
 // node still owns the key: it closes the race with a handoff that extracts the
 // shard's states after a ring change. It returns errNotOwner when owns says no,
 // ErrTooManyKeys at the key bound, or the algorithm's validation error.
-func (s *store) take(h uint64, l algo.Limit, hits, now, wall int64, owns func() bool, onEvict func(string)) (algo.Decision, error) {
+func (s *store) take(h uint64, l algo.Limit, hits, now, wall int64, owns func() bool) (algo.Decision, error) {
 	h = fold(h)
 	sh := &s.shards[shardOf(h)]
 	sh.mu.Lock()
@@ -115,7 +118,7 @@ func (s *store) take(h uint64, l algo.Limit, hits, now, wall int64, owns func() 
 	if owns != nil && !owns() {
 		return algo.Decision{}, errNotOwner
 	}
-	c := check{s: s, sh: sh, h: h, l: l, hits: hits, now: now, wall: wall, onEvict: onEvict}
+	c := check{s: s, sh: sh, h: h, l: l, hits: hits, now: now, wall: wall}
 	switch l.Kind {
 	case algo.GCRA:
 		return takeIn(&c, &sh.gcra, owns)
@@ -138,7 +141,6 @@ type check struct {
 	h               uint64
 	l               algo.Limit
 	hits, now, wall int64
-	onEvict         func(string)
 }
 
 // takeIn is take on the table of c.l.Kind; the shard lock is held.
@@ -160,7 +162,7 @@ func takeIn[W words](c *check, t *kindTable[W], owns func() bool) (algo.Decision
 			// Drop idle keys everywhere: release this shard's lock so shard locks are
 			// never held two at a time, then look the key up again.
 			c.sh.mu.Unlock()
-			c.s.dropIdle(c.wall, c.onEvict)
+			c.s.dropIdle(c.wall)
 			c.sh.mu.Lock()
 			if owns != nil && !owns() {
 				return algo.Decision{}, errNotOwner
@@ -169,8 +171,8 @@ func takeIn[W words](c *check, t *kindTable[W], owns func() bool) (algo.Decision
 				return t.update(c, i)
 			}
 			if c.s.keys.Load() >= c.s.maxKeys {
-				if c.onEvict != nil {
-					c.onEvict("refused")
+				if c.s.onEvict != nil {
+					c.s.onEvict("refused")
 				}
 				return algo.Decision{}, ErrTooManyKeys
 			}
@@ -196,13 +198,14 @@ type anyKindTable interface {
 
 func (t *kindTable[W]) update(c *check, i int) (algo.Decision, error) {
 	sl := &t.slots[i]
-	st, box := c.sh.load(c.l.Kind, sl.words())
+	var scratch algo.State
+	st, boxed := c.sh.load(c.l.Kind, sl.words(), &scratch)
 	d, err := st.Take(c.now, c.hits, c.l)
 	if err != nil {
 		return d, err
 	}
 	if c.hits > 0 {
-		if d.Allowed && box == nil {
+		if d.Allowed && !boxed {
 			st.Pack(sl.words())
 		}
 		if cur := c.sh.limits.at(sl.lim); cur != c.l {
@@ -241,15 +244,15 @@ func setClock[W words](t *kindTable[W], sl *slot[W], lastNow, wall int64, caller
 	sl.flags = f
 }
 
-// load returns the state of kind k packed in w: an unpacked copy (box nil), or
-// for an algorithm without a packed form the boxed State itself (box == st).
-func (sh *shard) load(k algo.Kind, w []int64) (st *algo.State, box *algo.State) {
+// load returns the state of kind k held in w: for a packed state, unpacked
+// into *scratch (boxed false); for an algorithm without a packed form, the
+// boxed State itself (boxed true), which Take changes in place.
+func (sh *shard) load(k algo.Kind, w []int64, scratch *algo.State) (st *algo.State, boxed bool) {
 	if k.PackedWords() == 0 {
-		b := sh.boxes.at(w[0])
-		return b, b
+		return sh.boxes.at(w[0]), true
 	}
-	u := algo.UnpackState(k, w)
-	return &u, nil
+	*scratch = algo.UnpackState(k, w)
+	return scratch, false
 }
 
 // save stores st, the State of a new key of algorithm k, in w: packed, or in a
@@ -295,7 +298,8 @@ func (t *kindTable[W]) idle(sh *shard, k algo.Kind, sl *slot[W], wall int64) boo
 		}
 		at = r.lastNow + elapsed
 	}
-	st, _ := sh.load(k, sl.words())
+	var scratch algo.State
+	st, _ := sh.load(k, sl.words(), &scratch)
 	return st.Idle(at, l)
 }
 
@@ -326,7 +330,8 @@ func (t *kindTable[W]) extract(sh *shard, k algo.Kind, move func(h uint64) bool,
 		if !move(sl.h) {
 			return
 		}
-		st, _ := sh.load(k, sl.words())
+		var scratch algo.State
+		st, _ := sh.load(k, sl.words(), &scratch)
 		lastNow, _ := t.lastNow(sl, wall)
 		out = append(out, movedState{
 			h: sl.h, limit: sh.limits.at(sl.lim), st: *st,
@@ -343,11 +348,12 @@ func (t *kindTable[W]) install(sh *shard, m movedState, wall int64) bool {
 	k := m.limit.Kind
 	if i := t.find(m.h); i >= 0 {
 		sl := &t.slots[i]
-		st, box := sh.load(k, sl.words())
+		var scratch algo.State
+		st, boxed := sh.load(k, sl.words(), &scratch)
 		last, _ := t.lastNow(sl, wall)
 		at := max(last, m.lastNow)
 		st.Merge(&m.st, at, m.limit)
-		if box == nil {
+		if !boxed {
 			st.Pack(sl.words())
 		}
 		setClock(t, sl, at, wall, sl.flags&flagCaller != 0 || m.callerClock)
@@ -388,23 +394,23 @@ func (sh *shard) table(k algo.Kind) anyKindTable {
 
 // dropIdleLocked removes the shard's states that are back to full capacity at
 // the time they have aged to (see clockRec).
-func (s *store) dropIdleLocked(sh *shard, wall int64, onEvict func(string)) {
+func (s *store) dropIdleLocked(sh *shard, wall int64) {
 	for _, kt := range sh.tables() {
 		kt.t.dropIdle(sh, kt.k, wall, func() {
 			s.keys.Add(-1)
-			if onEvict != nil {
-				onEvict("idle")
+			if s.onEvict != nil {
+				s.onEvict("idle")
 			}
 		})
 	}
 }
 
 // dropIdle scans every shard once, one lock at a time.
-func (s *store) dropIdle(wall int64, onEvict func(string)) {
+func (s *store) dropIdle(wall int64) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		s.dropIdleLocked(sh, wall, onEvict)
+		s.dropIdleLocked(sh, wall)
 		sh.mu.Unlock()
 	}
 }

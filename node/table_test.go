@@ -74,13 +74,13 @@ func TestTableMatchesMap(t *testing.T) {
 // A key whose hash is the empty marker is still stored (as foldedHash).
 func TestStoreKeepsTheKeyWithHashZero(t *testing.T) {
 	t.Parallel()
-	s := newStore(10, xxhash.Sum64String)
+	s := newStore(10, xxhash.Sum64String, nil)
 	l := algo.Limit{Kind: algo.GCRA, Limit: 1, Period: time.Hour}
 	now := int64(time.Hour)
-	if d, err := s.take(0, l, 1, now, now, nil, nil); err != nil || !d.Allowed {
+	if d, err := s.take(0, l, 1, now, now, nil); err != nil || !d.Allowed {
 		t.Fatalf("first hit: got %+v, %v; want allowed", d, err)
 	}
-	if d, _ := s.take(0, l, 1, now, now, nil, nil); d.Allowed {
+	if d, _ := s.take(0, l, 1, now, now, nil); d.Allowed {
 		t.Fatal("second hit on hash 0 allowed: its state was not kept")
 	}
 }
@@ -89,21 +89,21 @@ func TestStoreKeepsTheKeyWithHashZero(t *testing.T) {
 // a key keeps the Limit of its last check.
 func TestStoreInternsLimits(t *testing.T) {
 	t.Parallel()
-	s := newStore(100, xxhash.Sum64String)
+	s := newStore(100, xxhash.Sum64String, nil)
 	now := int64(time.Hour)
 	h := uint64(7) // shard 7
 	sh := &s.shards[shardOf(h)]
 	a := algo.Limit{Kind: algo.GCRA, Limit: 10, Period: time.Second}
 	b := algo.Limit{Kind: algo.GCRA, Limit: 20, Period: time.Second}
 	for i := range uint64(5) {
-		if _, err := s.take(h+i*numShards, a, 1, now, now, nil, nil); err != nil {
+		if _, err := s.take(h+i*numShards, a, 1, now, now, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if got := len(sh.limits.idx); got != 1 {
 		t.Fatalf("distinct limits after 5 keys of one limit: got %d, want 1", got)
 	}
-	if _, err := s.take(h, b, 1, now, now, nil, nil); err != nil {
+	if _, err := s.take(h, b, 1, now, now, nil); err != nil {
 		t.Fatal(err)
 	}
 	i := sh.gcra.find(h)
@@ -113,7 +113,7 @@ func TestStoreInternsLimits(t *testing.T) {
 	if got := len(sh.limits.idx); got != 2 {
 		t.Fatalf("distinct limits: got %d, want 2", got)
 	}
-	s.dropIdle(now+int64(time.Hour), nil)
+	s.dropIdle(now + int64(time.Hour))
 	if got, n := len(sh.limits.idx), s.len(); got != 0 || n != 0 {
 		t.Fatalf("after every key went idle: %d limits, %d keys; want 0, 0", got, n)
 	}
@@ -125,9 +125,9 @@ func TestStoreInternsLimits(t *testing.T) {
 func TestStoreExtractInstallRoundTrip(t *testing.T) {
 	t.Parallel()
 	now := int64(time.Hour)
-	from := newStore(1000, xxhash.Sum64String)
-	to := newStore(1000, xxhash.Sum64String)
-	ref := newStore(1000, xxhash.Sum64String) // never moved
+	from := newStore(1000, xxhash.Sum64String, nil)
+	to := newStore(1000, xxhash.Sum64String, nil)
+	ref := newStore(1000, xxhash.Sum64String, nil) // never moved
 	rng := rand.New(rand.NewPCG(3, 4))
 	type key struct {
 		h uint64
@@ -143,8 +143,8 @@ func TestStoreExtractInstallRoundTrip(t *testing.T) {
 	for step := range 400 {
 		k := keys[rng.IntN(len(keys))]
 		at := now + int64(step)*int64(10*time.Millisecond)
-		d1, err1 := from.take(k.h, k.l, 1, at, at, nil, nil)
-		d2, err2 := ref.take(k.h, k.l, 1, at, at, nil, nil)
+		d1, err1 := from.take(k.h, k.l, 1, at, at, nil)
+		d2, err2 := ref.take(k.h, k.l, 1, at, at, nil)
 		if d1 != d2 || err1 != nil || err2 != nil {
 			t.Fatalf("step %d: stores disagree before the move: %+v %v / %+v %v", step, d1, err1, d2, err2)
 		}
@@ -166,8 +166,8 @@ func TestStoreExtractInstallRoundTrip(t *testing.T) {
 		if k.h%2 == 0 {
 			s = to
 		}
-		d1, _ := s.take(k.h, k.l, 1, later, later, nil, nil)
-		d2, _ := ref.take(k.h, k.l, 1, later, later, nil, nil)
+		d1, _ := s.take(k.h, k.l, 1, later, later, nil)
+		d2, _ := ref.take(k.h, k.l, 1, later, later, nil)
 		if d1 != d2 {
 			t.Fatalf("%v key %x after the move: got %+v, want %+v", k.l.Kind, k.h, d1, d2)
 		}
