@@ -31,8 +31,8 @@ const numShards = 256
 // packed state of algo.State.Pack, a 4-byte index into the shard's table of
 // distinct Limits and 4 bytes of flags: 24 bytes for GCRA, 32 for TokenBucket
 // and FixedWindow, 40 for SlidingWindowCounter) at a load of 0.54 to 0.81. A
-// SlidingWindowLog key's slot holds an index into the shard's boxes, where its
-// algo.State and log live. A key whose checks carry caller timestamps also has a
+// SlidingWindowLog or BucketedSlidingWindow key's slot holds an index into the
+// shard's boxes, where its algo.State and its log or buckets live. A key whose checks carry caller timestamps also has a
 // clockRec.
 
 // emptyHash is the slot hash of an empty slot; a key whose hash is emptyHash is
@@ -82,6 +82,7 @@ type shard struct {
 	tb, fw kindTable[[2]int64]
 	swc    kindTable[[3]int64]
 	swl    kindTable[[1]int64] // w[0] indexes boxes
+	bsw    kindTable[[1]int64] // w[0] indexes boxes
 	limits limitTable
 	boxes  boxes
 	_      [64]byte // keep neighbouring shards' locks off this cache line
@@ -130,6 +131,8 @@ func (s *store) take(h uint64, l algo.Limit, hits, now, wall int64, owns func() 
 		return takeIn(&c, &sh.swc, owns)
 	case algo.SlidingWindowLog:
 		return takeIn(&c, &sh.swl, owns)
+	case algo.BucketedSlidingWindow:
+		return takeIn(&c, &sh.bsw, owns)
 	}
 	return algo.Decision{}, l.Validate()
 }
@@ -372,13 +375,14 @@ type kindAndTable struct {
 }
 
 // tables lists the shard's tables with their algorithms.
-func (sh *shard) tables() [5]kindAndTable {
+func (sh *shard) tables() [6]kindAndTable {
 	return [...]kindAndTable{
 		{algo.SlidingWindowLog, &sh.swl},
 		{algo.SlidingWindowCounter, &sh.swc},
 		{algo.FixedWindow, &sh.fw},
 		{algo.GCRA, &sh.gcra},
 		{algo.TokenBucket, &sh.tb},
+		{algo.BucketedSlidingWindow, &sh.bsw},
 	}
 }
 

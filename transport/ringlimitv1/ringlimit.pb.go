@@ -48,6 +48,9 @@ const (
 	Algorithm_ALGORITHM_GCRA Algorithm = 4
 	// Token bucket: starts full with burst tokens, refills limit per period.
 	Algorithm_ALGORITHM_TOKEN_BUCKET Algorithm = 5
+	// Bucketed sliding window: a count per period/16 bucket, the last 17
+	// buckets hold at most limit (exact at bucket granularity).
+	Algorithm_ALGORITHM_BUCKETED_SLIDING_WINDOW Algorithm = 6
 )
 
 // Enum value maps for Algorithm.
@@ -59,14 +62,16 @@ var (
 		3: "ALGORITHM_FIXED_WINDOW",
 		4: "ALGORITHM_GCRA",
 		5: "ALGORITHM_TOKEN_BUCKET",
+		6: "ALGORITHM_BUCKETED_SLIDING_WINDOW",
 	}
 	Algorithm_value = map[string]int32{
-		"ALGORITHM_UNSPECIFIED":            0,
-		"ALGORITHM_SLIDING_WINDOW_LOG":     1,
-		"ALGORITHM_SLIDING_WINDOW_COUNTER": 2,
-		"ALGORITHM_FIXED_WINDOW":           3,
-		"ALGORITHM_GCRA":                   4,
-		"ALGORITHM_TOKEN_BUCKET":           5,
+		"ALGORITHM_UNSPECIFIED":             0,
+		"ALGORITHM_SLIDING_WINDOW_LOG":      1,
+		"ALGORITHM_SLIDING_WINDOW_COUNTER":  2,
+		"ALGORITHM_FIXED_WINDOW":            3,
+		"ALGORITHM_GCRA":                    4,
+		"ALGORITHM_TOKEN_BUCKET":            5,
+		"ALGORITHM_BUCKETED_SLIDING_WINDOW": 6,
 	}
 )
 
@@ -1074,14 +1079,15 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\vring_digest\x18\x03 \x01(\x04R\n" +
 	"ringDigest\x12\x12\n" +
 	"\x04done\x18\x04 \x01(\bR\x04done\"\x12\n" +
-	"\x10TransferResponse*\xba\x01\n" +
+	"\x10TransferResponse*\xe1\x01\n" +
 	"\tAlgorithm\x12\x19\n" +
 	"\x15ALGORITHM_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cALGORITHM_SLIDING_WINDOW_LOG\x10\x01\x12$\n" +
 	" ALGORITHM_SLIDING_WINDOW_COUNTER\x10\x02\x12\x1a\n" +
 	"\x16ALGORITHM_FIXED_WINDOW\x10\x03\x12\x12\n" +
 	"\x0eALGORITHM_GCRA\x10\x04\x12\x1a\n" +
-	"\x16ALGORITHM_TOKEN_BUCKET\x10\x05*X\n" +
+	"\x16ALGORITHM_TOKEN_BUCKET\x10\x05\x12%\n" +
+	"!ALGORITHM_BUCKETED_SLIDING_WINDOW\x10\x06*X\n" +
 	"\x05Route\x12\x15\n" +
 	"\x11ROUTE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROUTE_OWNER\x10\x01\x12\x13\n" +
