@@ -1,4 +1,4 @@
-// Package algo holds ringlimit's five rate-limit algorithms as pure value types.
+// Package algo holds ringlimit's six rate-limit algorithms as pure value types.
 //
 // Every algorithm keeps the per-key state in a small value and is applied as
 // Take(now, hits, limit) -> Decision, updating the state in place. Time is an
@@ -10,9 +10,9 @@
 //
 // Data flows through one of two doors. The value types (GCRAState,
 // TokenBucketState, FixedWindowState, SlidingWindowCounterState,
-// SlidingWindowLogState) take a Limit that the caller has already validated and
+// SlidingWindowLogState, BucketedWindowState) take a Limit that the caller has already validated and
 // are what the tests and benchmarks drive directly. State is the tagged union of
-// the five that the node stores per key: State.Take validates the Limit, the hits
+// the six that the node stores per key: State.Take validates the Limit, the hits
 // and the time, picks the algorithm from Limit.Kind, and returns errors instead of
 // relying on the caller. State also merges the states of a handed-off key, tells
 // when a state is back to full capacity (and can be dropped), and has a versioned
@@ -114,7 +114,7 @@ const MaxDuration time.Duration = 1<<62 - 1
 // unset Kind is an error rather than a silent default.
 type Kind uint8
 
-// The five algorithms. Wire and flag names are given by Kind.String.
+// The six algorithms. Wire and flag names are given by Kind.String.
 const (
 	// SlidingWindowLog is exact: a hit admitted at t counts while t > now-Period.
 	// The state is the log of admitted timestamps (at most Limit entries). The
@@ -136,11 +136,17 @@ const (
 	// TokenBucket starts full with Burst tokens and refills Limit tokens per
 	// Period (Guava RateLimiter, golang.org/x/time/rate). Hits > Burst never pass.
 	TokenBucket
+	// BucketedSlidingWindow counts hits per epoch-aligned bucket of
+	// Period/WindowBuckets (the Redis HASH recipe: a count per sub-window) and
+	// passes a check while the last WindowBuckets+1 buckets hold at most
+	// Limit: exact at bucket granularity, never more permissive than
+	// SlidingWindowLog, 152 bytes whatever the Limit (see BucketedWindowState).
+	BucketedSlidingWindow
 )
 
 // String returns the snake_case name used on the wire, in flags and in metrics
 // ("sliding_window_log", "sliding_window_counter", "fixed_window", "gcra",
-// "token_bucket"), or "kind(N)" for an unknown value.
+// "token_bucket", "bucketed_sliding_window"), or "kind(N)" for an unknown value.
 func (k Kind) String() string {
 	switch k {
 	case SlidingWindowLog:
@@ -153,16 +159,18 @@ func (k Kind) String() string {
 		return "gcra"
 	case TokenBucket:
 		return "token_bucket"
+	case BucketedSlidingWindow:
+		return "bucketed_sliding_window"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
-// Valid reports whether k is one of the five algorithms.
-func (k Kind) Valid() bool { return k >= SlidingWindowLog && k <= TokenBucket }
+// Valid reports whether k is one of the six algorithms.
+func (k Kind) Valid() bool { return k >= SlidingWindowLog && k <= BucketedSlidingWindow }
 
-// Kinds returns the five algorithms in declaration order.
+// Kinds returns the six algorithms in declaration order.
 func Kinds() []Kind {
-	return []Kind{SlidingWindowLog, SlidingWindowCounter, FixedWindow, GCRA, TokenBucket}
+	return []Kind{SlidingWindowLog, SlidingWindowCounter, FixedWindow, GCRA, TokenBucket, BucketedSlidingWindow}
 }
 
 // ParseKind maps a name produced by Kind.String back to its Kind. It returns an
@@ -173,7 +181,7 @@ func ParseKind(s string) (Kind, error) {
 			return k, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: kind %q (want one of sliding_window_log, sliding_window_counter, fixed_window, gcra, token_bucket)", ErrInvalidLimit, s)
+	return 0, fmt.Errorf("%w: kind %q (want one of sliding_window_log, sliding_window_counter, fixed_window, gcra, token_bucket, bucketed_sliding_window)", ErrInvalidLimit, s)
 }
 
 // Limit is the rate-limit policy of a check. The same key may be checked with a

@@ -717,3 +717,64 @@ func TestStateKindChange(t *testing.T) {
 		t.Errorf("after kind change: got %+v kind %v, want allowed gcra", d, s.Kind())
 	}
 }
+
+func TestBucketedSlidingWindow(t *testing.T) {
+	// 16 buckets of 100 ms: a hit in bucket k counts until (k+17)*100ms.
+	l := Limit{Kind: BucketedSlidingWindow, Limit: 3, Period: 1600 * time.Millisecond}
+	runBoth(t, func() taker { return new(BucketedWindowState) }, l, []step{
+		{t0, 0, true, 3, 0, 0},
+		{t0, 1, true, 2, 0, d(1700 * ms)},
+		{t0 + 150*ms, 2, true, 0, 0, d(1650 * ms)},
+		{t0 + 150*ms, 1, false, 0, d(1550 * ms), d(1650 * ms)}, // t0's bucket must expire
+		{t0 + 150*ms, 2, false, 0, d(1650 * ms), d(1650 * ms)}, // and the next one too
+		{t0 + 150*ms, 4, false, 0, RetryNever, d(1650 * ms)},   // hits > Limit
+		{t0 + 150*ms, 0, true, 0, 0, d(1650 * ms)},             // denied checks changed nothing
+		// The exact log frees t0's hit at t0+1.6s; the bucket counts it until the
+		// end of its 16th successor, t0+1.7s (the documented bucket error).
+		{t0 + 1600*ms, 1, false, 0, d(100 * ms), d(200 * ms)},
+		{t0 + 1700*ms - 1, 1, false, 0, 1, d(100*ms + 1)},
+		{t0 + 1700*ms, 1, true, 0, 0, d(1700 * ms)},
+		{t9, 3, true, 0, 0, d(1700 * ms)}, // all expired
+	})
+}
+
+func TestBucketedSlidingWindowClockBackwards(t *testing.T) {
+	l := Limit{Kind: BucketedSlidingWindow, Limit: 2, Period: 1600 * time.Millisecond}
+	runBoth(t, func() taker { return new(BucketedWindowState) }, l, []step{
+		{t5, 1, true, 1, 0, d(1700 * ms)},
+		// 3 s back: decided in t5's bucket, where the hit is counted; the
+		// durations run from now, so they include the step.
+		{t2, 1, true, 0, 0, d(4700 * ms)},
+		{t2, 1, false, 0, d(4700 * ms), d(4700 * ms)},
+		{t5 + 100*ms, 1, false, 0, d(1600 * ms), d(1600 * ms)}, // nothing was credited
+		{t5 + 1700*ms, 2, true, 0, 0, d(1700 * ms)},
+	})
+}
+
+// Limits above 2^32 per Period are exact: the counts are 64-bit.
+func TestBucketedSlidingWindowLargeLimit(t *testing.T) {
+	l := Limit{Kind: BucketedSlidingWindow, Limit: 5 << 32, Period: time.Hour}
+	var s State
+	for i := range int64(10) {
+		d, err := s.Take(t0+i*sec, MaxHits, l)
+		if err != nil || !d.Allowed || d.Remaining != l.Limit-(i+1)*MaxHits {
+			t.Fatalf("check %d: got %+v, %v; want allowed with %d remaining", i, d, err, l.Limit-(i+1)*MaxHits)
+		}
+	}
+	if d, _ := s.Take(t0+10*sec, 1, l); d.Allowed {
+		t.Fatalf("hit above 5*2^32: got %+v, want denied", d)
+	}
+}
+
+// A Period change moves every count to the end of the newest bucket under the
+// new width: nothing is credited.
+func TestBucketedSlidingWindowPeriodChange(t *testing.T) {
+	short := Limit{Kind: BucketedSlidingWindow, Limit: 2, Period: 1600 * time.Millisecond}
+	long := short
+	long.Period = 16 * time.Second // 1 s buckets
+	var s BucketedWindowState
+	s.Take(t0, 2, short)
+	if got := s.Take(t0+500*ms, 1, long); got.Allowed || got.RetryAfter != d(16500*ms) {
+		t.Fatalf("after the Period change: got %+v, want denied for 16.5 s (t0 hits moved to the 1 s bucket of t0)", got)
+	}
+}

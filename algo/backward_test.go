@@ -73,6 +73,10 @@ func latest(s *State) (int64, bool) {
 		if s.log != nil && s.log.n > 0 {
 			return s.log.at(s.log.n - 1), true
 		}
+	case BucketedSlidingWindow:
+		if s.bw != nil && s.bw.counts[slot(s.bw.head)] > 0 {
+			return s.bw.head * s.bw.width, true
+		}
 	}
 	return 0, false
 }
@@ -239,6 +243,10 @@ func TestBackwardAdmitsWithinBounds(t *testing.T) {
 					if l.Kind == FixedWindow || l.Kind == SlidingWindowCounter {
 						prev, cur = floorDiv(prev, int64(l.Period)), floorDiv(cur, int64(l.Period))
 					}
+					if l.Kind == BucketedSlidingWindow {
+						w := bucketWidth(int64(l.Period))
+						prev, cur = floorDiv(prev, w), floorDiv(cur, w)
+					}
 					if cur < prev {
 						t.Fatalf("%+v: effective time went back from %d to %d", l, adm[n-1].eff, eff)
 					}
@@ -280,7 +288,7 @@ func checkAdmitBounds(t *testing.T, l Limit, adm []admit) {
 			}
 		}
 		switch l.Kind {
-		case SlidingWindowLog:
+		case SlidingWindowLog, BucketedSlidingWindow:
 			if sliding > l.Limit {
 				t.Fatalf("%+v: %d hits admitted in (%d, %d] (effective)", l, sliding, adm[j].eff-p, adm[j].eff)
 			}
@@ -380,6 +388,7 @@ func TestStateMatchesValueTypes(t *testing.T) {
 				var fw FixedWindowState
 				var wc SlidingWindowCounterState
 				var wl SlidingWindowLogState
+				var bw BucketedWindowState
 				for i, o := range randOpsBack(r, limits[0], 200) {
 					l := limits[r.IntN(len(limits))]
 					var want Decision
@@ -394,6 +403,8 @@ func TestStateMatchesValueTypes(t *testing.T) {
 						want = wc.Take(o.t, o.hits, l)
 					case SlidingWindowLog:
 						want = wl.Take(o.t, o.hits, l)
+					case BucketedSlidingWindow:
+						want = bw.Take(o.t, o.hits, l)
 					}
 					got := mustTake(t, &s, o.t, o.hits, l)
 					checkDecision(t, l, o.hits, got)

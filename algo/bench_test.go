@@ -10,11 +10,12 @@ import (
 
 // benchLimits are realistic limits per Kind: 100 hits per second (burst 10).
 var benchLimits = map[Kind]Limit{
-	GCRA:                 {Kind: GCRA, Limit: 100, Period: time.Second, Burst: 10},
-	TokenBucket:          {Kind: TokenBucket, Limit: 100, Period: time.Second, Burst: 10},
-	FixedWindow:          {Kind: FixedWindow, Limit: 100, Period: time.Second},
-	SlidingWindowCounter: {Kind: SlidingWindowCounter, Limit: 100, Period: time.Second},
-	SlidingWindowLog:     {Kind: SlidingWindowLog, Limit: 100, Period: time.Second},
+	GCRA:                  {Kind: GCRA, Limit: 100, Period: time.Second, Burst: 10},
+	TokenBucket:           {Kind: TokenBucket, Limit: 100, Period: time.Second, Burst: 10},
+	FixedWindow:           {Kind: FixedWindow, Limit: 100, Period: time.Second},
+	SlidingWindowCounter:  {Kind: SlidingWindowCounter, Limit: 100, Period: time.Second},
+	SlidingWindowLog:      {Kind: SlidingWindowLog, Limit: 100, Period: time.Second},
+	BucketedSlidingWindow: {Kind: BucketedSlidingWindow, Limit: 100, Period: time.Second},
 }
 
 // benchStep advances the clock so that about every other check is admitted
@@ -63,6 +64,8 @@ func BenchmarkValueTake(b *testing.B) {
 	run(b, SlidingWindowCounter, func(now int64, l Limit) Decision { return wc.Take(now, 1, l) })
 	var wl SlidingWindowLogState
 	run(b, SlidingWindowLog, func(now int64, l Limit) Decision { return wl.Take(now, 1, l) })
+	var bw BucketedWindowState
+	run(b, BucketedSlidingWindow, func(now int64, l Limit) Decision { return bw.Take(now, 1, l) })
 }
 
 // BenchmarkStateSize reports unsafe.Sizeof of each state type, in bytes.
@@ -77,6 +80,7 @@ func BenchmarkStateSize(b *testing.B) {
 		{"FixedWindowState", unsafe.Sizeof(FixedWindowState{})},
 		{"SlidingWindowCounterState", unsafe.Sizeof(SlidingWindowCounterState{})},
 		{"SlidingWindowLogState", unsafe.Sizeof(SlidingWindowLogState{})},
+		{"BucketedWindowState", unsafe.Sizeof(BucketedWindowState{})},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {

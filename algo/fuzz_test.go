@@ -14,7 +14,7 @@ func fuzzLimit(kind uint8, limit, period, burst int64, raw bool) Limit {
 	l := Limit{Kind: Kind(kind), Limit: limit, Period: time.Duration(period), Burst: burst}
 	if !raw {
 		abs := func(v int64) int64 { return int64(uint64(v) >> 1) }
-		l.Kind = Kinds()[int(kind)%5]
+		l.Kind = Kinds()[int(kind)%len(Kinds())]
 		l.Limit = 1 + abs(limit)%40
 		l.Period = time.Duration(1 + abs(period)%int64(3*time.Second))
 		l.Burst = abs(burst) % 40

@@ -108,10 +108,12 @@ func (r *refFixedWindow) take(now, hits int64) Decision {
 	return d
 }
 
-// refLog keeps one timestamp per admitted hit and counts t > now-Period.
+// refLog keeps one timestamp per admitted hit and counts t > now-Period. With
+// stamp set, an admitted hit is recorded at stamp(now) instead of now.
 type refLog struct {
 	l     Limit
 	times []int64
+	stamp func(now int64) int64
 }
 
 func (r *refLog) count(now int64) int64 {
@@ -131,8 +133,12 @@ func (r *refLog) take(now, hits int64) Decision {
 	switch {
 	case hits == 0 || c+hits <= r.l.Limit:
 		d.Allowed = true
+		at := now
+		if r.stamp != nil {
+			at = r.stamp(now)
+		}
 		for range hits {
-			r.times = append(r.times, now)
+			r.times = append(r.times, at)
 		}
 		c += hits
 	case hits > r.l.Limit:
@@ -263,15 +269,22 @@ func newRef(l Limit) interface {
 		return &refGCRA{l: l}
 	case TokenBucket:
 		return &refTokenBucket{l: l}
+	case BucketedSlidingWindow:
+		// The exact log over WindowBuckets buckets, each hit stamped at the end of
+		// its bucket (see BucketedWindowState).
+		w := bucketWidth(int64(l.Period))
+		ll := l
+		ll.Period = time.Duration(WindowBuckets * w)
+		return &refLog{l: ll, stamp: func(now int64) int64 { return (floorDiv(now, w) + 1) * w }}
 	}
 	panic("no reference for " + l.Kind.String())
 }
 
-// TestExactAgainstReference checks every Decision of the four exact algorithms,
-// field by field, against their references, through State and through the
-// value type.
+// TestExactAgainstReference checks every Decision of the five exact algorithms
+// (BucketedSlidingWindow exact at bucket granularity), field by field, against
+// their references, through State.
 func TestExactAgainstReference(t *testing.T) {
-	for _, k := range []Kind{FixedWindow, SlidingWindowLog, GCRA, TokenBucket} {
+	for _, k := range []Kind{FixedWindow, SlidingWindowLog, GCRA, TokenBucket, BucketedSlidingWindow} {
 		t.Run(k.String(), func(t *testing.T) {
 			t.Parallel()
 			for seed := range uint64(300) {

@@ -12,12 +12,14 @@ import (
 // the binary form: corrupt, truncated, oversized, or with values no State holds.
 var ErrInvalidState = errors.New("algo: invalid state")
 
-// State is the per-key state of any of the five algorithms, a tagged union of
-// GCRAState, TokenBucketState, FixedWindowState, SlidingWindowCounterState and
-// SlidingWindowLogState. The zero value is a fresh state of no Kind; the first
-// Take gives it the Kind of its Limit. It is 40 bytes: a Kind, three int64 and a
-// pointer to the log of a SlidingWindowLog (nil for the other Kinds), which
-// holds 8 bytes per stored hit.
+// State is the per-key state of any of the six algorithms, a tagged union of
+// GCRAState, TokenBucketState, FixedWindowState, SlidingWindowCounterState,
+// SlidingWindowLogState and BucketedWindowState. The zero value is a fresh
+// state of no Kind; the first Take gives it the Kind of its Limit. It is 48
+// bytes: a Kind, three int64, a pointer to the log of a SlidingWindowLog, which
+// holds 8 bytes per stored hit, and a pointer to the 152-byte buckets of a
+// BucketedSlidingWindow (both nil for the other Kinds). A store that keeps
+// millions of keys keeps the fixed-size Kinds packed (see Pack).
 //
 // A State is not safe for concurrent use; the node serializes the checks of a
 // key. Copying a State copies the pointer to a SlidingWindowLog's log, so two
@@ -30,6 +32,7 @@ type State struct {
 	// before use and are not part of the binary form.
 	a, b, c int64
 	log     *SlidingWindowLogState // SlidingWindowLog only
+	bw      *BucketedWindowState   // BucketedSlidingWindow only
 }
 
 // Take validates l, hits and now, then applies a check of hits (0 peeks) at now
@@ -104,6 +107,11 @@ func (s *State) take(d *Decision, now, hits int64, l Limit, t int64) {
 			s.log = new(SlidingWindowLogState)
 		}
 		s.log.take(d, now, hits, l)
+	case BucketedSlidingWindow:
+		if s.bw == nil {
+			s.bw = new(BucketedWindowState)
+		}
+		s.bw.take(d, now, hits, l)
 	}
 }
 
@@ -121,6 +129,14 @@ func (s *State) peek(now int64, l Limit) Decision {
 			return Decision{Allowed: true, Limit: l.Limit, Remaining: l.Limit}
 		}
 		return s.log.peek(now, l)
+	}
+	if l.Kind == BucketedSlidingWindow {
+		if s.bw == nil {
+			return Decision{Allowed: true, Limit: l.Limit, Remaining: l.Limit}
+		}
+		var d Decision
+		s.bw.take(&d, now, 0, l) // a peek changes nothing
+		return d
 	}
 	c := *s
 	var d Decision
@@ -158,7 +174,7 @@ func (s *State) Idle(now int64, l Limit) bool {
 	case l.Kind == SlidingWindowCounter:
 		return SlidingWindowCounterState{start: s.a, prev: s.b, cur: s.c}.idle(now, l)
 	}
-	return s.peek(now, l).ResetAfter == 0 // TokenBucket, SlidingWindowLog
+	return s.peek(now, l).ResetAfter == 0 // TokenBucket, SlidingWindowLog, BucketedSlidingWindow
 }
 
 // Merge keeps in s the more restrictive of s and other at now (Unix ns) under
@@ -180,11 +196,16 @@ func (s *State) Merge(other *State, now int64, l Limit) {
 	}
 }
 
-// Clone returns a deep copy of s that shares no SlidingWindowLog log with it.
+// Clone returns a deep copy of s that shares no SlidingWindowLog log and no
+// BucketedSlidingWindow buckets with it.
 func (s *State) Clone() State {
 	c := *s
 	if s.log != nil {
 		c.log = s.log.clone()
+	}
+	if s.bw != nil {
+		bw := *s.bw
+		c.bw = &bw
 	}
 	return c
 }
@@ -200,7 +221,10 @@ const stateVersion = 1
 //   - FixedWindow: varint window start (Unix ns), uvarint count;
 //   - SlidingWindowCounter: varint window start (Unix ns), uvarint prev, uvarint cur;
 //   - SlidingWindowLog: uvarint n (<= MaxLogLimit), then if n > 0 the varint
-//     oldest timestamp (Unix ns) and n-1 uvarint gaps to the next one.
+//     oldest timestamp (Unix ns) and n-1 uvarint gaps to the next one;
+//   - BucketedSlidingWindow: uvarint bucket width (ns, 0 for a fresh state),
+//     then if not 0 the varint index of the newest bucket (head) and
+//     WindowBuckets+1 uvarint counts, of buckets head-WindowBuckets to head.
 //
 // A fresh GCRA key takes about 11 bytes, a log of n hits about 12+n bytes when
 // hits are less than 128 ns apart and up to 12+9n bytes otherwise. The error is
@@ -237,6 +261,16 @@ func (s State) MarshalBinary() ([]byte, error) {
 				b = binary.AppendUvarint(b, uint64(t-prev))
 			}
 			prev = t
+		}
+	case BucketedSlidingWindow:
+		if s.bw == nil || s.bw.width == 0 {
+			b = binary.AppendUvarint(b, 0)
+			break
+		}
+		b = binary.AppendUvarint(b, uint64(s.bw.width))
+		b = binary.AppendVarint(b, s.bw.head)
+		for k := s.bw.head - WindowBuckets; k <= s.bw.head; k++ {
+			b = binary.AppendUvarint(b, uint64(s.bw.counts[slot(k)]))
 		}
 	default:
 		return nil, fmt.Errorf("%w: kind %d", ErrInvalidState, uint8(s.kind))
@@ -300,6 +334,8 @@ func (s *State) UnmarshalBinary(b []byte) error {
 			}
 			n.log = &SlidingWindowLogState{buf: buf, n: int32(cnt)}
 		}
+	case BucketedSlidingWindow:
+		n.bw = r.buckets()
 	}
 	if r.bad {
 		return fmt.Errorf("%w: truncated or out-of-range %v", ErrInvalidState, k)
@@ -309,6 +345,28 @@ func (s *State) UnmarshalBinary(b []byte) error {
 	}
 	*s = n
 	return nil
+}
+
+// buckets reads the BucketedWindowState of the binary form: a width of at most
+// the widest bucket (bucketWidth(MaxDuration)), a head whose bucket starts in
+// [MinTime-width, MaxTime], counts summing to at most math.MaxInt64, and a
+// head count > 0 unless every count is 0.
+func (r *reader) buckets() *BucketedWindowState {
+	bw := &BucketedWindowState{width: int64(r.uvarint(uint64(bucketWidth(int64(MaxDuration)))))}
+	if r.bad || bw.width == 0 {
+		return bw
+	}
+	bw.head = r.varint(bucketOf(MinTime, bw.width)-1, MaxTime/bw.width)
+	var sum uint64
+	for k := bw.head - WindowBuckets; k <= bw.head && !r.bad; k++ {
+		c := r.uvarint(math.MaxInt64 - sum)
+		sum += c
+		bw.counts[slot(k)] = int64(c)
+	}
+	if sum > 0 && bw.counts[slot(bw.head)] == 0 {
+		r.bad = true
+	}
+	return bw
 }
 
 // reader decodes varints; bad records the first failure and sticks.

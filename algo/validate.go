@@ -9,7 +9,7 @@ import (
 // Validate reports whether l can be applied exactly, without overflow, by the
 // algorithm l.Kind selects. It returns nil or an error wrapping ErrInvalidLimit
 // that names the field and its value, for:
-//   - Kind not one of the five algorithms;
+//   - Kind not one of the six algorithms;
 //   - Limit <= 0; for SlidingWindowLog, Limit > MaxLogLimit;
 //   - Period <= 0 or Period > MaxDuration;
 //   - Burst < 0; for TokenBucket, Burst < 1 (an empty bucket admits nothing);
@@ -28,7 +28,7 @@ func (l Limit) Validate() error {
 // the other Kinds.
 func (l Limit) check() (t int64, err error) {
 	if !l.Kind.Valid() {
-		return 0, fmt.Errorf("%w: field Kind value %d: not one of the five algorithms", ErrInvalidLimit, uint8(l.Kind))
+		return 0, fmt.Errorf("%w: field Kind value %d: not one of the six algorithms", ErrInvalidLimit, uint8(l.Kind))
 	}
 	if l.Limit <= 0 {
 		return 0, fmt.Errorf("%w: field Limit value %d: must be > 0", ErrInvalidLimit, l.Limit)

@@ -127,7 +127,10 @@ type Config struct {
 	// local fallback). At the bound, idle keys (back to full capacity) are dropped
 	// first; if none is idle, a check that would create a new key returns
 	// ErrTooManyKeys and is counted as Eviction("refused"). An unexpired key is never
-	// dropped. Default 1,000,000 (about 100 MB with 40-byte keys).
+	// dropped. A key costs the same whatever its length (the node keeps its
+	// 64-bit hash, not its bytes): about 34 bytes for GCRA, 44 for TokenBucket
+	// and FixedWindow, 55 for SlidingWindowCounter, 140 for a SlidingWindowLog
+	// holding one hit (BenchmarkMemoryPerKey). Default 1,000,000.
 	MaxKeys int
 	// IdleScanInterval is how often idle keys are dropped. Default 10 s. Shorter
 	// frees memory sooner at the cost of more scanning.

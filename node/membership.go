@@ -254,8 +254,8 @@ func (n *Node) idleLoop() {
 			return
 		case <-t.C:
 			wall := n.clock()
-			n.owned.dropIdle(wall, n.onEvict)
-			n.fallback.dropIdle(wall, n.onEvict)
+			n.owned.dropIdle(wall)
+			n.fallback.dropIdle(wall)
 		}
 	}
 }
@@ -367,10 +367,10 @@ func (n *Node) publish(ns, old *ringState) {
 func (n *Node) handoff(ns *ringState, old *ring.Snapshot) {
 	self := n.cfg.Name
 	snap := ns.snap
-	moved := n.owned.extract(func(key string) bool {
-		m, ok := snap.Owner(key)
+	moved := n.owned.extract(func(h uint64) bool {
+		m, ok := snap.OwnerOfHash(h)
 		return !ok || m.Name != self || ns.leaving
-	})
+	}, n.clock())
 	movedBans := n.bans.extract(func(key string) bool {
 		m, ok := snap.Owner(key)
 		return !ok || m.Name != self || ns.leaving
@@ -390,19 +390,19 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot) {
 	}
 	lost := 0
 	for _, ms := range moved {
-		m, ok := snap.Owner(ms.key)
+		m, ok := snap.OwnerOfHash(ms.h)
 		if !ok {
 			lost++
 			continue
 		}
-		b, err := ms.e.st.MarshalBinary()
+		b, err := ms.st.MarshalBinary()
 		if err != nil {
 			lost++
 			continue
 		}
 		addrs[m.Name] = m.Addr
 		byOwner[m.Name] = append(byOwner[m.Name], transport.KeyState{
-			Key: ms.key, Limit: ms.e.limit, State: b, LastNow: ms.e.lastNow, CallerClock: ms.e.callerClock,
+			KeyHash: ms.h, Limit: ms.limit, State: b, LastNow: ms.lastNow, CallerClock: ms.callerClock,
 		})
 	}
 	for _, ps := range movedBans {

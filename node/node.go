@@ -177,14 +177,14 @@ func New(cfg Config) (*Node, error) {
 		clock:     cfg.Clock,
 		id:        newInstanceID(),
 		ring:      r,
-		owned:     newStore(cfg.MaxKeys, r.Snapshot().Hash),
-		fallback:  newStore(cfg.MaxKeys, r.Snapshot().Hash),
 		bans:      &penalties{},
 		memberSig: make(chan struct{}, 1),
 		members:   make(map[string]Member),
 		marks:     make(map[string]uint64),
 		stop:      make(chan struct{}),
 	}
+	n.owned = newStore(cfg.MaxKeys, r.Snapshot().Hash, n.onEvict)
+	n.fallback = newStore(cfg.MaxKeys, r.Snapshot().Hash, n.onEvict)
 	if n.log == nil {
 		n.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -457,24 +457,26 @@ func (n *Node) decideOwned(ctx context.Context, rs *ringState, c transport.Check
 	if now == 0 {
 		now = wall
 	}
+	owns := func() bool { return n.owns(rs, h) }
 	if c.Penalty.IsZero() {
-		d, err = n.owned.take(h, c.Key, c.Limit, c.Hits, now, wall, func() bool { return n.owns(rs, c.Key) }, n.onEvict)
+		d, err = n.owned.take(h, c.Limit, c.Hits, now, wall, owns)
 		return d, false, err
 	}
 	return n.bans.take(h, c.Key, c.Penalty, c.Hits, now, func(hits int64) (algo.Decision, error) {
-		return n.owned.take(h, c.Key, c.Limit, hits, now, wall, func() bool { return n.owns(rs, c.Key) }, n.onEvict)
+		return n.owned.take(h, c.Limit, hits, now, wall, owns)
 	})
 }
 
-// owns reports, under a shard lock, whether this node still owns key: true when
-// the ring has not changed since rs was used to route (rs already said so), else
-// the current ring decides. A leaving node owns nothing.
-func (n *Node) owns(rs *ringState, key string) bool {
+// owns reports, under a shard lock, whether this node still owns the key whose
+// ring hash is h: true when the ring has not changed since rs was used to route
+// (rs already said so), else the current ring decides. A leaving node owns
+// nothing.
+func (n *Node) owns(rs *ringState, h uint64) bool {
 	cur := n.rs.Load()
 	if cur == rs {
 		return !cur.leaving
 	}
-	m, ok := cur.snap.Owner(key)
+	m, ok := cur.snap.OwnerOfHash(h)
 	return ok && m.Name == n.cfg.Name && !cur.leaving
 }
 
@@ -489,7 +491,7 @@ func (n *Node) decideFallback(c transport.Check) (Decision, error) {
 	switch n.cfg.OwnerUnreachable {
 	case Local:
 		var err error
-		d, err = n.fallback.take(n.fallback.hash(c.Key), c.Key, c.Limit, c.Hits, now, wall, nil, n.onEvict)
+		d, err = n.fallback.take(n.fallback.hash(c.Key), c.Limit, c.Hits, now, wall, nil)
 		if err != nil {
 			return Decision{}, err
 		}
@@ -596,7 +598,11 @@ func (p peerService) Transfer(ctx context.Context, b transport.TransferBatch) er
 		if err := ks.Limit.Validate(); err != nil {
 			return err
 		}
-		n.owned.install(ks.Key, ks.Limit, st, ks.LastNow, ks.CallerClock, wall)
+		h := ks.KeyHash
+		if ks.Key != "" {
+			h = n.owned.hash(ks.Key)
+		}
+		n.owned.install(h, ks.Limit, st, ks.LastNow, ks.CallerClock, wall)
 	}
 	for _, ps := range b.Penalties {
 		n.bans.install(n.owned.hash(ps.Key), ps)

@@ -262,7 +262,7 @@ func BenchmarkAllowLocal(b *testing.B) {
 // clock.
 func TestInstallKeepsCallerTime(t *testing.T) {
 	t.Parallel()
-	s := newStore(10, xxhash.Sum64String)
+	s := newStore(10, xxhash.Sum64String, nil)
 	l := algo.Limit{Kind: algo.FixedWindow, Limit: 3, Period: time.Minute}
 	then := time.Date(2015, 5, 17, 10, 5, 3, 0, time.UTC).UnixNano()
 	wall := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC).UnixNano()
@@ -272,16 +272,16 @@ func TestInstallKeepsCallerTime(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s.install("k", l, st, then, true, wall)
-	s.dropIdle(wall+int64(time.Second), nil)
+	s.install(s.hash("k"), l, st, then, true, wall)
+	s.dropIdle(wall + int64(time.Second))
 	if got := s.len(); got != 1 {
 		t.Fatalf("keys after idle scan: got %d, want 1 (a caller-timestamped key is kept for a Period)", got)
 	}
-	d, err := s.take(s.hash("k"), "k", l, 1, then+int64(time.Second), wall, nil, nil)
+	d, err := s.take(s.hash("k"), l, 1, then+int64(time.Second), wall, nil)
 	if err != nil || !d.Allowed || d.Remaining != 0 {
 		t.Fatalf("third hit in the 2015 window: got %+v, %v; want allowed with 0 remaining", d, err)
 	}
-	d, _ = s.take(s.hash("k"), "k", l, 1, then+int64(2*time.Second), wall, nil, nil)
+	d, _ = s.take(s.hash("k"), l, 1, then+int64(2*time.Second), wall, nil)
 	if d.Allowed {
 		t.Fatal("fourth hit in the 2015 window allowed: the handed-off state was lost")
 	}

@@ -33,7 +33,7 @@ func newWorkerShards(n int) *workerShards {
 		ch := make(chan workerReq, 64)
 		w.in[i] = ch
 		go func() {
-			var m [numKinds]map[string]*algo.State
+			var m [int(algo.TokenBucket) + 1]map[string]*algo.State
 			for r := range ch {
 				if m[r.l.Kind] == nil {
 					m[r.l.Kind] = make(map[string]*algo.State)
@@ -71,7 +71,7 @@ func BenchmarkShardExecutors(b *testing.B) {
 	}
 	l := algo.Limit{Kind: algo.GCRA, Burst: 1 << 20, Limit: 1 << 20, Period: time.Second}
 	b.Run("lock-per-shard", func(b *testing.B) {
-		s := newStore(1<<20, xxhash.Sum64String)
+		s := newStore(1<<20, xxhash.Sum64String, nil)
 		var seq atomic.Int64
 		b.SetParallelism(32)
 		b.ReportAllocs()
@@ -80,7 +80,7 @@ func BenchmarkShardExecutors(b *testing.B) {
 			for pb.Next() {
 				i++
 				k := keys[i%len(keys)]
-				s.take(s.hash(k), k, l, 1, int64(i), int64(i), nil, nil)
+				s.take(s.hash(k), l, 1, int64(i), int64(i), nil)
 			}
 		})
 	})

@@ -12,185 +12,426 @@ import (
 // whole-shard scan stays short (4k keys per shard at 1M keys).
 const numShards = 256
 
-// numKinds sizes the per-algorithm maps of a shard, indexed by algo.Kind (index 0,
-// the invalid Kind, stays unused).
-const numKinds = int(algo.TokenBucket) + 1
+// A store keeps no key strings. A key is stored under its 64-bit ring hash
+// (ring.Snapshot.Hash, xxhash64 of the key), its fingerprint:
+//
+//   - Two distinct keys with the same hash share one state. Among n keys on a
+//     node, the probability that any two of the same algorithm collide is at
+//     most n(n-1)/2^65 (the birthday bound): 2.7e-8 at 1M keys, 2.7e-6 at 10M.
+//     (The hash 0 marks an empty slot and is stored as 1: one more colliding
+//     pair in 2^64.) Exactness holds per hash, so it holds per key whenever
+//     keys do not collide.
+//   - The hash is what the ring places keys by (partition = hash mod
+//     PartitionCount), so the owner of every stored state, and whether to hand
+//     it off after a ring change, is computed from the stored hash alone; a
+//     handoff carries the hash (transport.KeyState.KeyHash) and the new owner
+//     stores the state under it, as if it had taken the check itself.
+//
+// What a key costs: its slot in the table of its algorithm (the hash, the
+// packed state of algo.State.Pack, a 4-byte index into the shard's table of
+// distinct Limits and 4 bytes of flags: 24 bytes for GCRA, 32 for TokenBucket
+// and FixedWindow, 40 for SlidingWindowCounter) at a load of 0.54 to 0.81. A
+// SlidingWindowLog or BucketedSlidingWindow key's slot holds an index into the
+// shard's boxes, where its algo.State and its log or buckets live. A key whose checks carry caller timestamps also has a
+// clockRec.
 
-// entry is one key's state on its owner.
-type entry struct {
-	st    algo.State
-	limit algo.Limit // the Limit of the last check, used to judge idleness
-	// lastNow is the `now` of the last check (owner clock or caller timestamp) and
-	// lastWall the owner clock at that moment; idleness is judged at
-	// lastNow + (wall - lastWall) so keys replayed with old caller timestamps age
-	// at the wall-clock rate instead of expiring at once.
-	lastNow, lastWall int64
-	// callerClock is set when the last check carried the caller's timestamp.
-	// Caller clocks may step back (a replayed log does), and a state that is full at
-	// lastNow+elapsed may not be full at an earlier caller time, so such a key is
-	// dropped only once it is idle and has also gone unchecked for a whole Period
-	// of owner-clock time.
-	callerClock bool
+// emptyHash is the slot hash of an empty slot; a key whose hash is emptyHash is
+// stored under foldedHash.
+const (
+	emptyHash  = 0
+	foldedHash = 1
+)
+
+// fold maps a key hash to the hash a store keeps it under.
+func fold(h uint64) uint64 {
+	if h == emptyHash {
+		return foldedHash
+	}
+	return h
 }
 
-// idle reports whether dropping e changes no future decision, at owner time wall.
-func (e *entry) idle(wall int64) bool {
-	elapsed := wall - e.lastWall
-	if e.callerClock && elapsed < int64(e.limit.Period) {
-		return false
-	}
-	return e.st.Idle(e.lastNow+elapsed, e.limit)
+// clockRec is kept for a key whose last check time (lastNow: the caller's
+// timestamp, or the owner clock) is not the owner clock at that check
+// (lastWall): its idleness is judged at lastNow + (wall - lastWall) so that keys
+// replayed with old caller timestamps age at the wall-clock rate instead of
+// expiring at once. Caller clocks may step back (a replayed log does), and a
+// state that is full at lastNow+elapsed may not be full at an earlier caller
+// time, so a key whose last check carried the caller's time (flagCaller) is
+// dropped only once it is idle and has also gone unchecked for a whole Period
+// of owner-clock time. A key without a clockRec had lastNow == lastWall.
+type clockRec struct {
+	lastNow, lastWall int64
+}
+
+// kindTable is one algorithm's states in one shard: its slots, and the clock
+// records of its caller-timestamped keys.
+type kindTable[W words] struct {
+	table[W]
+	clocks map[uint64]clockRec
 }
 
 // shard is a lock and the states whose key hashes to it. Checks for one key always
 // take the same shard's lock, which serializes them: this is what makes every
 // decision atomic. (A goroutine per shard was benchmarked against the lock and
-// lost: see BenchmarkShardExecutors.) There is one map per algorithm, so the same
-// key checked with two algorithms is two independent limiters (switching
-// algorithm never resets or corrupts a state), and lookups take the runtime's
-// fast path for string keys.
+// lost: see BenchmarkShardExecutors.) There is one table per algorithm, so the
+// same key checked with two algorithms is two independent limiters (switching
+// algorithm never resets or corrupts a state).
 type shard struct {
-	mu sync.Mutex
-	m  [numKinds]map[string]*entry
-	_  [64 - 8 - 8*numKinds%64]byte // one shard per 64-byte cache line
+	mu     sync.Mutex
+	gcra   kindTable[[1]int64]
+	tb, fw kindTable[[2]int64]
+	swc    kindTable[[3]int64]
+	swl    kindTable[[1]int64] // w[0] indexes boxes
+	bsw    kindTable[[1]int64] // w[0] indexes boxes
+	limits limitTable
+	boxes  boxes
+	_      [64]byte // keep neighbouring shards' locks off this cache line
 }
 
 // store is the owner-side key space of a node (or its local fallback space).
 type store struct {
 	hash    func(string) uint64 // the ring's key hash: callers pass it to take
+	onEvict func(reason string) // Metrics.Eviction, or nil
 	shards  [numShards]shard
 	keys    atomic.Int64
 	maxKeys int64
 }
 
-func newStore(maxKeys int, hash func(string) uint64) *store {
-	s := &store{maxKeys: int64(maxKeys), hash: hash}
-	for i := range s.shards {
-		for k := range s.shards[i].m {
-			s.shards[i].m[k] = make(map[string]*entry)
-		}
-	}
-	return s
+// newStore returns a store that holds at most maxKeys keys (see take), hashed
+// by hash, and reports evictions to onEvict (nil: not reported).
+func newStore(maxKeys int, hash func(string) uint64, onEvict func(reason string)) *store {
+	return &store{maxKeys: int64(maxKeys), hash: hash, onEvict: onEvict}
 }
 
 // shardOf picks the shard of a key from its hash (s.hash(key)).
 func shardOf(h uint64) uint64 { return h & (numShards - 1) }
 
-// take applies one check of key, whose hash (s.hash) is h, under its shard's lock. owns, when not nil, is called
-// under the lock and must report whether this node still owns the key: it closes
-// the race with a handoff that extracts the shard's states after a ring change.
-// It returns errNotOwner when owns says no, ErrTooManyKeys at the key bound, or
-// the algorithm's validation error.
-func (s *store) take(h uint64, key string, l algo.Limit, hits, now, wall int64, owns func() bool, onEvict func(string)) (algo.Decision, error) {
-	if !l.Kind.Valid() {
-		return algo.Decision{}, l.Validate()
-	}
+// take applies one check of the key whose hash (s.hash) is h, under its shard's
+// lock. owns, when not nil, is called under the lock and must report whether this
+// node still owns the key: it closes the race with a handoff that extracts the
+// shard's states after a ring change. It returns errNotOwner when owns says no,
+// ErrTooManyKeys at the key bound, or the algorithm's validation error.
+func (s *store) take(h uint64, l algo.Limit, hits, now, wall int64, owns func() bool) (algo.Decision, error) {
+	h = fold(h)
 	sh := &s.shards[shardOf(h)]
-	m := sh.m[l.Kind]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if owns != nil && !owns() {
 		return algo.Decision{}, errNotOwner
 	}
-	e := m[key]
-	if e == nil {
-		if hits == 0 {
+	c := check{s: s, sh: sh, h: h, l: l, hits: hits, now: now, wall: wall}
+	switch l.Kind {
+	case algo.GCRA:
+		return takeIn(&c, &sh.gcra, owns)
+	case algo.TokenBucket:
+		return takeIn(&c, &sh.tb, owns)
+	case algo.FixedWindow:
+		return takeIn(&c, &sh.fw, owns)
+	case algo.SlidingWindowCounter:
+		return takeIn(&c, &sh.swc, owns)
+	case algo.SlidingWindowLog:
+		return takeIn(&c, &sh.swl, owns)
+	case algo.BucketedSlidingWindow:
+		return takeIn(&c, &sh.bsw, owns)
+	}
+	return algo.Decision{}, l.Validate()
+}
+
+// check is one check in flight under a shard lock.
+type check struct {
+	s               *store
+	sh              *shard
+	h               uint64
+	l               algo.Limit
+	hits, now, wall int64
+}
+
+// takeIn is take on the table of c.l.Kind; the shard lock is held.
+func takeIn[W words](c *check, t *kindTable[W], owns func() bool) (algo.Decision, error) {
+	i := t.find(c.h)
+	if i < 0 {
+		if c.hits == 0 {
 			// A peek on an unknown key: answer from a fresh state, store nothing.
 			var fresh algo.State
-			return fresh.Take(now, 0, l)
+			return fresh.Take(c.now, 0, c.l)
 		}
-		if s.keys.Load() >= s.maxKeys {
+		// Validate before anything is stored or dropped.
+		var fresh algo.State
+		d, err := fresh.Take(c.now, c.hits, c.l)
+		if err != nil {
+			return d, err
+		}
+		if c.s.keys.Load() >= c.s.maxKeys {
 			// Drop idle keys everywhere: release this shard's lock so shard locks are
 			// never held two at a time, then look the key up again.
-			sh.mu.Unlock()
-			s.dropIdle(wall, onEvict)
-			sh.mu.Lock()
+			c.sh.mu.Unlock()
+			c.s.dropIdle(c.wall)
+			c.sh.mu.Lock()
 			if owns != nil && !owns() {
 				return algo.Decision{}, errNotOwner
 			}
-			if e = m[key]; e != nil {
-				return s.update(e, l, hits, now, wall)
+			if i = t.find(c.h); i >= 0 {
+				return t.update(c, i)
 			}
-			if s.keys.Load() >= s.maxKeys {
-				if onEvict != nil {
-					onEvict("refused")
+			if c.s.keys.Load() >= c.s.maxKeys {
+				if c.s.onEvict != nil {
+					c.s.onEvict("refused")
 				}
 				return algo.Decision{}, ErrTooManyKeys
 			}
 		}
-		e = &entry{}
-		d, err := e.st.Take(now, hits, l)
-		if err != nil {
-			return d, err
-		}
-		e.limit, e.lastNow, e.lastWall, e.callerClock = l, now, wall, now != wall
-		m[key] = e
-		s.keys.Add(1)
+		i = t.insert(c.h)
+		sl := &t.slots[i]
+		sl.lim = c.sh.limits.ref(c.l)
+		c.sh.save(c.l.Kind, &fresh, sl.words())
+		setClock(t, sl, c.now, c.wall, c.now != c.wall)
+		c.s.keys.Add(1)
 		return d, nil
 	}
-	return s.update(e, l, hits, now, wall)
+	return t.update(c, i)
 }
 
-// update applies a check to an existing entry; the shard lock is held.
-func (s *store) update(e *entry, l algo.Limit, hits, now, wall int64) (algo.Decision, error) {
-	d, err := e.st.Take(now, hits, l)
+// anyKindTable is what the cold paths (idle scans, handoffs) need of a
+// kindTable, whatever its word count.
+type anyKindTable interface {
+	dropIdle(sh *shard, k algo.Kind, wall int64, dropped func())
+	extract(sh *shard, k algo.Kind, move func(h uint64) bool, wall int64, out []movedState) []movedState
+	install(sh *shard, m movedState, wall int64) bool
+}
+
+func (t *kindTable[W]) update(c *check, i int) (algo.Decision, error) {
+	sl := &t.slots[i]
+	var scratch algo.State
+	st, boxed := c.sh.load(c.l.Kind, sl.words(), &scratch)
+	d, err := st.Take(c.now, c.hits, c.l)
 	if err != nil {
 		return d, err
 	}
-	if hits > 0 {
-		e.limit = l
-		if now > e.lastNow {
-			e.lastNow = now
+	if c.hits > 0 {
+		if d.Allowed && !boxed {
+			st.Pack(sl.words())
 		}
-		e.lastWall = wall
-		e.callerClock = now != wall
+		if cur := c.sh.limits.at(sl.lim); cur != c.l {
+			c.sh.limits.unref(sl.lim)
+			sl.lim = c.sh.limits.ref(c.l)
+		}
+		// The last check time: the later of this one and the recorded one. A key
+		// without a clockRec was last checked at its owner clock then, which is
+		// not kept; a caller time before it is then recorded as is, which ages
+		// the key later than that clock would (never drops a state sooner).
+		last := c.now
+		if sl.flags&flagClock != 0 {
+			last = max(last, t.clocks[sl.h].lastNow)
+		}
+		setClock(t, sl, last, c.wall, c.now != c.wall)
 	}
 	return d, nil
 }
 
-// dropIdleLocked removes the shard's states that are back to full capacity at
-// the time they have aged to (see entry).
-func (s *store) dropIdleLocked(sh *shard, wall int64, onEvict func(string)) {
-	for _, m := range sh.m {
-		for k, e := range m {
-			if !e.idle(wall) {
-				continue
-			}
-			delete(m, k)
-			s.keys.Add(-1)
-			if onEvict != nil {
-				onEvict("idle")
-			}
+// setClock records that the last check of sl was at lastNow, owner clock wall,
+// and whether lastNow was the caller's timestamp.
+func setClock[W words](t *kindTable[W], sl *slot[W], lastNow, wall int64, caller bool) {
+	f := uint32(0)
+	if lastNow != wall || caller {
+		f = flagClock
+		if caller {
+			f |= flagCaller
 		}
+		if t.clocks == nil {
+			t.clocks = make(map[uint64]clockRec)
+		}
+		t.clocks[sl.h] = clockRec{lastNow: lastNow, lastWall: wall}
+	} else if sl.flags&flagClock != 0 {
+		delete(t.clocks, sl.h)
+	}
+	sl.flags = f
+}
+
+// load returns the state of kind k held in w: for a packed state, unpacked
+// into *scratch (boxed false); for an algorithm without a packed form, the
+// boxed State itself (boxed true), which Take changes in place.
+func (sh *shard) load(k algo.Kind, w []int64, scratch *algo.State) (st *algo.State, boxed bool) {
+	if k.PackedWords() == 0 {
+		return sh.boxes.at(w[0]), true
+	}
+	*scratch = algo.UnpackState(k, w)
+	return scratch, false
+}
+
+// save stores st, the State of a new key of algorithm k, in w: packed, or in a
+// new box. A st of another Kind is stored as a fresh state of k.
+func (sh *shard) save(k algo.Kind, st *algo.State, w []int64) {
+	switch {
+	case k.PackedWords() == 0:
+		w[0] = sh.boxes.add(*st)
+	case st.Kind() == k:
+		st.Pack(w)
+	default:
+		clear(w) // UnpackState of zero words is a fresh state
+	}
+}
+
+// release frees what a removed slot's words hold outside the slot.
+func (sh *shard) release(k algo.Kind, w []int64) {
+	if k.PackedWords() == 0 {
+		sh.boxes.release(w[0])
+	}
+}
+
+// lastNow returns the last check time of sl and the owner clock at it (wall
+// when sl has no clockRec).
+func (t *kindTable[W]) lastNow(sl *slot[W], wall int64) (lastNow, lastWall int64) {
+	if sl.flags&flagClock != 0 {
+		r := t.clocks[sl.h]
+		return r.lastNow, r.lastWall
+	}
+	return wall, wall
+}
+
+// idle reports whether dropping slot sl changes no future decision, at owner
+// time wall.
+func (t *kindTable[W]) idle(sh *shard, k algo.Kind, sl *slot[W], wall int64) bool {
+	l := sh.limits.at(sl.lim)
+	at := wall
+	if sl.flags&flagClock != 0 {
+		r := t.clocks[sl.h]
+		elapsed := wall - r.lastWall
+		if sl.flags&flagCaller != 0 && elapsed < int64(l.Period) {
+			return false
+		}
+		at = r.lastNow + elapsed
+	}
+	var scratch algo.State
+	st, _ := sh.load(k, sl.words(), &scratch)
+	return st.Idle(at, l)
+}
+
+// removeAt removes slot i with everything it holds; the caller counts it.
+func (t *kindTable[W]) removeAt(sh *shard, k algo.Kind, i int) {
+	sl := &t.slots[i]
+	sh.release(k, sl.words())
+	sh.limits.unref(sl.lim)
+	if sl.flags&flagClock != 0 {
+		delete(t.clocks, sl.h)
+	}
+	t.remove(i)
+}
+
+func (t *kindTable[W]) dropIdle(sh *shard, k algo.Kind, wall int64, dropped func()) {
+	t.scan(func(i int) {
+		if t.idle(sh, k, &t.slots[i], wall) {
+			t.removeAt(sh, k, i)
+			dropped()
+		}
+	})
+	t.shrink()
+}
+
+func (t *kindTable[W]) extract(sh *shard, k algo.Kind, move func(h uint64) bool, wall int64, out []movedState) []movedState {
+	t.scan(func(i int) {
+		sl := &t.slots[i]
+		if !move(sl.h) {
+			return
+		}
+		var scratch algo.State
+		st, _ := sh.load(k, sl.words(), &scratch)
+		lastNow, _ := t.lastNow(sl, wall)
+		out = append(out, movedState{
+			h: sl.h, limit: sh.limits.at(sl.lim), st: *st,
+			lastNow: lastNow, callerClock: sl.flags&flagCaller != 0,
+		})
+		t.removeAt(sh, k, i)
+	})
+	t.shrink()
+	return out
+}
+
+// install merges m into t; it reports whether it added a key.
+func (t *kindTable[W]) install(sh *shard, m movedState, wall int64) bool {
+	k := m.limit.Kind
+	if i := t.find(m.h); i >= 0 {
+		sl := &t.slots[i]
+		var scratch algo.State
+		st, boxed := sh.load(k, sl.words(), &scratch)
+		last, _ := t.lastNow(sl, wall)
+		at := max(last, m.lastNow)
+		st.Merge(&m.st, at, m.limit)
+		if !boxed {
+			st.Pack(sl.words())
+		}
+		setClock(t, sl, at, wall, sl.flags&flagCaller != 0 || m.callerClock)
+		return false
+	}
+	sl := &t.slots[t.insert(m.h)]
+	sl.lim = sh.limits.ref(m.limit)
+	sh.save(k, &m.st, sl.words())
+	setClock(t, sl, m.lastNow, wall, m.callerClock)
+	return true
+}
+
+type kindAndTable struct {
+	k algo.Kind
+	t anyKindTable
+}
+
+// tables lists the shard's tables with their algorithms.
+func (sh *shard) tables() [6]kindAndTable {
+	return [...]kindAndTable{
+		{algo.SlidingWindowLog, &sh.swl},
+		{algo.SlidingWindowCounter, &sh.swc},
+		{algo.FixedWindow, &sh.fw},
+		{algo.GCRA, &sh.gcra},
+		{algo.TokenBucket, &sh.tb},
+		{algo.BucketedSlidingWindow, &sh.bsw},
+	}
+}
+
+// table returns the table of algorithm k (nil for an invalid k).
+func (sh *shard) table(k algo.Kind) anyKindTable {
+	for _, kt := range sh.tables() {
+		if kt.k == k {
+			return kt.t
+		}
+	}
+	return nil
+}
+
+// dropIdleLocked removes the shard's states that are back to full capacity at
+// the time they have aged to (see clockRec).
+func (s *store) dropIdleLocked(sh *shard, wall int64) {
+	for _, kt := range sh.tables() {
+		kt.t.dropIdle(sh, kt.k, wall, func() {
+			s.keys.Add(-1)
+			if s.onEvict != nil {
+				s.onEvict("idle")
+			}
+		})
 	}
 }
 
 // dropIdle scans every shard once, one lock at a time.
-func (s *store) dropIdle(wall int64, onEvict func(string)) {
+func (s *store) dropIdle(wall int64) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		s.dropIdleLocked(sh, wall, onEvict)
+		s.dropIdleLocked(sh, wall)
 		sh.mu.Unlock()
 	}
 }
 
-// extract removes and returns the states for which move(key) is true, one shard
-// lock at a time.
-func (s *store) extract(move func(key string) bool) []movedState {
+// extract removes and returns the states for which move(hash) is true, one
+// shard lock at a time; wall is the owner clock, the last check time reported
+// for keys checked on it.
+func (s *store) extract(move func(h uint64) bool, wall int64) []movedState {
 	var out []movedState
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for _, m := range sh.m {
-			for k, e := range m {
-				if move(k) {
-					out = append(out, movedState{key: k, e: e})
-					delete(m, k)
-					s.keys.Add(-1)
-				}
-			}
+		n := len(out)
+		for _, kt := range sh.tables() {
+			out = kt.t.extract(sh, kt.k, move, wall, out)
 		}
+		s.keys.Add(-int64(len(out) - n))
 		sh.mu.Unlock()
 	}
 	return out
@@ -198,32 +439,113 @@ func (s *store) extract(move func(key string) bool) []movedState {
 
 // movedState is a state taken out of a store for a handoff.
 type movedState struct {
-	key string
-	e   *entry
+	h           uint64 // the key's hash (folded)
+	limit       algo.Limit
+	st          algo.State
+	lastNow     int64
+	callerClock bool
 }
 
-// install merges a handed-off state whose last check was at lastNow (Unix ns; the
-// caller's time when callerClock, 0 if unknown): an existing state for the key
-// keeps the more restrictive of the two, compared at the later of the two last
-// times. Installing never counts against MaxKeys refusals: a handoff must not lose
+// install merges a handed-off state of the key whose hash is h, last checked at
+// lastNow (Unix ns; the caller's time when callerClock, 0 if unknown) under l,
+// which the caller validated: an existing state for the key keeps the more
+// restrictive of the two, compared at the later of the two last times.
+// Installing never counts against MaxKeys refusals: a handoff must not lose
 // state, so the bound may be exceeded briefly.
-func (s *store) install(key string, l algo.Limit, st algo.State, lastNow int64, callerClock bool, wall int64) {
+func (s *store) install(h uint64, l algo.Limit, st algo.State, lastNow int64, callerClock bool, wall int64) {
 	if lastNow == 0 {
 		lastNow = wall
 	}
-	sh := &s.shards[shardOf(s.hash(key))]
-	m := sh.m[l.Kind] // l was validated by the caller
+	h = fold(h)
+	sh := &s.shards[shardOf(h)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := m[key]; e != nil {
-		at := max(e.lastNow, lastNow)
-		e.st.Merge(&st, at, l)
-		e.lastNow, e.lastWall = at, wall
-		e.callerClock = e.callerClock || callerClock
+	t := sh.table(l.Kind)
+	if t == nil {
 		return
 	}
-	m[key] = &entry{st: st, limit: l, lastNow: lastNow, lastWall: wall, callerClock: callerClock}
-	s.keys.Add(1)
+	if t.install(sh, movedState{h: h, limit: l, st: st, lastNow: lastNow, callerClock: callerClock}, wall) {
+		s.keys.Add(1)
+	}
 }
 
 func (s *store) len() int { return int(s.keys.Load()) }
+
+// limitTable interns the distinct Limits of a shard's keys: a key stores a
+// 4-byte index instead of its 32-byte Limit. Entries are reference counted
+// and reused once no key refers to them.
+type limitTable struct {
+	ls   []limitRec
+	idx  map[algo.Limit]uint32
+	free []uint32
+	last uint32 // the index ref returned last: most checks repeat a Limit
+}
+
+type limitRec struct {
+	l    algo.Limit
+	refs uint32
+}
+
+// ref returns the index of l, counting one more reference.
+func (t *limitTable) ref(l algo.Limit) uint32 {
+	if int(t.last) < len(t.ls) && t.ls[t.last].refs > 0 && t.ls[t.last].l == l {
+		t.ls[t.last].refs++
+		return t.last
+	}
+	i, ok := t.idx[l]
+	if !ok {
+		if t.idx == nil {
+			t.idx = make(map[algo.Limit]uint32)
+		}
+		if n := len(t.free); n > 0 {
+			i = t.free[n-1]
+			t.free = t.free[:n-1]
+			t.ls[i] = limitRec{l: l}
+		} else {
+			i = uint32(len(t.ls))
+			t.ls = append(t.ls, limitRec{l: l})
+		}
+		t.idx[l] = i
+	}
+	t.ls[i].refs++
+	t.last = i
+	return i
+}
+
+// unref drops one reference to index i.
+func (t *limitTable) unref(i uint32) {
+	r := &t.ls[i]
+	if r.refs--; r.refs == 0 {
+		delete(t.idx, r.l)
+		r.l = algo.Limit{}
+		t.free = append(t.free, i)
+	}
+}
+
+// at returns the Limit at index i.
+func (t *limitTable) at(i uint32) algo.Limit { return t.ls[i].l }
+
+// boxes holds the States of algorithms without a packed form, each under an
+// index kept in its slot. Freed indexes are reused.
+type boxes struct {
+	st    []algo.State
+	spare []int64
+}
+
+func (b *boxes) at(i int64) *algo.State { return &b.st[i] }
+
+func (b *boxes) add(s algo.State) int64 {
+	if n := len(b.spare); n > 0 {
+		i := b.spare[n-1]
+		b.spare = b.spare[:n-1]
+		b.st[i] = s
+		return i
+	}
+	b.st = append(b.st, s)
+	return int64(len(b.st) - 1)
+}
+
+func (b *boxes) release(i int64) {
+	b.st[i] = algo.State{}
+	b.spare = append(b.spare, i)
+}

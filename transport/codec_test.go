@@ -30,7 +30,7 @@ func randInt64(r *rand.Rand) int64 {
 }
 
 func randChecks(r *rand.Rand, n int) []Check {
-	kinds := []algo.Kind{0, algo.SlidingWindowLog, algo.SlidingWindowCounter, algo.FixedWindow, algo.GCRA, algo.TokenBucket}
+	kinds := []algo.Kind{0, algo.SlidingWindowLog, algo.SlidingWindowCounter, algo.FixedWindow, algo.GCRA, algo.TokenBucket, algo.BucketedSlidingWindow}
 	checks := make([]Check, n)
 	for i := range checks {
 		key := make([]byte, r.IntN(40))

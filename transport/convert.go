@@ -25,6 +25,8 @@ func kindToWire(k algo.Kind) pb.Algorithm {
 		return pb.Algorithm_ALGORITHM_GCRA
 	case algo.TokenBucket:
 		return pb.Algorithm_ALGORITHM_TOKEN_BUCKET
+	case algo.BucketedSlidingWindow:
+		return pb.Algorithm_ALGORITHM_BUCKETED_SLIDING_WINDOW
 	}
 	return pb.Algorithm_ALGORITHM_UNSPECIFIED
 }
@@ -43,6 +45,8 @@ func kindFromWire(a pb.Algorithm) (algo.Kind, error) {
 		return algo.GCRA, nil
 	case pb.Algorithm_ALGORITHM_TOKEN_BUCKET:
 		return algo.TokenBucket, nil
+	case pb.Algorithm_ALGORITHM_BUCKETED_SLIDING_WINDOW:
+		return algo.BucketedSlidingWindow, nil
 	case pb.Algorithm_ALGORITHM_UNSPECIFIED:
 		return 0, fmt.Errorf("%w: algorithm is unspecified", ErrInvalidCheck)
 	}
@@ -235,6 +239,7 @@ func resultFromWire(m *pb.Result, r *Result) {
 
 func keyStateToWire(s KeyState, m *pb.KeyState) {
 	m.Key = []byte(s.Key)
+	m.KeyHash = s.KeyHash
 	m.Algorithm = kindToWire(s.Limit.Kind)
 	m.Limit = s.Limit.Limit
 	m.PeriodNs = int64(s.Limit.Period)
@@ -251,6 +256,7 @@ func keyStateFromWire(m *pb.KeyState) (KeyState, error) {
 	}
 	return KeyState{
 		Key:         string(m.GetKey()),
+		KeyHash:     m.GetKeyHash(),
 		Limit:       l,
 		State:       m.GetState(),
 		LastNow:     m.GetLastNowUnixNs(),

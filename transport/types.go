@@ -71,8 +71,13 @@ const (
 
 // KeyState is the state of one key handed from its old owner to its new owner.
 type KeyState struct {
-	// Key is the limited key.
+	// Key is the limited key; empty when the sender keeps only the key's hash
+	// (KeyHash), as node does.
 	Key string
+	// KeyHash is the key's ring hash (ring.Snapshot.Hash of Key), by which the
+	// receiver places and stores the state. 0 = not sent: the receiver hashes
+	// Key. At least one of Key and KeyHash must be set.
+	KeyHash uint64
 	// Limit is the last Limit the key was checked with.
 	Limit algo.Limit
 	// State is algo.State in its binary form (algo.State.MarshalBinary).

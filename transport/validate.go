@@ -52,11 +52,14 @@ func ValidateCheck(c Check, maxKeyLen int) error {
 	return c.Penalty.Validate()
 }
 
-// validateKeyState checks what the receiver of a Transfer needs: a valid key and
-// a valid limit. The state bytes are algo's to judge.
+// validateKeyState checks what the receiver of a Transfer needs: a valid key
+// (or, without one, a key hash) and a valid limit. The state bytes are algo's
+// to judge.
 func validateKeyState(s KeyState, maxKeyLen int) error {
-	if err := validateKey(s.Key, maxKeyLen); err != nil {
-		return err
+	if s.Key != "" || s.KeyHash == 0 {
+		if err := validateKey(s.Key, maxKeyLen); err != nil {
+			return err
+		}
 	}
 	if err := s.Limit.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidCheck, err)

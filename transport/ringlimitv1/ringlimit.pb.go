@@ -48,6 +48,9 @@ const (
 	Algorithm_ALGORITHM_GCRA Algorithm = 4
 	// Token bucket: starts full with burst tokens, refills limit per period.
 	Algorithm_ALGORITHM_TOKEN_BUCKET Algorithm = 5
+	// Bucketed sliding window: a count per period/16 bucket, the last 17
+	// buckets hold at most limit (exact at bucket granularity).
+	Algorithm_ALGORITHM_BUCKETED_SLIDING_WINDOW Algorithm = 6
 )
 
 // Enum value maps for Algorithm.
@@ -59,14 +62,16 @@ var (
 		3: "ALGORITHM_FIXED_WINDOW",
 		4: "ALGORITHM_GCRA",
 		5: "ALGORITHM_TOKEN_BUCKET",
+		6: "ALGORITHM_BUCKETED_SLIDING_WINDOW",
 	}
 	Algorithm_value = map[string]int32{
-		"ALGORITHM_UNSPECIFIED":            0,
-		"ALGORITHM_SLIDING_WINDOW_LOG":     1,
-		"ALGORITHM_SLIDING_WINDOW_COUNTER": 2,
-		"ALGORITHM_FIXED_WINDOW":           3,
-		"ALGORITHM_GCRA":                   4,
-		"ALGORITHM_TOKEN_BUCKET":           5,
+		"ALGORITHM_UNSPECIFIED":             0,
+		"ALGORITHM_SLIDING_WINDOW_LOG":      1,
+		"ALGORITHM_SLIDING_WINDOW_COUNTER":  2,
+		"ALGORITHM_FIXED_WINDOW":            3,
+		"ALGORITHM_GCRA":                    4,
+		"ALGORITHM_TOKEN_BUCKET":            5,
+		"ALGORITHM_BUCKETED_SLIDING_WINDOW": 6,
 	}
 )
 
@@ -840,7 +845,11 @@ type KeyState struct {
 	// timestamp or the owner's clock.
 	LastNowUnixNs int64 `protobuf:"varint,7,opt,name=last_now_unix_ns,json=lastNowUnixNs,proto3" json:"last_now_unix_ns,omitempty"`
 	// Whether that time was the caller's timestamp.
-	CallerClock   bool `protobuf:"varint,8,opt,name=caller_clock,json=callerClock,proto3" json:"caller_clock,omitempty"`
+	CallerClock bool `protobuf:"varint,8,opt,name=caller_clock,json=callerClock,proto3" json:"caller_clock,omitempty"`
+	// The key's ring hash (xxhash64 of the key): the receiver stores the state
+	// under it. 0 = not sent (hash key). A sender that keeps only hashes sends it
+	// with an empty key.
+	KeyHash       uint64 `protobuf:"fixed64,9,opt,name=key_hash,json=keyHash,proto3" json:"key_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -929,6 +938,13 @@ func (x *KeyState) GetCallerClock() bool {
 		return x.CallerClock
 	}
 	return false
+}
+
+func (x *KeyState) GetKeyHash() uint64 {
+	if x != nil {
+		return x.KeyHash
+	}
+	return 0
 }
 
 type TransferRequest struct {
@@ -1168,7 +1184,7 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\aresults\x18\x01 \x03(\v2\x14.ringlimit.v1.ResultR\aresults\x12\x19\n" +
 	"\bbatch_id\x18\x02 \x01(\x04R\abatchId\x12&\n" +
 	"\x04code\x18\x03 \x01(\x0e2\x12.ringlimit.v1.CodeR\x04code\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\xfe\x01\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\x99\x02\n" +
 	"\bKeyState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x125\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x14\n" +
@@ -1177,7 +1193,8 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x05burst\x18\x05 \x01(\x03R\x05burst\x12\x14\n" +
 	"\x05state\x18\x06 \x01(\fR\x05state\x12'\n" +
 	"\x10last_now_unix_ns\x18\a \x01(\x03R\rlastNowUnixNs\x12!\n" +
-	"\fcaller_clock\x18\b \x01(\bR\vcallerClock\"\xc4\x01\n" +
+	"\fcaller_clock\x18\b \x01(\bR\vcallerClock\x12\x19\n" +
+	"\bkey_hash\x18\t \x01(\x06R\akeyHash\"\xc4\x01\n" +
 	"\x0fTransferRequest\x12.\n" +
 	"\x06states\x18\x01 \x03(\v2\x16.ringlimit.v1.KeyStateR\x06states\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x1f\n" +
@@ -1190,14 +1207,15 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x11ban_until_unix_ns\x18\x02 \x01(\x03R\x0ebanUntilUnixNs\x12&\n" +
 	"\x0fdenials_unix_ns\x18\x03 \x03(\x03R\rdenialsUnixNs\x12$\n" +
 	"\x0eexpire_unix_ns\x18\x04 \x01(\x03R\fexpireUnixNs\"\x12\n" +
-	"\x10TransferResponse*\xba\x01\n" +
+	"\x10TransferResponse*\xe1\x01\n" +
 	"\tAlgorithm\x12\x19\n" +
 	"\x15ALGORITHM_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cALGORITHM_SLIDING_WINDOW_LOG\x10\x01\x12$\n" +
 	" ALGORITHM_SLIDING_WINDOW_COUNTER\x10\x02\x12\x1a\n" +
 	"\x16ALGORITHM_FIXED_WINDOW\x10\x03\x12\x12\n" +
 	"\x0eALGORITHM_GCRA\x10\x04\x12\x1a\n" +
-	"\x16ALGORITHM_TOKEN_BUCKET\x10\x05*X\n" +
+	"\x16ALGORITHM_TOKEN_BUCKET\x10\x05\x12%\n" +
+	"!ALGORITHM_BUCKETED_SLIDING_WINDOW\x10\x06*X\n" +
 	"\x05Route\x12\x15\n" +
 	"\x11ROUTE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROUTE_OWNER\x10\x01\x12\x13\n" +

@@ -1,0 +1,99 @@
+package node
+
+import (
+	"context"
+	"os"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algo"
+)
+
+// memBenchLimit is a limit under which a key that took one hit stays far from
+// idle for the whole benchmark (10 hits per hour), so no key is dropped while
+// the heap is measured.
+func memBenchLimit(k algo.Kind) algo.Limit {
+	return algo.Limit{Kind: k, Limit: 10, Period: time.Hour, Burst: 10}
+}
+
+// BenchmarkMemoryPerKey reports the heap growth per key (B/key, after
+// runtime.GC, from runtime.ReadMemStats.HeapAlloc) of a single node (node.New
+// with TestConfig) that took one hit on each of 1,000,000 distinct keys, for
+// every algorithm. Each key is built per call, as a request would build it
+// ("gc:0000001"...), so what the node keeps of the key's own bytes counts. The
+// node is created, measured and closed inside each iteration; run it with
+// -benchtime=1x.
+//
+// A 10,000,000-key GCRA run is added when RINGLIMIT_BENCH_10M=1 (it needs about
+// a minute and the heap the figure reports): it also reports the total heap
+// growth in MiB.
+func BenchmarkMemoryPerKey(b *testing.B) {
+	type run struct {
+		kind algo.Kind
+		keys int
+	}
+	var runs []run
+	for _, k := range algo.Kinds() {
+		runs = append(runs, run{k, 1_000_000})
+	}
+	if os.Getenv("RINGLIMIT_BENCH_10M") == "1" {
+		runs = append(runs, run{algo.GCRA, 10_000_000})
+	}
+	for _, r := range runs {
+		b.Run(r.kind.String()+"/keys="+strconv.Itoa(r.keys), func(b *testing.B) {
+			var perKey, total float64
+			for b.Loop() {
+				perKey, total = heapPerKey(b, r.kind, r.keys)
+			}
+			b.ReportMetric(perKey, "B/key")
+			b.ReportMetric(total/(1<<20), "MiB")
+		})
+	}
+}
+
+// heapPerKey starts a node, takes one hit on each of keys distinct keys under
+// memBenchLimit(kind), and returns the heap growth per key and in total (bytes).
+func heapPerKey(b *testing.B, kind algo.Kind, keys int) (perKey, total float64) {
+	b.Helper()
+	cfg := TestConfig()
+	cfg.Name = "mem"
+	cfg.MaxKeys = keys
+	cfg.IdleScanInterval = time.Hour // measure the states, not a scan racing the fill
+	n, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer n.Close()
+	ctx := context.Background()
+	l := memBenchLimit(kind)
+	digits := max(7, len(strconv.Itoa(keys-1)))
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	buf := make([]byte, 0, 32)
+	for i := range keys {
+		buf = append(buf[:0], "gc:"...)
+		s := strconv.Itoa(i)
+		for range digits - len(s) {
+			buf = append(buf, '0')
+		}
+		buf = append(buf, s...)
+		d, err := n.Allow(ctx, string(buf), l)
+		if err != nil {
+			b.Fatalf("key %d: %v", i, err)
+		}
+		if !d.Allowed {
+			b.Fatalf("key %d: denied, want allowed (first hit)", i)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if got := n.Stats().Keys; got != keys {
+		b.Fatalf("node holds %d keys, want %d", got, keys)
+	}
+	total = float64(after.HeapAlloc) - float64(before.HeapAlloc)
+	runtime.KeepAlive(n)
+	return total / float64(keys), total
+}

@@ -1,0 +1,175 @@
+package node
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/ringlimit/ringlimit/algo"
+)
+
+// TestTableMatchesMap drives a table and a Go map with the same random inserts,
+// removals and scans (few distinct hashes, crowded into a small range of home
+// slots so that probe runs are long and wrap around) and checks they always
+// hold the same keys.
+func TestTableMatchesMap(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(1, 2))
+	var tb table[[1]int64]
+	ref := map[uint64]int64{}
+	// Hashes near 2^64 all have their home at the last slots: runs wrap.
+	hash := func() uint64 { return ^uint64(0) - uint64(rng.IntN(300))<<40 }
+	for step := range 20000 {
+		h := hash()
+		i := tb.find(h)
+		v, ok := ref[h]
+		if (i >= 0) != ok {
+			t.Fatalf("step %d: find(%x) = %d, map has it: %v", step, h, i, ok)
+		}
+		switch op := rng.IntN(10); {
+		case op < 5 && !ok:
+			i = tb.insert(h)
+			tb.slots[i].w[0] = int64(step)
+			ref[h] = int64(step)
+		case op < 5 && ok:
+			if got := tb.slots[i].w[0]; got != v {
+				t.Fatalf("step %d: value %d, want %d", step, got, v)
+			}
+		case op < 9 && ok:
+			tb.remove(i)
+			delete(ref, h)
+		case op == 9:
+			// Scan, dropping the odd values; every key must be visited.
+			seen := map[uint64]bool{}
+			tb.scan(func(i int) {
+				seen[tb.slots[i].h] = true
+				if tb.slots[i].w[0]%2 == 1 {
+					delete(ref, tb.slots[i].h)
+					tb.remove(i)
+				}
+			})
+			for h, v := range ref {
+				if !seen[h] && v%2 == 0 {
+					t.Fatalf("step %d: scan skipped %x", step, h)
+				}
+			}
+			tb.shrink()
+		}
+		if tb.n != len(ref) {
+			t.Fatalf("step %d: table holds %d, map %d", step, tb.n, len(ref))
+		}
+	}
+	for h, v := range ref {
+		if i := tb.find(h); i < 0 || tb.slots[i].w[0] != v {
+			t.Fatalf("final: find(%x) = %d, want value %d", h, i, v)
+		}
+	}
+	if tb.n*loadDen > len(tb.slots)*maxLoadNum {
+		t.Fatalf("load %d/%d above the bound", tb.n, len(tb.slots))
+	}
+}
+
+// A key whose hash is the empty marker is still stored (as foldedHash).
+func TestStoreKeepsTheKeyWithHashZero(t *testing.T) {
+	t.Parallel()
+	s := newStore(10, xxhash.Sum64String, nil)
+	l := algo.Limit{Kind: algo.GCRA, Limit: 1, Period: time.Hour}
+	now := int64(time.Hour)
+	if d, err := s.take(0, l, 1, now, now, nil); err != nil || !d.Allowed {
+		t.Fatalf("first hit: got %+v, %v; want allowed", d, err)
+	}
+	if d, _ := s.take(0, l, 1, now, now, nil); d.Allowed {
+		t.Fatal("second hit on hash 0 allowed: its state was not kept")
+	}
+}
+
+// Distinct Limits are interned per shard and released with their last key;
+// a key keeps the Limit of its last check.
+func TestStoreInternsLimits(t *testing.T) {
+	t.Parallel()
+	s := newStore(100, xxhash.Sum64String, nil)
+	now := int64(time.Hour)
+	h := uint64(7) // shard 7
+	sh := &s.shards[shardOf(h)]
+	a := algo.Limit{Kind: algo.GCRA, Limit: 10, Period: time.Second}
+	b := algo.Limit{Kind: algo.GCRA, Limit: 20, Period: time.Second}
+	for i := range uint64(5) {
+		if _, err := s.take(h+i*numShards, a, 1, now, now, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := len(sh.limits.idx); got != 1 {
+		t.Fatalf("distinct limits after 5 keys of one limit: got %d, want 1", got)
+	}
+	if _, err := s.take(h, b, 1, now, now, nil); err != nil {
+		t.Fatal(err)
+	}
+	i := sh.gcra.find(h)
+	if got := sh.limits.at(sh.gcra.slots[i].lim); got != b {
+		t.Fatalf("limit of the key after a check with b: got %+v, want %+v", got, b)
+	}
+	if got := len(sh.limits.idx); got != 2 {
+		t.Fatalf("distinct limits: got %d, want 2", got)
+	}
+	s.dropIdle(now + int64(time.Hour))
+	if got, n := len(sh.limits.idx), s.len(); got != 0 || n != 0 {
+		t.Fatalf("after every key went idle: %d limits, %d keys; want 0, 0", got, n)
+	}
+}
+
+// Every algorithm's state survives extract and install into another store
+// unchanged (the next check decides the same on both), and the extracted
+// hashes are exactly those move selected.
+func TestStoreExtractInstallRoundTrip(t *testing.T) {
+	t.Parallel()
+	now := int64(time.Hour)
+	from := newStore(1000, xxhash.Sum64String, nil)
+	to := newStore(1000, xxhash.Sum64String, nil)
+	ref := newStore(1000, xxhash.Sum64String, nil) // never moved
+	rng := rand.New(rand.NewPCG(3, 4))
+	type key struct {
+		h uint64
+		l algo.Limit
+	}
+	var keys []key
+	for _, k := range algo.Kinds() {
+		l := algo.Limit{Kind: k, Limit: 5, Period: time.Minute, Burst: 3}
+		for range 40 {
+			keys = append(keys, key{rng.Uint64(), l})
+		}
+	}
+	for step := range 400 {
+		k := keys[rng.IntN(len(keys))]
+		at := now + int64(step)*int64(10*time.Millisecond)
+		d1, err1 := from.take(k.h, k.l, 1, at, at, nil)
+		d2, err2 := ref.take(k.h, k.l, 1, at, at, nil)
+		if d1 != d2 || err1 != nil || err2 != nil {
+			t.Fatalf("step %d: stores disagree before the move: %+v %v / %+v %v", step, d1, err1, d2, err2)
+		}
+	}
+	held := from.len()
+	moved := from.extract(func(h uint64) bool { return h%2 == 0 }, now)
+	for _, m := range moved {
+		if m.h%2 != 0 {
+			t.Fatalf("extracted hash %x, move said no", m.h)
+		}
+		to.install(m.h, m.limit, m.st, m.lastNow, m.callerClock, now)
+	}
+	if from.len()+to.len() != held {
+		t.Fatalf("keys after the move: %d + %d, want %d", from.len(), to.len(), held)
+	}
+	later := now + int64(5*time.Second)
+	for _, k := range keys {
+		s := from
+		if k.h%2 == 0 {
+			s = to
+		}
+		d1, _ := s.take(k.h, k.l, 1, later, later, nil)
+		d2, _ := ref.take(k.h, k.l, 1, later, later, nil)
+		if d1 != d2 {
+			t.Fatalf("%v key %x after the move: got %+v, want %+v", k.l.Kind, k.h, d1, d2)
+		}
+	}
+}
