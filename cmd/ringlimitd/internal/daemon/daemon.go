@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -214,6 +215,11 @@ func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("http listener: %w", err)
 	}
+	var desc *descriptorHandler
+	if cfg.PolicyFile != "" {
+		desc = &descriptorHandler{}
+		nc.Descriptors = desc
+	}
 	n, err = node.New(nc)
 	if err != nil {
 		ln.Close()
@@ -229,6 +235,7 @@ func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 			return nil, fmt.Errorf("%w: policy file: %w", config.ErrInvalid, err)
 		}
 		extra["/v1/check_descriptors"] = d.policy.Handler()
+		desc.w.Store(d.policy)
 	}
 	h := httpapi.NewHandler(limiter{n}, httpapi.Options{
 		Logger: logger.With("component", "http"),
@@ -303,6 +310,19 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		return errors.Join(httpErr, fmt.Errorf("node close: %w", context.Cause(ctx)))
 	}
+}
+
+// descriptorHandler serves the gRPC CheckDescriptors RPC with the policy file
+// watcher, which can only start once the node (its Checker) exists: until
+// then the RPC answers Unavailable.
+type descriptorHandler struct{ w atomic.Pointer[policyfile.Watcher] }
+
+func (h *descriptorHandler) CheckDescriptors(ctx context.Context, c transport.DescriptorCheck) (transport.DescriptorResult, error) {
+	w := h.w.Load()
+	if w == nil {
+		return transport.DescriptorResult{}, fmt.Errorf("%w: policy file not loaded yet", transport.ErrUnavailable)
+	}
+	return w.CheckDescriptors(ctx, c)
 }
 
 // limiter adapts *node.Node to httpapi.Limiter.

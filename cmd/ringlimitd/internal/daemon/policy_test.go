@@ -13,12 +13,18 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/config"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/policyfile"
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/node/policy"
+	"github.com/ringlimit/ringlimit/transport"
+	pb "github.com/ringlimit/ringlimit/transport/ringlimitv1"
 )
 
 // writeAtomic replaces path's content in one rename, as editors and config
@@ -159,4 +165,46 @@ type nopChecker struct{}
 
 func (nopChecker) AllowPenalized(context.Context, string, algo.Limit, int64, node.Penalty) (node.Decision, error) {
 	return node.Decision{}, nil
+}
+
+// TestPolicyFileGRPC: the Limiter service's CheckDescriptors answers from the
+// policy file; bad input is InvalidArgument; a daemon without a policy file
+// answers Unimplemented.
+func TestPolicyFileGRPC(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	writeAtomic(t, path, policyV1)
+	d := startDaemon(t, testConfig(t, "policy-grpc", "--policy-file", path))
+	conn, err := grpc.NewClient(d.Node().GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := pb.NewLimiterClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req := &pb.CheckDescriptorsRequest{Domain: "api", Descriptors: []*pb.RateLimitDescriptor{{Entries: []*pb.DescriptorEntry{{Key: "user", Value: "cy"}}}}}
+	for i, want := range []bool{true, true, false} {
+		resp, err := c.CheckDescriptors(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := transport.DescriptorResultFromWire(resp)
+		if r.Allowed != want || len(r.Statuses) != 1 || r.Statuses[0].Rule != "v1" || r.Statuses[0].Decision.Limit != 2 || r.PolicyVersion != 1 {
+			t.Fatalf("call %d: got %+v, want allowed=%v by v1 (limit 2)", i, r, want)
+		}
+	}
+	if _, err := c.CheckDescriptors(ctx, &pb.CheckDescriptorsRequest{Descriptors: req.Descriptors}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("empty domain: got %v, want InvalidArgument", err)
+	}
+
+	plain := startDaemon(t, testConfig(t, "no-policy-grpc"))
+	conn2, err := grpc.NewClient(plain.Node().GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn2.Close()
+	if _, err := pb.NewLimiterClient(conn2).CheckDescriptors(ctx, req); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("no policy file: got %v, want Unimplemented", err)
+	}
 }

@@ -15,6 +15,7 @@
 package policyfile
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -332,4 +333,37 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// CheckDescriptors implements transport.DescriptorHandler (the gRPC Limiter
+// service's CheckDescriptors RPC) over the Watcher's Limiter. Errors: invalid
+// requests wrap transport.ErrInvalidCheck (InvalidArgument), anything else
+// transport.ErrUnavailable.
+func (w *Watcher) CheckDescriptors(ctx context.Context, c transport.DescriptorCheck) (transport.DescriptorResult, error) {
+	descs := make([]policy.Descriptor, len(c.Descriptors))
+	for i, d := range c.Descriptors {
+		descs[i].Hits = d.Hits
+		descs[i].Entries = make([]policy.Entry, len(d.Entries))
+		for j, e := range d.Entries {
+			descs[i].Entries[j] = policy.Entry{Key: e.Key, Value: e.Value}
+		}
+	}
+	res, err := w.lim.Check(ctx, c.Domain, descs, c.Hits)
+	if err != nil {
+		if errors.Is(err, policy.ErrInvalidRequest) || errors.Is(err, transport.ErrInvalidCheck) || errors.Is(err, algo.ErrInvalidLimit) {
+			return transport.DescriptorResult{}, fmt.Errorf("%w: %w", transport.ErrInvalidCheck, err)
+		}
+		return transport.DescriptorResult{}, fmt.Errorf("%w: %w", transport.ErrUnavailable, err)
+	}
+	out := transport.DescriptorResult{Allowed: res.Allowed, PolicyVersion: res.Version, Statuses: make([]transport.DescriptorStatus, len(res.Decisions))}
+	for i := range res.Decisions {
+		d := &res.Decisions[i]
+		st := transport.DescriptorStatus{Outcome: string(d.Outcome()), WouldDeny: d.WouldDeny}
+		st.Result = transport.Result{Decision: d.Decision.Decision, Route: d.Route, Owner: d.Owner, Banned: d.Banned}
+		if d.Rule != nil {
+			st.Rule = d.Rule.ID()
+		}
+		out.Statuses[i] = st
+	}
+	return out, nil
 }
