@@ -315,7 +315,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 // descriptorHandler serves the gRPC CheckDescriptors RPC with the policy file
 // watcher, which can only start once the node (its Checker) exists: until
 // then the RPC answers Unavailable.
-type descriptorHandler struct{ w atomic.Pointer[policyfile.Watcher] }
+type descriptorHandler struct {
+	w atomic.Pointer[policyfile.Watcher]
+}
 
 func (h *descriptorHandler) CheckDescriptors(ctx context.Context, c transport.DescriptorCheck) (transport.DescriptorResult, error) {
 	w := h.w.Load()

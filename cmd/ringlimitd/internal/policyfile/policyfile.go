@@ -286,22 +286,21 @@ func (w *Watcher) Handler() http.Handler {
 			writeJSON(rw, http.StatusBadRequest, errorBody{"body: data after the JSON object"})
 			return
 		}
-		hits := int64(1)
+		c := transport.DescriptorCheck{Domain: req.Domain, Hits: 1, Descriptors: make([]transport.Descriptor, len(req.Descriptors))}
 		if req.Hits != nil {
-			hits = *req.Hits
+			c.Hits = *req.Hits
 		}
-		descs := make([]policy.Descriptor, len(req.Descriptors))
 		for i, d := range req.Descriptors {
-			descs[i].Hits = d.Hits
-			descs[i].Entries = make([]policy.Entry, len(d.Entries))
+			c.Descriptors[i].Hits = d.Hits
+			c.Descriptors[i].Entries = make([]transport.DescriptorEntry, len(d.Entries))
 			for j, e := range d.Entries {
-				descs[i].Entries[j] = policy.Entry{Key: e.Key, Value: e.Value}
+				c.Descriptors[i].Entries[j] = transport.DescriptorEntry{Key: e.Key, Value: e.Value}
 			}
 		}
-		res, err := w.lim.Check(r.Context(), req.Domain, descs, hits)
+		res, err := w.CheckDescriptors(r.Context(), c)
 		if err != nil {
 			status := http.StatusServiceUnavailable
-			if errors.Is(err, policy.ErrInvalidRequest) || errors.Is(err, transport.ErrInvalidCheck) || errors.Is(err, algo.ErrInvalidLimit) {
+			if errors.Is(err, transport.ErrInvalidCheck) {
 				status = http.StatusBadRequest
 			}
 			writeJSON(rw, status, errorBody{err.Error()})
@@ -311,18 +310,16 @@ func (w *Watcher) Handler() http.Handler {
 	})
 }
 
-// Response maps a policy.Result to its JSON form.
-func Response(res policy.Result) CheckResponse {
-	out := CheckResponse{Allowed: res.Allowed, PolicyVersion: res.Version, Descriptors: make([]DescriptorStatus, len(res.Decisions))}
-	for i := range res.Decisions {
-		d := &res.Decisions[i]
-		s := DescriptorStatus{Allowed: d.Allowed, Outcome: string(d.Outcome()), Limit: d.Limit, Remaining: d.Remaining,
-			RetryAfterNS: int64(d.RetryAfter), ResetAfterNS: int64(d.ResetAfter), Banned: d.Banned, WouldDeny: d.WouldDeny, Owner: d.Owner}
-		if d.Rule != nil {
-			s.Rule = d.Rule.ID()
-		}
-		if d.Key != "" {
-			s.Route = d.Route.String()
+// Response maps a descriptor check's result to its JSON form.
+func Response(res transport.DescriptorResult) CheckResponse {
+	out := CheckResponse{Allowed: res.Allowed, PolicyVersion: res.PolicyVersion, Descriptors: make([]DescriptorStatus, len(res.Statuses))}
+	for i := range res.Statuses {
+		st := &res.Statuses[i]
+		d := &st.Decision
+		s := DescriptorStatus{Allowed: d.Allowed, Outcome: st.Outcome, Rule: st.Rule, Limit: d.Limit, Remaining: d.Remaining,
+			RetryAfterNS: int64(d.RetryAfter), ResetAfterNS: int64(d.ResetAfter), Banned: st.Banned, WouldDeny: st.WouldDeny, Owner: st.Owner}
+		if st.Route != transport.RouteUnknown {
+			s.Route = st.Route.String()
 		}
 		out.Descriptors[i] = s
 	}
@@ -359,7 +356,10 @@ func (w *Watcher) CheckDescriptors(ctx context.Context, c transport.DescriptorCh
 	for i := range res.Decisions {
 		d := &res.Decisions[i]
 		st := transport.DescriptorStatus{Outcome: string(d.Outcome()), WouldDeny: d.WouldDeny}
-		st.Result = transport.Result{Decision: d.Decision.Decision, Route: d.Route, Owner: d.Owner, Banned: d.Banned}
+		st.Result = transport.Result{Decision: d.Decision.Decision, Owner: d.Owner, Banned: d.Banned}
+		if d.Key != "" { // the cluster was asked: its route
+			st.Route = d.Route
+		}
 		if d.Rule != nil {
 			st.Rule = d.Rule.ID()
 		}
