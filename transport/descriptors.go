@@ -108,4 +108,3 @@ func DescriptorResultFromWire(m *pb.CheckDescriptorsResponse) DescriptorResult {
 	}
 	return r
 }
-
