@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -43,6 +44,17 @@ func BenchmarkHTTPOverhead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// The node's own cost for the same check, for the ratio.
+	b.Run("allow-only", func(b *testing.B) {
+		ctx := context.Background()
+		l := algo.Limit{Kind: algo.GCRA, Limit: 1 << 30, Period: time.Hour, Burst: 1 << 20}
+		b.ReportAllocs()
+		for b.Loop() {
+			if d, err := n.AllowN(ctx, "ip:192.0.2.1", l, 1); err != nil || !d.Allowed {
+				b.Fatal(d, err)
+			}
+		}
+	})
 	for _, bc := range []struct {
 		name string
 		h    http.Handler
