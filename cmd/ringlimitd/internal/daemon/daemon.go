@@ -139,6 +139,12 @@ func run(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	if err != nil {
 		return &exitError{ExitUsage, err}
 	}
+	// SIGHUP reloads --policy-file. Registered before Start, so a SIGHUP that
+	// arrives once the daemon has logged "started" never takes the default
+	// action (exit).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	d, err := Start(cfg, logger)
 	if err != nil {
 		code := ExitFailure
@@ -148,9 +154,6 @@ func run(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		return &exitError{code, err}
 	}
 	var serveErr error
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 wait:
 	for {
 		select {
