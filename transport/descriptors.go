@@ -61,6 +61,8 @@ type DescriptorHandler interface {
 	CheckDescriptors(ctx context.Context, c DescriptorCheck) (DescriptorResult, error)
 }
 
+// CheckDescriptors serves the RPC with ServerConfig.Descriptors (UNIMPLEMENTED
+// when nil); bad input is INVALID_ARGUMENT.
 func (s *limiterServer) CheckDescriptors(ctx context.Context, req *pb.CheckDescriptorsRequest) (*pb.CheckDescriptorsResponse, error) {
 	if s.desc == nil {
 		return nil, status.Error(codes.Unimplemented, "this server has no policy file (ringlimitd --policy-file)")

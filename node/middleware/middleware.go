@@ -96,6 +96,7 @@ func NodeLimiter(n KeyChecker, l algo.Limit, name, prefix string) (Limiter, erro
 	return &nodeLimiter{n: n, l: l, name: name, prefix: prefix}, nil
 }
 
+// Limit takes one hit of prefix+key on the node.
 func (nl *nodeLimiter) Limit(ctx context.Context, key string) (Verdict, error) {
 	d, err := nl.n.AllowN(ctx, nl.prefix+key, nl.l, 1)
 	if err != nil {
@@ -123,6 +124,7 @@ func PolicyLimiter(pl *policy.Limiter, domain string, descriptors func(key strin
 	return &policyLimiter{pl: pl, domain: domain, desc: descriptors}, nil
 }
 
+// Limit checks the key's descriptors against the policy file.
 func (p *policyLimiter) Limit(ctx context.Context, key string) (Verdict, error) {
 	return checkPolicy(ctx, p.pl, p.domain, p.desc(key))
 }

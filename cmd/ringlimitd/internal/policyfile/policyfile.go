@@ -62,6 +62,7 @@ type metrics struct {
 	descriptors *prometheus.CounterVec
 }
 
+// Descriptor implements policy.Metrics.
 func (m *metrics) Descriptor(domain, rule string, o policy.Outcome) {
 	m.descriptors.WithLabelValues(domain, rule, string(o)).Inc()
 }
