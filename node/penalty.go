@@ -15,6 +15,12 @@ import (
 // AllowPenalized.
 type Penalty = transport.Penalty
 
+// ErrInvalidCheck is wrapped by every error a check returns for bad input
+// (it is transport.ErrInvalidCheck): an empty or too long key, hits out of
+// range, an invalid limit (then algo.ErrInvalidLimit too) or penalty. Front
+// doors tell bad input from an unavailable cluster with it.
+var ErrInvalidCheck = transport.ErrInvalidCheck
+
 // MaxPenaltyDenials is the largest Penalty.Denials (1024).
 const MaxPenaltyDenials = transport.MaxPenaltyDenials
 

@@ -71,7 +71,9 @@ func WithDenyHandler(h http.Handler) Option {
 
 // WithFailClosed answers 503 Service Unavailable when the Limiter returns an
 // error. Default: fail open (the request reaches the handler, without
-// RateLimit fields).
+// RateLimit fields). Either way, an error that is the request's fault (a key
+// the node refuses, such as one above its MaxKeyLen) is 400 Bad Request: a
+// request never passes unlimited because its key is too long.
 func WithFailClosed() Option {
 	return func(c *httpConfig) error { c.failClosed = true; return nil }
 }
@@ -278,6 +280,8 @@ func (c *httpConfig) wrap(decide func(r *http.Request) (Verdict, bool, error)) f
 				switch {
 				case !fromLimiter:
 					http.Error(w, "rate limit key: "+err.Error(), http.StatusInternalServerError)
+				case invalidInput(err):
+					http.Error(w, "rate limit: invalid request: "+err.Error(), http.StatusBadRequest)
 				case c.failClosed:
 					http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
 				default:
