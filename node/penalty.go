@@ -39,7 +39,7 @@ func (n *Node) AllowPenalized(ctx context.Context, key string, l algo.Limit, hit
 	return n.decide(ctx, transport.Check{Key: key, Limit: l, Hits: hits, Penalty: p})
 }
 
-// penaltyShards shards the ban states like a store, by the key's ring hash.
+// penalties shards the ban states like a store, by the key's ring hash.
 // Its lock is taken before the store shard's lock (never the other way round),
 // so a penalized check is atomic with its algorithm decision. Keys checked
 // without a penalty never touch it.
