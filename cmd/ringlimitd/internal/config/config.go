@@ -112,6 +112,10 @@ type Config struct {
 	LogLevel string
 	// LogFormat is json or text (--log-format). Default json.
 	LogFormat string
+	// PolicyFile is an envoyproxy/ratelimit-format policy file (--policy-file)
+	// served by POST /v1/check_descriptors and the gRPC CheckDescriptors RPC,
+	// reloaded when it changes and on SIGHUP. Default: none.
+	PolicyFile string
 }
 
 // Default returns the documented defaults of every field.
@@ -159,6 +163,7 @@ func (c *Config) Register(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on the graceful stop (HTTP drain, leave, handoff)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "json or text")
+	fs.StringVar(&c.PolicyFile, "policy-file", c.PolicyFile, "policy file (envoyproxy/ratelimit format) for /v1/check_descriptors; reloaded on change and on SIGHUP")
 }
 
 // EnvName returns the environment variable of the flag named flag:
