@@ -172,6 +172,9 @@ type Config struct {
 	// since, so a step of the system clock (NTP) never moves limits backwards or
 	// forwards; gradual NTP slewing still applies.
 	Clock func() int64
+	// Descriptors, when set, serves the gRPC Limiter service's CheckDescriptors
+	// RPC (the daemon's policy file). Default nil: UNIMPLEMENTED.
+	Descriptors transport.DescriptorHandler
 
 	// peerNet, set only by node's own tests, carries forwards and handoffs in
 	// memory instead of over gRPC (the node still serves gRPC).

@@ -240,7 +240,7 @@ func New(cfg Config) (*Node, error) {
 	if cfg.peerNet != nil {
 		n.peers = cfg.peerNet.attach(n)
 	}
-	n.grpcSrv = transport.NewServer(transport.ServerConfig{TLS: serverTLS, MaxKeyLen: cfg.MaxKeyLen}, peerService{n}, n)
+	n.grpcSrv = transport.NewServer(transport.ServerConfig{TLS: serverTLS, MaxKeyLen: cfg.MaxKeyLen, Descriptors: cfg.Descriptors}, peerService{n}, n)
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()

@@ -15,6 +15,12 @@ import (
 // AllowPenalized.
 type Penalty = transport.Penalty
 
+// ErrInvalidCheck is wrapped by every error a check returns for bad input
+// (it is transport.ErrInvalidCheck): an empty or too long key, hits out of
+// range, an invalid limit (then algo.ErrInvalidLimit too) or penalty. Front
+// doors tell bad input from an unavailable cluster with it.
+var ErrInvalidCheck = transport.ErrInvalidCheck
+
 // MaxPenaltyDenials is the largest Penalty.Denials (1024).
 const MaxPenaltyDenials = transport.MaxPenaltyDenials
 
@@ -33,7 +39,7 @@ func (n *Node) AllowPenalized(ctx context.Context, key string, l algo.Limit, hit
 	return n.decide(ctx, transport.Check{Key: key, Limit: l, Hits: hits, Penalty: p})
 }
 
-// penaltyShards shards the ban states like a store, by the key's ring hash.
+// penalties shards the ban states like a store, by the key's ring hash.
 // Its lock is taken before the store shard's lock (never the other way round),
 // so a penalized check is atomic with its algorithm decision. Keys checked
 // without a penalty never touch it.

@@ -42,6 +42,9 @@ const (
 // negative) field takes the documented default. It is not read after NewServer
 // returns.
 type ServerConfig struct {
+	// Descriptors serves the Limiter service's CheckDescriptors RPC; nil
+	// answers it UNIMPLEMENTED.
+	Descriptors DescriptorHandler
 	// TLS is the server's TLS configuration, for example the server half of
 	// LoadMutualTLS. nil serves plaintext (trusted networks, tests).
 	TLS *tls.Config
@@ -196,7 +199,7 @@ func NewServer(cfg ServerConfig, peer PeerHandler, lim LimiterHandler) *Server {
 		pb.RegisterPeerServer(s.grpc, &peerServer{cfg: cfg, h: peer, stop: s.stop})
 	}
 	if lim != nil {
-		pb.RegisterLimiterServer(s.grpc, &limiterServer{cfg: cfg, h: lim})
+		pb.RegisterLimiterServer(s.grpc, &limiterServer{cfg: cfg, h: lim, desc: cfg.Descriptors})
 	}
 	return s
 }
@@ -479,8 +482,9 @@ func (s *peerServer) Transfer(ctx context.Context, req *pb.TransferRequest) (*pb
 // limiterServer implements the public Limiter service on top of a LimiterHandler.
 type limiterServer struct {
 	pb.UnimplementedLimiterServer
-	cfg ServerConfig
-	h   LimiterHandler
+	cfg  ServerConfig
+	h    LimiterHandler
+	desc DescriptorHandler
 }
 
 func (s *limiterServer) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {

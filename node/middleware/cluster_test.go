@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/node/policy"
 )
@@ -82,5 +86,63 @@ descriptors:
 	}
 	if admitted != 10 {
 		t.Fatalf("admitted %d through three nodes, want exactly 10", admitted)
+	}
+}
+
+// TestOversizedKeyNeverPasses: a key the node refuses (above its MaxKeyLen)
+// is the request's fault, 400 / InvalidArgument, not a limiter outage to fail
+// open on: a long header or path must not bypass the limit.
+func TestOversizedKeyNeverPasses(t *testing.T) {
+	t.Parallel()
+	cfg := node.TestConfig()
+	cfg.Name = "solo"
+	n, err := node.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	lim, err := NodeLimiter(n, hourly(1), "per_key", "k:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hit reached
+	h := mustHTTP(t, lim, WithKeyFunc(KeyFromHeader("X-Api-Key")))(hit.handler())
+	long := strings.Repeat("x", 4096)
+	for i := 0; i < 3; i++ {
+		if w := serve(h, "192.0.2.1:1", map[string]string{"X-Api-Key": long}); w.Code != http.StatusBadRequest {
+			t.Fatalf("request %d with a 4 KiB key: got %d, want 400", i, w.Code)
+		}
+	}
+	if hit.count() != 0 {
+		t.Fatalf("handler reached %d times, want 0", hit.count())
+	}
+	p, err := policy.Parse("p.yaml", []byte("domain: d\ndescriptors:\n  - key: path\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := policy.NewLimiter(n, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := HTTPDescriptors(pl, "d", func(r *http.Request) ([]policy.Descriptor, error) {
+		return []policy.Descriptor{{Entries: []policy.Entry{{Key: "path", Value: r.URL.Path}}}}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest(http.MethodGet, "/"+long, nil)
+	w := httptest.NewRecorder()
+	mw(hit.handler()).ServeHTTP(w, r)
+	if w.Code != http.StatusBadRequest || hit.count() != 0 {
+		t.Fatalf("4 KiB path: got %d, reached %d; want 400, not reached", w.Code, hit.count())
+	}
+	ic, err := UnaryServerInterceptor(lim, WithGRPCKeyFunc(func(context.Context, string) (string, error) { return long, nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	called := false
+	_, err = ic(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: method}, func(context.Context, any) (any, error) { called = true; return nil, nil })
+	if status.Code(err) != codes.InvalidArgument || called {
+		t.Fatalf("gRPC 4 KiB key: got %v, called %v; want InvalidArgument, not called", err, called)
 	}
 }

@@ -95,7 +95,8 @@ func newGRPCConfig(l Limiter, opts []GRPCOption) (*grpcConfig, error) {
 // A denied call fails with codes.ResourceExhausted naming the full method,
 // with google.rpc.RetryInfo (the retry delay) and google.rpc.QuotaFailure (the
 // key and policy) details. A Limiter error lets the call through (fail open)
-// or, with WithGRPCFailClosed, fails it with codes.Unavailable. Errors: a nil
+// or, with WithGRPCFailClosed, fails it with codes.Unavailable; an error that
+// is the call's fault (a key the node refuses) is codes.InvalidArgument. Errors: a nil
 // Limiter or a bad option (wrapping ErrInvalidOption).
 func UnaryServerInterceptor(l Limiter, opts ...GRPCOption) (grpc.UnaryServerInterceptor, error) {
 	c, err := newGRPCConfig(l, opts)
@@ -133,6 +134,9 @@ func (c *grpcConfig) decide(ctx context.Context, l Limiter, method string) error
 	}
 	v, err := l.Limit(ctx, key)
 	if err != nil {
+		if invalidInput(err) {
+			return status.Errorf(codes.InvalidArgument, "%s: rate limit: %v", method, err)
+		}
 		if c.failClosed {
 			return status.Errorf(codes.Unavailable, "%s: rate limiter unavailable: %v", method, err)
 		}

@@ -70,7 +70,6 @@ func TestUnaryInterceptorDeniesWithDetails(t *testing.T) {
 	}
 }
 
-
 func TestInterceptorLimiterError(t *testing.T) {
 	t.Parallel()
 	f := &fakeLimiter{err: errors.New("owner down")}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/textproto"
 	"strconv"
 	"strings"
 
@@ -70,7 +71,9 @@ func WithDenyHandler(h http.Handler) Option {
 
 // WithFailClosed answers 503 Service Unavailable when the Limiter returns an
 // error. Default: fail open (the request reaches the handler, without
-// RateLimit fields).
+// RateLimit fields). Either way, an error that is the request's fault (a key
+// the node refuses, such as one above its MaxKeyLen) is 400 Bad Request: a
+// request never passes unlimited because its key is too long.
 func WithFailClosed() Option {
 	return func(c *httpConfig) error { c.failClosed = true; return nil }
 }
@@ -277,6 +280,8 @@ func (c *httpConfig) wrap(decide func(r *http.Request) (Verdict, bool, error)) f
 				switch {
 				case !fromLimiter:
 					http.Error(w, "rate limit key: "+err.Error(), http.StatusInternalServerError)
+				case invalidInput(err):
+					http.Error(w, "rate limit: invalid request: "+err.Error(), http.StatusBadRequest)
 				case c.failClosed:
 					http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
 				default:
@@ -301,36 +306,56 @@ func (c *httpConfig) wrap(decide func(r *http.Request) (Verdict, bool, error)) f
 	}
 }
 
-// setFields sets RateLimit-Policy and RateLimit for v.
+// The canonical (textproto) forms of the field names: assigning the header
+// map directly skips Set's canonicalization, which allocates for names that
+// are not canonical already ("RateLimit" is not).
+var (
+	keyRateLimitPolicy = textproto.CanonicalMIMEHeaderKey(HeaderRateLimitPolicy)
+	keyRateLimit       = textproto.CanonicalMIMEHeaderKey(HeaderRateLimit)
+)
+
+// setFields sets (replaces) RateLimit-Policy and RateLimit for v.
 func setFields(h http.Header, v Verdict) {
-	name := sfString(v.Policy)
-	h.Set(HeaderRateLimitPolicy, name+";q="+strconv.FormatInt(v.Limit, 10)+";w="+strconv.FormatInt(ceilSeconds(v.Window, 1), 10))
+	var buf [160]byte
+	b := appendSFString(buf[:0], v.Policy)
+	n := len(b)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, v.Limit, 10)
+	b = append(b, ";w="...)
+	b = strconv.AppendInt(b, ceilSeconds(v.Window, 1), 10)
+	policyEnd := len(b)
+	b = append(b, b[:n]...)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, v.Remaining, 10)
 	t := v.ResetAfter
 	if !v.Allowed && v.RetryAfter > t {
 		t = v.RetryAfter
 	}
-	h.Set(HeaderRateLimit, name+";r="+strconv.FormatInt(v.Remaining, 10)+";t="+strconv.FormatInt(ceilSeconds(t, 0), 10))
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, ceilSeconds(t, 0), 10)
+	s := string(b) // one allocation for both values
+	vals := []string{s[:policyEnd], s[policyEnd:]}
+	h[keyRateLimitPolicy] = vals[0:1:1]
+	h[keyRateLimit] = vals[1:2:2]
 }
 
-// sfString serializes s as a Structured Fields String (RFC 8941 §4.1.6):
-// quoted, with '"' and '\' escaped; characters outside printable ASCII are
-// replaced by '?'.
-func sfString(s string) string {
-	var b strings.Builder
-	b.Grow(len(s) + 2)
-	b.WriteByte('"')
+// sfString serializes s as a Structured Fields String (RFC 8941 §4.1.6).
+func sfString(s string) string { return string(appendSFString(nil, s)) }
+
+// appendSFString appends s as a Structured Fields String: quoted, with '"'
+// and '\' escaped; characters outside printable ASCII are replaced by '?'.
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
 		ch := s[i]
 		switch {
 		case ch == '"' || ch == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(ch)
+			b = append(b, '\\', ch)
 		case ch < 0x20 || ch > 0x7e:
-			b.WriteByte('?')
+			b = append(b, '?')
 		default:
-			b.WriteByte(ch)
+			b = append(b, ch)
 		}
 	}
-	b.WriteByte('"')
-	return b.String()
+	return append(b, '"')
 }

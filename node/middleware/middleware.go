@@ -30,6 +30,13 @@ import (
 // a nil Limiter, nil function or bad option value.
 var ErrInvalidOption = errors.New("middleware: invalid option")
 
+// invalidInput reports whether err is the request's fault (a key the node
+// refuses, a bad descriptor): such a request is refused, never let through as
+// if the limiter were down.
+func invalidInput(err error) bool {
+	return errors.Is(err, node.ErrInvalidCheck) || errors.Is(err, policy.ErrInvalidRequest) || errors.Is(err, algo.ErrInvalidLimit)
+}
+
 // ErrNoKey is wrapped by key functions that find no key in the request (a
 // missing header or metadata entry, an unparsable peer address).
 var ErrNoKey = errors.New("middleware: no rate-limit key in request")
@@ -96,6 +103,7 @@ func NodeLimiter(n KeyChecker, l algo.Limit, name, prefix string) (Limiter, erro
 	return &nodeLimiter{n: n, l: l, name: name, prefix: prefix}, nil
 }
 
+// Limit takes one hit of prefix+key on the node.
 func (nl *nodeLimiter) Limit(ctx context.Context, key string) (Verdict, error) {
 	d, err := nl.n.AllowN(ctx, nl.prefix+key, nl.l, 1)
 	if err != nil {
@@ -123,6 +131,7 @@ func PolicyLimiter(pl *policy.Limiter, domain string, descriptors func(key strin
 	return &policyLimiter{pl: pl, domain: domain, desc: descriptors}, nil
 }
 
+// Limit checks the key's descriptors against the policy file.
 func (p *policyLimiter) Limit(ctx context.Context, key string) (Verdict, error) {
 	return checkPolicy(ctx, p.pl, p.domain, p.desc(key))
 }

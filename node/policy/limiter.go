@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -184,8 +185,9 @@ func (l *Limiter) Policy() (*Policy, uint64) {
 // skipped, and every remaining limited descriptor is decided on its key's
 // owner, in order, with its rule's penalty. As in envoyproxy/ratelimit, every
 // matched descriptor takes its hits even when another one is denied. Errors:
-// a wrapped ErrInvalidRequest for bad input, or the node's error (then the
-// descriptors decided before it have taken their hits).
+// a wrapped ErrInvalidRequest for bad input (including a descriptor whose key
+// the node refuses, node.ErrInvalidCheck, e.g. above its MaxKeyLen), or the
+// node's error (then the descriptors decided before it have taken their hits).
 func (l *Limiter) Check(ctx context.Context, domain string, descs []Descriptor, hits int64) (Result, error) {
 	if domain == "" {
 		return Result{}, fmt.Errorf("%w: empty domain", ErrInvalidRequest)
@@ -240,6 +242,9 @@ func (l *Limiter) Check(ctx context.Context, domain string, descs []Descriptor, 
 		default:
 			d.Key = Key(domain, descs[i].Entries)
 			nd, err := l.c.AllowPenalized(ctx, d.Key, r.Limit, d.Hits, r.Penalty)
+			if errors.Is(err, node.ErrInvalidCheck) { // e.g. a key above the node's MaxKeyLen
+				return Result{}, fmt.Errorf("%w: descriptor %d (rule %s): %w", ErrInvalidRequest, i, r.ID(), err)
+			}
 			if err != nil {
 				return Result{}, fmt.Errorf("policy: descriptor %d (rule %s): %w", i, r.ID(), err)
 			}

@@ -846,3 +846,36 @@ func TestLoadFiles(t *testing.T) {
 		t.Fatal("missing file: got nil error")
 	}
 }
+
+// TestWindowBoundariesAsEnvoy: windows start where envoyproxy/ratelimit's do
+// (now - now mod unit, from the Unix epoch): WEEK on Thursdays 00:00 UTC
+// (1970-01-01 was a Thursday), MONTH every 30 days (2026-11-03 is day 692×30),
+// YEAR every 365 days (2026-12-18 is day 57×365), not calendar weeks, months
+// or years.
+func TestWindowBoundariesAsEnvoy(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		unit     string
+		boundary time.Time
+	}{
+		{"day", time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)},
+		{"week", time.Date(2026, 11, 19, 0, 0, 0, 0, time.UTC)},
+		{"month", time.Date(2026, 11, 3, 0, 0, 0, 0, time.UTC)},
+		{"year", time.Date(2026, 12, 18, 0, 0, 0, 0, time.UTC)},
+	} {
+		f := newFake(tt.boundary.Add(-time.Second))
+		l := newLimiter(t, f, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: "+tt.unit+", requests_per_unit: 1}\n")
+		ctx := context.Background()
+		if res, _ := l.Check(ctx, "d", one("k", "v"), 1); !res.Allowed {
+			t.Fatalf("%s: first check before the boundary denied", tt.unit)
+		}
+		res, _ := l.Check(ctx, "d", one("k", "v"), 1)
+		if res.Allowed || res.Decisions[0].RetryAfter != time.Second {
+			t.Fatalf("%s: second check: got allowed=%v RetryAfter %v, want denied for 1s (until %v)", tt.unit, res.Allowed, res.Decisions[0].RetryAfter, tt.boundary)
+		}
+		f.set(tt.boundary)
+		if res, _ := l.Check(ctx, "d", one("k", "v"), 1); !res.Allowed {
+			t.Fatalf("%s: at the boundary %v: denied, want a new window", tt.unit, tt.boundary)
+		}
+	}
+}

@@ -690,6 +690,311 @@ func (x *CheckBatchResponse) GetResults() []*Result {
 	return nil
 }
 
+// DescriptorEntry is one key/value pair of a descriptor.
+type DescriptorEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescriptorEntry) Reset() {
+	*x = DescriptorEntry{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescriptorEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescriptorEntry) ProtoMessage() {}
+
+func (x *DescriptorEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescriptorEntry.ProtoReflect.Descriptor instead.
+func (*DescriptorEntry) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *DescriptorEntry) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *DescriptorEntry) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+// RateLimitDescriptor is one descriptor: its entries walk the policy tree in order.
+type RateLimitDescriptor struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Entries []*DescriptorEntry     `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// Hits for this descriptor, replacing the request's; 0 peeks.
+	Hits          *int64 `protobuf:"varint,2,opt,name=hits,proto3,oneof" json:"hits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RateLimitDescriptor) Reset() {
+	*x = RateLimitDescriptor{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RateLimitDescriptor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RateLimitDescriptor) ProtoMessage() {}
+
+func (x *RateLimitDescriptor) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RateLimitDescriptor.ProtoReflect.Descriptor instead.
+func (*RateLimitDescriptor) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RateLimitDescriptor) GetEntries() []*DescriptorEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *RateLimitDescriptor) GetHits() int64 {
+	if x != nil && x.Hits != nil {
+		return *x.Hits
+	}
+	return 0
+}
+
+type CheckDescriptorsRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Domain      string                 `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	Descriptors []*RateLimitDescriptor `protobuf:"bytes,2,rep,name=descriptors,proto3" json:"descriptors,omitempty"`
+	// Hits per descriptor; 1 when absent; 0 peeks.
+	Hits          *int64 `protobuf:"varint,3,opt,name=hits,proto3,oneof" json:"hits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckDescriptorsRequest) Reset() {
+	*x = CheckDescriptorsRequest{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckDescriptorsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckDescriptorsRequest) ProtoMessage() {}
+
+func (x *CheckDescriptorsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckDescriptorsRequest.ProtoReflect.Descriptor instead.
+func (*CheckDescriptorsRequest) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CheckDescriptorsRequest) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *CheckDescriptorsRequest) GetDescriptors() []*RateLimitDescriptor {
+	if x != nil {
+		return x.Descriptors
+	}
+	return nil
+}
+
+func (x *CheckDescriptorsRequest) GetHits() int64 {
+	if x != nil && x.Hits != nil {
+		return *x.Hits
+	}
+	return 0
+}
+
+// DescriptorStatus is the decision of one descriptor.
+type DescriptorStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// no_rule, unlimited, replaced, allowed, denied, banned or shadow_denied.
+	Outcome string `protobuf:"bytes,1,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	// The rule's name or descriptor path; empty for no_rule.
+	Rule string `protobuf:"bytes,2,opt,name=rule,proto3" json:"rule,omitempty"`
+	// The decision; allowed is true in shadow mode (see would_deny). For a
+	// descriptor the cluster was not asked about, allowed with zero numbers.
+	Decision *Decision `protobuf:"bytes,3,opt,name=decision,proto3" json:"decision,omitempty"`
+	// A shadow_mode rule would have denied.
+	WouldDeny     bool `protobuf:"varint,4,opt,name=would_deny,json=wouldDeny,proto3" json:"would_deny,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescriptorStatus) Reset() {
+	*x = DescriptorStatus{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescriptorStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescriptorStatus) ProtoMessage() {}
+
+func (x *DescriptorStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescriptorStatus.ProtoReflect.Descriptor instead.
+func (*DescriptorStatus) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *DescriptorStatus) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *DescriptorStatus) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *DescriptorStatus) GetDecision() *Decision {
+	if x != nil {
+		return x.Decision
+	}
+	return nil
+}
+
+func (x *DescriptorStatus) GetWouldDeny() bool {
+	if x != nil {
+		return x.WouldDeny
+	}
+	return false
+}
+
+type CheckDescriptorsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when any descriptor was denied.
+	Allowed bool `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	// The policy version that decided every descriptor.
+	PolicyVersion uint64 `protobuf:"varint,2,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	// One status per descriptor, in order.
+	Statuses      []*DescriptorStatus `protobuf:"bytes,3,rep,name=statuses,proto3" json:"statuses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckDescriptorsResponse) Reset() {
+	*x = CheckDescriptorsResponse{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckDescriptorsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckDescriptorsResponse) ProtoMessage() {}
+
+func (x *CheckDescriptorsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckDescriptorsResponse.ProtoReflect.Descriptor instead.
+func (*CheckDescriptorsResponse) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *CheckDescriptorsResponse) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *CheckDescriptorsResponse) GetPolicyVersion() uint64 {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return 0
+}
+
+func (x *CheckDescriptorsResponse) GetStatuses() []*DescriptorStatus {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
 type ForwardRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Checks whose key the receiver owns; the receiver never re-forwards.
@@ -707,7 +1012,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[7]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -719,7 +1024,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[7]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -732,7 +1037,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{7}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ForwardRequest) GetChecks() []*Check {
@@ -774,7 +1079,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[8]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -786,7 +1091,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[8]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -799,7 +1104,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{8}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ForwardResponse) GetResults() []*Result {
@@ -856,7 +1161,7 @@ type KeyState struct {
 
 func (x *KeyState) Reset() {
 	*x = KeyState{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[9]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +1173,7 @@ func (x *KeyState) String() string {
 func (*KeyState) ProtoMessage() {}
 
 func (x *KeyState) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[9]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +1186,7 @@ func (x *KeyState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyState.ProtoReflect.Descriptor instead.
 func (*KeyState) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{9}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *KeyState) GetKey() []byte {
@@ -966,7 +1271,7 @@ type TransferRequest struct {
 
 func (x *TransferRequest) Reset() {
 	*x = TransferRequest{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[10]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1283,7 @@ func (x *TransferRequest) String() string {
 func (*TransferRequest) ProtoMessage() {}
 
 func (x *TransferRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[10]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1296,7 @@ func (x *TransferRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferRequest.ProtoReflect.Descriptor instead.
 func (*TransferRequest) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{10}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TransferRequest) GetStates() []*KeyState {
@@ -1045,7 +1350,7 @@ type PenaltyState struct {
 
 func (x *PenaltyState) Reset() {
 	*x = PenaltyState{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[11]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1362,7 @@ func (x *PenaltyState) String() string {
 func (*PenaltyState) ProtoMessage() {}
 
 func (x *PenaltyState) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[11]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1375,7 @@ func (x *PenaltyState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PenaltyState.ProtoReflect.Descriptor instead.
 func (*PenaltyState) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{11}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PenaltyState) GetKey() []byte {
@@ -1109,7 +1414,7 @@ type TransferResponse struct {
 
 func (x *TransferResponse) Reset() {
 	*x = TransferResponse{}
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[12]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1426,7 @@ func (x *TransferResponse) String() string {
 func (*TransferResponse) ProtoMessage() {}
 
 func (x *TransferResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[12]
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1439,7 @@ func (x *TransferResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferResponse.ProtoReflect.Descriptor instead.
 func (*TransferResponse) Descriptor() ([]byte, []int) {
-	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{12}
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{17}
 }
 
 var File_ringlimit_v1_ringlimit_proto protoreflect.FileDescriptor
@@ -1174,7 +1479,29 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x11CheckBatchRequest\x12+\n" +
 	"\x06checks\x18\x01 \x03(\v2\x13.ringlimit.v1.CheckR\x06checks\"D\n" +
 	"\x12CheckBatchResponse\x12.\n" +
-	"\aresults\x18\x01 \x03(\v2\x14.ringlimit.v1.ResultR\aresults\"w\n" +
+	"\aresults\x18\x01 \x03(\v2\x14.ringlimit.v1.ResultR\aresults\"9\n" +
+	"\x0fDescriptorEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"p\n" +
+	"\x13RateLimitDescriptor\x127\n" +
+	"\aentries\x18\x01 \x03(\v2\x1d.ringlimit.v1.DescriptorEntryR\aentries\x12\x17\n" +
+	"\x04hits\x18\x02 \x01(\x03H\x00R\x04hits\x88\x01\x01B\a\n" +
+	"\x05_hits\"\x98\x01\n" +
+	"\x17CheckDescriptorsRequest\x12\x16\n" +
+	"\x06domain\x18\x01 \x01(\tR\x06domain\x12C\n" +
+	"\vdescriptors\x18\x02 \x03(\v2!.ringlimit.v1.RateLimitDescriptorR\vdescriptors\x12\x17\n" +
+	"\x04hits\x18\x03 \x01(\x03H\x00R\x04hits\x88\x01\x01B\a\n" +
+	"\x05_hits\"\x93\x01\n" +
+	"\x10DescriptorStatus\x12\x18\n" +
+	"\aoutcome\x18\x01 \x01(\tR\aoutcome\x12\x12\n" +
+	"\x04rule\x18\x02 \x01(\tR\x04rule\x122\n" +
+	"\bdecision\x18\x03 \x01(\v2\x16.ringlimit.v1.DecisionR\bdecision\x12\x1d\n" +
+	"\n" +
+	"would_deny\x18\x04 \x01(\bR\twouldDeny\"\x97\x01\n" +
+	"\x18CheckDescriptorsResponse\x12\x18\n" +
+	"\aallowed\x18\x01 \x01(\bR\aallowed\x12%\n" +
+	"\x0epolicy_version\x18\x02 \x01(\x04R\rpolicyVersion\x12:\n" +
+	"\bstatuses\x18\x03 \x03(\v2\x1e.ringlimit.v1.DescriptorStatusR\bstatuses\"w\n" +
 	"\x0eForwardRequest\x12+\n" +
 	"\x06checks\x18\x01 \x03(\v2\x13.ringlimit.v1.CheckR\x06checks\x12\x19\n" +
 	"\bbatch_id\x18\x02 \x01(\x04R\abatchId\x12\x1d\n" +
@@ -1225,11 +1552,12 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\aCODE_OK\x10\x00\x12\x12\n" +
 	"\x0eCODE_NOT_OWNER\x10\x01\x12\x19\n" +
 	"\x15CODE_INVALID_ARGUMENT\x10\x02\x12\x14\n" +
-	"\x10CODE_UNAVAILABLE\x10\x032\x9c\x01\n" +
+	"\x10CODE_UNAVAILABLE\x10\x032\xff\x01\n" +
 	"\aLimiter\x12@\n" +
 	"\x05Check\x12\x1a.ringlimit.v1.CheckRequest\x1a\x1b.ringlimit.v1.CheckResponse\x12O\n" +
 	"\n" +
-	"CheckBatch\x12\x1f.ringlimit.v1.CheckBatchRequest\x1a .ringlimit.v1.CheckBatchResponse2\xeb\x01\n" +
+	"CheckBatch\x12\x1f.ringlimit.v1.CheckBatchRequest\x1a .ringlimit.v1.CheckBatchResponse\x12a\n" +
+	"\x10CheckDescriptors\x12%.ringlimit.v1.CheckDescriptorsRequest\x1a&.ringlimit.v1.CheckDescriptorsResponse2\xeb\x01\n" +
 	"\x04Peer\x12F\n" +
 	"\aForward\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse\x12P\n" +
 	"\rForwardStream\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse(\x010\x01\x12I\n" +
@@ -1248,24 +1576,29 @@ func file_ringlimit_v1_ringlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
-	(Algorithm)(0),             // 0: ringlimit.v1.Algorithm
-	(Route)(0),                 // 1: ringlimit.v1.Route
-	(Code)(0),                  // 2: ringlimit.v1.Code
-	(*Check)(nil),              // 3: ringlimit.v1.Check
-	(*Decision)(nil),           // 4: ringlimit.v1.Decision
-	(*Result)(nil),             // 5: ringlimit.v1.Result
-	(*CheckRequest)(nil),       // 6: ringlimit.v1.CheckRequest
-	(*CheckResponse)(nil),      // 7: ringlimit.v1.CheckResponse
-	(*CheckBatchRequest)(nil),  // 8: ringlimit.v1.CheckBatchRequest
-	(*CheckBatchResponse)(nil), // 9: ringlimit.v1.CheckBatchResponse
-	(*ForwardRequest)(nil),     // 10: ringlimit.v1.ForwardRequest
-	(*ForwardResponse)(nil),    // 11: ringlimit.v1.ForwardResponse
-	(*KeyState)(nil),           // 12: ringlimit.v1.KeyState
-	(*TransferRequest)(nil),    // 13: ringlimit.v1.TransferRequest
-	(*PenaltyState)(nil),       // 14: ringlimit.v1.PenaltyState
-	(*TransferResponse)(nil),   // 15: ringlimit.v1.TransferResponse
+	(Algorithm)(0),                   // 0: ringlimit.v1.Algorithm
+	(Route)(0),                       // 1: ringlimit.v1.Route
+	(Code)(0),                        // 2: ringlimit.v1.Code
+	(*Check)(nil),                    // 3: ringlimit.v1.Check
+	(*Decision)(nil),                 // 4: ringlimit.v1.Decision
+	(*Result)(nil),                   // 5: ringlimit.v1.Result
+	(*CheckRequest)(nil),             // 6: ringlimit.v1.CheckRequest
+	(*CheckResponse)(nil),            // 7: ringlimit.v1.CheckResponse
+	(*CheckBatchRequest)(nil),        // 8: ringlimit.v1.CheckBatchRequest
+	(*CheckBatchResponse)(nil),       // 9: ringlimit.v1.CheckBatchResponse
+	(*DescriptorEntry)(nil),          // 10: ringlimit.v1.DescriptorEntry
+	(*RateLimitDescriptor)(nil),      // 11: ringlimit.v1.RateLimitDescriptor
+	(*CheckDescriptorsRequest)(nil),  // 12: ringlimit.v1.CheckDescriptorsRequest
+	(*DescriptorStatus)(nil),         // 13: ringlimit.v1.DescriptorStatus
+	(*CheckDescriptorsResponse)(nil), // 14: ringlimit.v1.CheckDescriptorsResponse
+	(*ForwardRequest)(nil),           // 15: ringlimit.v1.ForwardRequest
+	(*ForwardResponse)(nil),          // 16: ringlimit.v1.ForwardResponse
+	(*KeyState)(nil),                 // 17: ringlimit.v1.KeyState
+	(*TransferRequest)(nil),          // 18: ringlimit.v1.TransferRequest
+	(*PenaltyState)(nil),             // 19: ringlimit.v1.PenaltyState
+	(*TransferResponse)(nil),         // 20: ringlimit.v1.TransferResponse
 }
 var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	0,  // 0: ringlimit.v1.Check.algorithm:type_name -> ringlimit.v1.Algorithm
@@ -1276,27 +1609,33 @@ var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	4,  // 5: ringlimit.v1.CheckResponse.decision:type_name -> ringlimit.v1.Decision
 	3,  // 6: ringlimit.v1.CheckBatchRequest.checks:type_name -> ringlimit.v1.Check
 	5,  // 7: ringlimit.v1.CheckBatchResponse.results:type_name -> ringlimit.v1.Result
-	3,  // 8: ringlimit.v1.ForwardRequest.checks:type_name -> ringlimit.v1.Check
-	5,  // 9: ringlimit.v1.ForwardResponse.results:type_name -> ringlimit.v1.Result
-	2,  // 10: ringlimit.v1.ForwardResponse.code:type_name -> ringlimit.v1.Code
-	0,  // 11: ringlimit.v1.KeyState.algorithm:type_name -> ringlimit.v1.Algorithm
-	12, // 12: ringlimit.v1.TransferRequest.states:type_name -> ringlimit.v1.KeyState
-	14, // 13: ringlimit.v1.TransferRequest.penalties:type_name -> ringlimit.v1.PenaltyState
-	6,  // 14: ringlimit.v1.Limiter.Check:input_type -> ringlimit.v1.CheckRequest
-	8,  // 15: ringlimit.v1.Limiter.CheckBatch:input_type -> ringlimit.v1.CheckBatchRequest
-	10, // 16: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
-	10, // 17: ringlimit.v1.Peer.ForwardStream:input_type -> ringlimit.v1.ForwardRequest
-	13, // 18: ringlimit.v1.Peer.Transfer:input_type -> ringlimit.v1.TransferRequest
-	7,  // 19: ringlimit.v1.Limiter.Check:output_type -> ringlimit.v1.CheckResponse
-	9,  // 20: ringlimit.v1.Limiter.CheckBatch:output_type -> ringlimit.v1.CheckBatchResponse
-	11, // 21: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
-	11, // 22: ringlimit.v1.Peer.ForwardStream:output_type -> ringlimit.v1.ForwardResponse
-	15, // 23: ringlimit.v1.Peer.Transfer:output_type -> ringlimit.v1.TransferResponse
-	19, // [19:24] is the sub-list for method output_type
-	14, // [14:19] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	10, // 8: ringlimit.v1.RateLimitDescriptor.entries:type_name -> ringlimit.v1.DescriptorEntry
+	11, // 9: ringlimit.v1.CheckDescriptorsRequest.descriptors:type_name -> ringlimit.v1.RateLimitDescriptor
+	4,  // 10: ringlimit.v1.DescriptorStatus.decision:type_name -> ringlimit.v1.Decision
+	13, // 11: ringlimit.v1.CheckDescriptorsResponse.statuses:type_name -> ringlimit.v1.DescriptorStatus
+	3,  // 12: ringlimit.v1.ForwardRequest.checks:type_name -> ringlimit.v1.Check
+	5,  // 13: ringlimit.v1.ForwardResponse.results:type_name -> ringlimit.v1.Result
+	2,  // 14: ringlimit.v1.ForwardResponse.code:type_name -> ringlimit.v1.Code
+	0,  // 15: ringlimit.v1.KeyState.algorithm:type_name -> ringlimit.v1.Algorithm
+	17, // 16: ringlimit.v1.TransferRequest.states:type_name -> ringlimit.v1.KeyState
+	19, // 17: ringlimit.v1.TransferRequest.penalties:type_name -> ringlimit.v1.PenaltyState
+	6,  // 18: ringlimit.v1.Limiter.Check:input_type -> ringlimit.v1.CheckRequest
+	8,  // 19: ringlimit.v1.Limiter.CheckBatch:input_type -> ringlimit.v1.CheckBatchRequest
+	12, // 20: ringlimit.v1.Limiter.CheckDescriptors:input_type -> ringlimit.v1.CheckDescriptorsRequest
+	15, // 21: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
+	15, // 22: ringlimit.v1.Peer.ForwardStream:input_type -> ringlimit.v1.ForwardRequest
+	18, // 23: ringlimit.v1.Peer.Transfer:input_type -> ringlimit.v1.TransferRequest
+	7,  // 24: ringlimit.v1.Limiter.Check:output_type -> ringlimit.v1.CheckResponse
+	9,  // 25: ringlimit.v1.Limiter.CheckBatch:output_type -> ringlimit.v1.CheckBatchResponse
+	14, // 26: ringlimit.v1.Limiter.CheckDescriptors:output_type -> ringlimit.v1.CheckDescriptorsResponse
+	16, // 27: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
+	16, // 28: ringlimit.v1.Peer.ForwardStream:output_type -> ringlimit.v1.ForwardResponse
+	20, // 29: ringlimit.v1.Peer.Transfer:output_type -> ringlimit.v1.TransferResponse
+	24, // [24:30] is the sub-list for method output_type
+	18, // [18:24] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_v1_ringlimit_proto_init() }
@@ -1304,13 +1643,15 @@ func file_ringlimit_v1_ringlimit_proto_init() {
 	if File_ringlimit_v1_ringlimit_proto != nil {
 		return
 	}
+	file_ringlimit_v1_ringlimit_proto_msgTypes[8].OneofWrappers = []any{}
+	file_ringlimit_v1_ringlimit_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_v1_ringlimit_proto_rawDesc), len(file_ringlimit_v1_ringlimit_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   13,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -30,8 +30,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Limiter_Check_FullMethodName      = "/ringlimit.v1.Limiter/Check"
-	Limiter_CheckBatch_FullMethodName = "/ringlimit.v1.Limiter/CheckBatch"
+	Limiter_Check_FullMethodName            = "/ringlimit.v1.Limiter/Check"
+	Limiter_CheckBatch_FullMethodName       = "/ringlimit.v1.Limiter/CheckBatch"
+	Limiter_CheckDescriptors_FullMethodName = "/ringlimit.v1.Limiter/CheckDescriptors"
 )
 
 // LimiterClient is the client API for Limiter service.
@@ -44,6 +45,11 @@ const (
 type LimiterClient interface {
 	Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error)
 	CheckBatch(ctx context.Context, in *CheckBatchRequest, opts ...grpc.CallOption) (*CheckBatchResponse, error)
+	// CheckDescriptors checks descriptors against the daemon's policy file
+	// (envoyproxy/ratelimit format). UNIMPLEMENTED when the server has no policy
+	// file; INVALID_ARGUMENT for an empty domain, no descriptors, a descriptor
+	// without entries or an entry without key.
+	CheckDescriptors(ctx context.Context, in *CheckDescriptorsRequest, opts ...grpc.CallOption) (*CheckDescriptorsResponse, error)
 }
 
 type limiterClient struct {
@@ -74,6 +80,16 @@ func (c *limiterClient) CheckBatch(ctx context.Context, in *CheckBatchRequest, o
 	return out, nil
 }
 
+func (c *limiterClient) CheckDescriptors(ctx context.Context, in *CheckDescriptorsRequest, opts ...grpc.CallOption) (*CheckDescriptorsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckDescriptorsResponse)
+	err := c.cc.Invoke(ctx, Limiter_CheckDescriptors_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LimiterServer is the server API for Limiter service.
 // All implementations must embed UnimplementedLimiterServer
 // for forward compatibility.
@@ -84,6 +100,11 @@ func (c *limiterClient) CheckBatch(ctx context.Context, in *CheckBatchRequest, o
 type LimiterServer interface {
 	Check(context.Context, *CheckRequest) (*CheckResponse, error)
 	CheckBatch(context.Context, *CheckBatchRequest) (*CheckBatchResponse, error)
+	// CheckDescriptors checks descriptors against the daemon's policy file
+	// (envoyproxy/ratelimit format). UNIMPLEMENTED when the server has no policy
+	// file; INVALID_ARGUMENT for an empty domain, no descriptors, a descriptor
+	// without entries or an entry without key.
+	CheckDescriptors(context.Context, *CheckDescriptorsRequest) (*CheckDescriptorsResponse, error)
 	mustEmbedUnimplementedLimiterServer()
 }
 
@@ -99,6 +120,9 @@ func (UnimplementedLimiterServer) Check(context.Context, *CheckRequest) (*CheckR
 }
 func (UnimplementedLimiterServer) CheckBatch(context.Context, *CheckBatchRequest) (*CheckBatchResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method CheckBatch not implemented")
+}
+func (UnimplementedLimiterServer) CheckDescriptors(context.Context, *CheckDescriptorsRequest) (*CheckDescriptorsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method CheckDescriptors not implemented")
 }
 func (UnimplementedLimiterServer) mustEmbedUnimplementedLimiterServer() {}
 func (UnimplementedLimiterServer) testEmbeddedByValue()                 {}
@@ -157,6 +181,24 @@ func _Limiter_CheckBatch_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Limiter_CheckDescriptors_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckDescriptorsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimiterServer).CheckDescriptors(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limiter_CheckDescriptors_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimiterServer).CheckDescriptors(ctx, req.(*CheckDescriptorsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Limiter_ServiceDesc is the grpc.ServiceDesc for Limiter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -171,6 +213,10 @@ var Limiter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CheckBatch",
 			Handler:    _Limiter_CheckBatch_Handler,
+		},
+		{
+			MethodName: "CheckDescriptors",
+			Handler:    _Limiter_CheckDescriptors_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -119,6 +119,10 @@ type Config struct {
 	// RedisBudget is the deadline of each Redis call with RedisPrimary
 	// (default 50 ms); past it the cluster decides the check.
 	RedisBudget time.Duration
+	// PolicyFile is an envoyproxy/ratelimit-format policy file (--policy-file)
+	// served by POST /v1/check_descriptors and the gRPC CheckDescriptors RPC,
+	// reloaded when it changes and on SIGHUP. Default: none.
+	PolicyFile string
 }
 
 // Default returns the documented defaults of every field.
@@ -169,6 +173,7 @@ func (c *Config) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "json or text")
 	fs.StringVar(&c.RedisPrimary, "redis-primary", c.RedisPrimary, "redis:// or rediss:// URL: decide checks on Redis first, on the cluster while Redis fails (default: cluster only)")
 	fs.DurationVar(&c.RedisBudget, "redis-budget", c.RedisBudget, "with --redis-primary: deadline of each Redis call, after which the cluster decides")
+	fs.StringVar(&c.PolicyFile, "policy-file", c.PolicyFile, "policy file (envoyproxy/ratelimit format) for /v1/check_descriptors; reloaded on change and on SIGHUP")
 }
 
 // EnvName returns the environment variable of the flag named flag:

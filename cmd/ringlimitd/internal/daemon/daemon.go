@@ -19,7 +19,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"strconv"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -27,6 +31,7 @@ import (
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/config"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/httpapi"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/metrics"
+	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/policyfile"
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/transport"
 )
@@ -84,6 +89,8 @@ func newRootCommand(ctx context.Context, lookupEnv func(string) (string, bool), 
 Peer services on --grpc-port, and on --http-port:
 
   POST /v1/check    {"key","algorithm","limit","period"|"period_ns","burst","hits","created_at_unix_ns"}
+  POST /v1/check_descriptors {"domain","descriptors":[{"entries":[{"key","value"}],"hits"}],"hits"}
+                    (with --policy-file; reloaded on change and on SIGHUP)
   GET  /v1/members  the members this node sees
   GET  /metrics     Prometheus metrics
   GET  /healthz     200 while the process runs
@@ -132,6 +139,12 @@ func run(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	if err != nil {
 		return &exitError{ExitUsage, err}
 	}
+	// SIGHUP reloads --policy-file. Registered before Start, so a SIGHUP that
+	// arrives once the daemon has logged "started" never takes the default
+	// action (exit).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	d, err := Start(cfg, logger)
 	if err != nil {
 		code := ExitFailure
@@ -141,11 +154,18 @@ func run(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		return &exitError{code, err}
 	}
 	var serveErr error
-	select {
-	case <-ctx.Done():
-		logger.Info("stopping", "cause", context.Cause(ctx), "timeout", cfg.ShutdownTimeout.String())
-	case serveErr = <-d.Err():
-		logger.Error("http server failed, stopping", "error", serveErr)
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			logger.Info("stopping", "cause", context.Cause(ctx), "timeout", cfg.ShutdownTimeout.String())
+			break wait
+		case serveErr = <-d.Err():
+			logger.Error("http server failed, stopping", "error", serveErr)
+			break wait
+		case <-hup:
+			_ = d.ReloadPolicy() // a failure is logged and counted; the old policy stays
+		}
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
@@ -173,6 +193,8 @@ type Daemon struct {
 	errc    chan error
 	// closeRedis closes the --redis-primary client, nil without it.
 	closeRedis func() error
+	// policy is the --policy-file watcher, nil without one.
+	policy *policyfile.Watcher
 }
 
 // Start starts a node configured by cfg (which must have passed Validate) and
@@ -198,12 +220,28 @@ func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("http listener: %w", err)
 	}
+	var desc *descriptorHandler
+	if cfg.PolicyFile != "" {
+		desc = &descriptorHandler{}
+		nc.Descriptors = desc
+	}
 	n, err = node.New(nc)
 	if err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("start node: %w", err)
 	}
 	d.node, d.ln = n, ln
+	extra := map[string]http.Handler{"/metrics": d.metrics.Handler()}
+	if cfg.PolicyFile != "" {
+		d.policy, err = policyfile.Start(cfg.PolicyFile, n, d.metrics.Registry(), logger.With("component", "policy"))
+		if err != nil {
+			ln.Close()
+			n.Abort()
+			return nil, fmt.Errorf("%w: policy file: %w", config.ErrInvalid, err)
+		}
+		extra["/v1/check_descriptors"] = d.policy.Handler()
+		desc.w.Store(d.policy)
+	}
 	var chk httpapi.Limiter = limiter{n}
 	if cfg.RedisPrimary != "" {
 		fc, err := newFailoverChecker(n, cfg.RedisPrimary, cfg.RedisBudget)
@@ -219,7 +257,7 @@ func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 	}
 	h := httpapi.NewHandler(chk, httpapi.Options{
 		Logger: logger.With("component", "http"),
-		Extra:  map[string]http.Handler{"/metrics": d.metrics.Handler()},
+		Extra:  extra,
 	})
 	d.srv = &http.Server{
 		Handler:           h,
@@ -251,6 +289,18 @@ func (d *Daemon) Node() *node.Node { return d.node }
 // Metrics returns the daemon's metrics.
 func (d *Daemon) Metrics() *metrics.Metrics { return d.metrics }
 
+// ReloadPolicy reloads --policy-file (what SIGHUP does); without one it does
+// nothing. A file that fails to load keeps the previous policy and is returned.
+func (d *Daemon) ReloadPolicy() error {
+	if d.policy == nil {
+		return nil
+	}
+	return d.policy.Reload()
+}
+
+// Policy returns the --policy-file watcher, nil without one.
+func (d *Daemon) Policy() *policyfile.Watcher { return d.policy }
+
 // Err delivers the HTTP server's error if it stops serving on its own.
 func (d *Daemon) Err() <-chan error { return d.errc }
 
@@ -259,6 +309,9 @@ func (d *Daemon) Err() <-chan error { return d.errc }
 // whichever is first; in the latter case the node may still be closing. Safe to
 // call twice.
 func (d *Daemon) Shutdown(ctx context.Context) error {
+	if d.policy != nil {
+		_ = d.policy.Close()
+	}
 	httpErr := d.srv.Shutdown(ctx)
 	if httpErr != nil {
 		httpErr = fmt.Errorf("http shutdown: %w", httpErr)
@@ -278,6 +331,21 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		return errors.Join(httpErr, fmt.Errorf("node close: %w", context.Cause(ctx)))
 	}
+}
+
+// descriptorHandler serves the gRPC CheckDescriptors RPC with the policy file
+// watcher, which can only start once the node (its Checker) exists: until
+// then the RPC answers Unavailable.
+type descriptorHandler struct {
+	w atomic.Pointer[policyfile.Watcher]
+}
+
+func (h *descriptorHandler) CheckDescriptors(ctx context.Context, c transport.DescriptorCheck) (transport.DescriptorResult, error) {
+	w := h.w.Load()
+	if w == nil {
+		return transport.DescriptorResult{}, fmt.Errorf("%w: policy file not loaded yet", transport.ErrUnavailable)
+	}
+	return w.CheckDescriptors(ctx, c)
 }
 
 // limiter adapts *node.Node to httpapi.Limiter.

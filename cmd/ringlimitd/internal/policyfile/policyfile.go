@@ -1,0 +1,370 @@
+// Package policyfile is ringlimitd's policy file: it loads --policy-file into a
+// policy.Limiter over the daemon's node, reloads it when the file changes
+// (fsnotify) or on demand (SIGHUP), and serves POST /v1/check_descriptors.
+//
+// Data flow: Start loads the file (an invalid file at start is an error: the
+// daemon refuses to start on a policy it cannot read). A watcher goroutine
+// watches the file's directory, so editors that write a new file and rename
+// it, and Kubernetes' ConfigMap symlink swaps, are seen as well as writes;
+// events are coalesced for Debounce, then Reload parses the file and swaps
+// the new policy in atomically. A file that fails to load leaves the old
+// policy in place: the error is logged with its file:line and descriptor
+// path and counted (ringlimit_policy_reloads_total{result="error"}); the node
+// stays ready. The HTTP handler decodes a descriptor check strictly, calls
+// policy.Limiter.Check and answers JSON.
+package policyfile
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node/policy"
+	"github.com/ringlimit/ringlimit/transport"
+)
+
+// Debounce is how long the watcher waits after a file event for more events
+// before it reloads (100 ms): a save is often several events.
+const Debounce = 100 * time.Millisecond
+
+// MaxBody is the largest /v1/check_descriptors body accepted (64 KiB).
+const MaxBody = 64 << 10
+
+// Watcher holds the daemon's policy.Limiter and keeps its policy in step with
+// the file.
+type Watcher struct {
+	path string
+	lim  *policy.Limiter
+	log  *slog.Logger
+	met  *metrics
+
+	mu    sync.Mutex // serializes Reload
+	fsw   *fsnotify.Watcher
+	stop  chan struct{}
+	done  chan struct{}
+	close sync.Once
+}
+
+type metrics struct {
+	reloads     *prometheus.CounterVec
+	version     prometheus.Gauge
+	descriptors *prometheus.CounterVec
+}
+
+// Descriptor implements policy.Metrics.
+func (m *metrics) Descriptor(domain, rule string, o policy.Outcome) {
+	m.descriptors.WithLabelValues(domain, rule, string(o)).Inc()
+}
+
+// Start loads path, builds the Limiter over c and starts watching the file.
+// reg, when not nil, receives the collectors ringlimit_policy_reloads_total
+// {result}, ringlimit_policy_version and ringlimit_policy_descriptors_total
+// {domain,rule,outcome}. Errors: the file cannot be loaded (a *policy.LoadError
+// or the file system's error), or the watch cannot be set up.
+func Start(path string, c policy.Checker, reg prometheus.Registerer, log *slog.Logger) (*Watcher, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m := &metrics{
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringlimit_policy_reloads_total",
+			Help: "Policy file loads by result (ok, error); an error keeps the previous policy.",
+		}, []string{"result"}),
+		version: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ringlimit_policy_version",
+			Help: "Version of the policy in force (1 at start, +1 per successful reload).",
+		}),
+		descriptors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ringlimit_policy_descriptors_total",
+			Help: "Descriptors decided through the policy file, by domain, rule and outcome (no_rule, unlimited, replaced, allowed, denied, banned, shadow_denied).",
+		}, []string{"domain", "rule", "outcome"}),
+	}
+	p, err := policy.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	lim, err := policy.NewLimiter(c, p, m)
+	if err != nil {
+		return nil, err
+	}
+	if reg != nil {
+		for _, col := range []prometheus.Collector{m.reloads, m.version, m.descriptors} {
+			if err := reg.Register(col); err != nil {
+				return nil, fmt.Errorf("policyfile: metrics: %w", err)
+			}
+		}
+	}
+	m.reloads.WithLabelValues("ok").Inc()
+	m.version.Set(1)
+	fsw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("policyfile: watch: %w", err)
+	}
+	if err := fsw.Add(filepath.Dir(path)); err != nil {
+		fsw.Close()
+		return nil, fmt.Errorf("policyfile: watch %s: %w", filepath.Dir(path), err)
+	}
+	w := &Watcher{path: path, lim: lim, log: log, met: m, fsw: fsw, stop: make(chan struct{}), done: make(chan struct{})}
+	go w.loop()
+	log.Info("policy loaded", "file", path, "domains", len(p.Domains()), "rules", p.Rules(), "version", 1)
+	return w, nil
+}
+
+// Limiter returns the Limiter whose policy the Watcher keeps current.
+func (w *Watcher) Limiter() *policy.Limiter { return w.lim }
+
+// Reload loads the file again and, when it loads, swaps it in (every check
+// sees the old or the new policy, whole). When it does not, the old policy
+// stays, the error is logged and counted, and returned.
+func (w *Watcher) Reload() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p, err := policy.Load(w.path)
+	if err != nil {
+		w.met.reloads.WithLabelValues("error").Inc()
+		_, v := w.lim.Policy()
+		attrs := []any{"err", err, "file", w.path, "kept_version", v}
+		var le *policy.LoadError
+		if errors.As(err, &le) {
+			attrs = append(attrs, "line", le.Line, "path", le.Path)
+		}
+		w.log.Error("policy reload failed, keeping the previous policy", attrs...)
+		return err
+	}
+	v := w.lim.Swap(p)
+	w.met.reloads.WithLabelValues("ok").Inc()
+	w.met.version.Set(float64(v))
+	w.log.Info("policy reloaded", "file", w.path, "domains", len(p.Domains()), "rules", p.Rules(), "version", v)
+	return nil
+}
+
+func (w *Watcher) loop() {
+	defer close(w.done)
+	var timer *time.Timer
+	var fire <-chan time.Time
+	base := filepath.Base(w.path)
+	for {
+		select {
+		case <-w.stop:
+			if timer != nil {
+				timer.Stop()
+			}
+			return
+		case ev, ok := <-w.fsw.Events:
+			if !ok {
+				return
+			}
+			name := filepath.Base(ev.Name)
+			// The file itself, or a Kubernetes ConfigMap swap ("..data" and its
+			// timestamped siblings).
+			if name != base && (len(name) < 2 || name[:2] != "..") {
+				continue
+			}
+			if timer == nil {
+				timer = time.NewTimer(Debounce)
+			} else {
+				timer.Reset(Debounce)
+			}
+			fire = timer.C
+		case <-fire:
+			fire = nil
+			_ = w.Reload() // logged and counted
+		case err, ok := <-w.fsw.Errors:
+			if !ok {
+				return
+			}
+			w.log.Warn("policy file watch", "err", err)
+		}
+	}
+}
+
+// Close stops watching. The Limiter keeps its last policy. Safe to call twice.
+func (w *Watcher) Close() error {
+	var err error
+	w.close.Do(func() {
+		close(w.stop)
+		err = w.fsw.Close()
+		<-w.done
+	})
+	return err
+}
+
+// CheckRequest is the body of POST /v1/check_descriptors.
+type CheckRequest struct {
+	// Domain is the policy domain; required.
+	Domain string `json:"domain"`
+	// Descriptors are checked in order; at least one.
+	Descriptors []DescriptorJSON `json:"descriptors"`
+	// Hits per descriptor; default 1 when absent; 0 peeks.
+	Hits *int64 `json:"hits,omitempty"`
+}
+
+// DescriptorJSON is one descriptor of a CheckRequest.
+type DescriptorJSON struct {
+	// Entries are the descriptor's key/value pairs, in order.
+	Entries []EntryJSON `json:"entries"`
+	// Hits replaces the request's hits for this descriptor when present.
+	Hits *int64 `json:"hits,omitempty"`
+}
+
+// EntryJSON is one key/value pair.
+type EntryJSON struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// CheckResponse is the answer of POST /v1/check_descriptors.
+type CheckResponse struct {
+	// Allowed is false when any descriptor was denied (Envoy's overall_code).
+	Allowed bool `json:"allowed"`
+	// PolicyVersion is the version of the policy that decided.
+	PolicyVersion uint64 `json:"policy_version"`
+	// Descriptors holds one status per descriptor, in order.
+	Descriptors []DescriptorStatus `json:"descriptors"`
+}
+
+// DescriptorStatus is one descriptor's decision.
+type DescriptorStatus struct {
+	Allowed bool `json:"allowed"`
+	// Outcome is no_rule, unlimited, replaced, allowed, denied, banned or
+	// shadow_denied.
+	Outcome string `json:"outcome"`
+	// Rule is the rule's name or path ("" for no_rule).
+	Rule string `json:"rule,omitempty"`
+	// Limit, Remaining, RetryAfterNS (-1: never), ResetAfterNS as in /v1/check.
+	Limit        int64 `json:"limit"`
+	Remaining    int64 `json:"remaining"`
+	RetryAfterNS int64 `json:"retry_after_ns"`
+	ResetAfterNS int64 `json:"reset_after_ns"`
+	// Banned: the key's penalty ban decided. WouldDeny: shadow mode admitted a
+	// denial.
+	Banned    bool `json:"banned,omitempty"`
+	WouldDeny bool `json:"would_deny,omitempty"`
+	// Route and Owner say who decided ("" when the node was not asked).
+	Route string `json:"route,omitempty"`
+	Owner string `json:"owner,omitempty"`
+}
+
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+// Handler serves POST /v1/check_descriptors: 200 with a CheckResponse (a
+// denial is an answer, not an error), 400 for a malformed or invalid request,
+// 405 for another method, 413 above MaxBody, 503 when the node could not
+// decide.
+func (w *Watcher) Handler() http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			rw.Header().Set("Allow", http.MethodPost)
+			writeJSON(rw, http.StatusMethodNotAllowed, errorBody{"method " + r.Method + " not allowed (want POST)"})
+			return
+		}
+		var req CheckRequest
+		dec := json.NewDecoder(http.MaxBytesReader(rw, r.Body, MaxBody))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			status := http.StatusBadRequest
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				status = http.StatusRequestEntityTooLarge
+			}
+			writeJSON(rw, status, errorBody{"body: " + err.Error()})
+			return
+		}
+		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+			writeJSON(rw, http.StatusBadRequest, errorBody{"body: data after the JSON object"})
+			return
+		}
+		c := transport.DescriptorCheck{Domain: req.Domain, Hits: 1, Descriptors: make([]transport.Descriptor, len(req.Descriptors))}
+		if req.Hits != nil {
+			c.Hits = *req.Hits
+		}
+		for i, d := range req.Descriptors {
+			c.Descriptors[i].Hits = d.Hits
+			c.Descriptors[i].Entries = make([]transport.DescriptorEntry, len(d.Entries))
+			for j, e := range d.Entries {
+				c.Descriptors[i].Entries[j] = transport.DescriptorEntry{Key: e.Key, Value: e.Value}
+			}
+		}
+		res, err := w.CheckDescriptors(r.Context(), c)
+		if err != nil {
+			status := http.StatusServiceUnavailable
+			if errors.Is(err, transport.ErrInvalidCheck) {
+				status = http.StatusBadRequest
+			}
+			writeJSON(rw, status, errorBody{err.Error()})
+			return
+		}
+		writeJSON(rw, http.StatusOK, Response(res))
+	})
+}
+
+// Response maps a descriptor check's result to its JSON form.
+func Response(res transport.DescriptorResult) CheckResponse {
+	out := CheckResponse{Allowed: res.Allowed, PolicyVersion: res.PolicyVersion, Descriptors: make([]DescriptorStatus, len(res.Statuses))}
+	for i := range res.Statuses {
+		st := &res.Statuses[i]
+		d := &st.Decision
+		s := DescriptorStatus{Allowed: d.Allowed, Outcome: st.Outcome, Rule: st.Rule, Limit: d.Limit, Remaining: d.Remaining,
+			RetryAfterNS: int64(d.RetryAfter), ResetAfterNS: int64(d.ResetAfter), Banned: st.Banned, WouldDeny: st.WouldDeny, Owner: st.Owner}
+		if st.Route != transport.RouteUnknown {
+			s.Route = st.Route.String()
+		}
+		out.Descriptors[i] = s
+	}
+	return out
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// CheckDescriptors implements transport.DescriptorHandler (the gRPC Limiter
+// service's CheckDescriptors RPC) over the Watcher's Limiter. Errors: invalid
+// requests wrap transport.ErrInvalidCheck (InvalidArgument), anything else
+// transport.ErrUnavailable.
+func (w *Watcher) CheckDescriptors(ctx context.Context, c transport.DescriptorCheck) (transport.DescriptorResult, error) {
+	descs := make([]policy.Descriptor, len(c.Descriptors))
+	for i, d := range c.Descriptors {
+		descs[i].Hits = d.Hits
+		descs[i].Entries = make([]policy.Entry, len(d.Entries))
+		for j, e := range d.Entries {
+			descs[i].Entries[j] = policy.Entry{Key: e.Key, Value: e.Value}
+		}
+	}
+	res, err := w.lim.Check(ctx, c.Domain, descs, c.Hits)
+	if err != nil {
+		if errors.Is(err, policy.ErrInvalidRequest) || errors.Is(err, transport.ErrInvalidCheck) || errors.Is(err, algo.ErrInvalidLimit) {
+			return transport.DescriptorResult{}, fmt.Errorf("%w: %w", transport.ErrInvalidCheck, err)
+		}
+		return transport.DescriptorResult{}, fmt.Errorf("%w: %w", transport.ErrUnavailable, err)
+	}
+	out := transport.DescriptorResult{Allowed: res.Allowed, PolicyVersion: res.Version, Statuses: make([]transport.DescriptorStatus, len(res.Decisions))}
+	for i := range res.Decisions {
+		d := &res.Decisions[i]
+		st := transport.DescriptorStatus{Outcome: string(d.Outcome()), WouldDeny: d.WouldDeny}
+		st.Result = transport.Result{Decision: d.Decision.Decision, Owner: d.Owner, Banned: d.Banned}
+		if d.Key != "" { // the cluster was asked: its route
+			st.Route = d.Route
+		}
+		if d.Rule != nil {
+			st.Rule = d.Rule.ID()
+		}
+		out.Statuses[i] = st
+	}
+	return out, nil
+}
