@@ -244,3 +244,49 @@ func TestExpiry(t *testing.T) {
 		t.Errorf("a peek created its key")
 	}
 }
+
+// FuzzScriptsEqualAlgo: any valid (Limit, hits, times) in the supported range
+// gets the same Decisions from the scripts as from algo, over two checks of a
+// key (the second possibly earlier than the first); anything else is an error
+// wrapping algo.ErrInvalidLimit from both.
+func FuzzScriptsEqualAlgo(f *testing.F) {
+	srv := redistest.Start(f)
+	c := srv.Client()
+	f.Add(uint8(algo.GCRA), int64(30), int64(60*sec), int64(15), int64(1_795_000_000*sec), int64(1), int64(-sec), int64(3))
+	f.Add(uint8(algo.SlidingWindowCounter), int64(3_000_017), int64(86400*sec+7), int64(0), int64(-5), int64(2_000_000), int64(86400*sec/2), int64(999_999))
+	f.Add(uint8(algo.TokenBucket), int64(7), int64(sec), int64(3), int64(0), int64(3), int64(sec/7), int64(1))
+	f.Add(uint8(algo.FixedWindow), int64(5), int64(999_983), int64(0), int64(1<<40), int64(5), int64(-999_983), int64(1))
+	f.Add(uint8(algo.SlidingWindowLog), int64(4), int64(10), int64(0), int64(7), int64(2), int64(-3), int64(2))
+	n := 0
+	f.Fuzz(func(t *testing.T, kind uint8, limit, period, burst, now, hits1, step, hits2 int64) {
+		n++
+		l, err := redislimit.New(c, redislimit.Options{Prefix: fmt.Sprintf("fz%d:", n), ExpiryGrace: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lim := algo.Limit{Kind: algo.Kind(kind), Limit: limit, Period: time.Duration(period), Burst: burst}
+		if lim.Kind == algo.SlidingWindowLog && limit > 1000 {
+			t.Skip("large logs are slow to fuzz")
+		}
+		var st algo.State
+		ctx := context.Background()
+		for _, ch := range []struct{ now, hits int64 }{{now, hits1}, {now + step, hits2}} {
+			if (step > 0 && ch.now < now) || (step < 0 && ch.now > now) {
+				t.Skip("overflow")
+			}
+			want, werr := st.Take(ch.now, ch.hits, lim)
+			got, gerr := l.Take(ctx, "k", ch.now, ch.hits, lim)
+			switch {
+			case werr != nil:
+				if !errors.Is(gerr, algo.ErrInvalidLimit) {
+					t.Fatalf("algo refused (%v), redis: %+v %v", werr, got, gerr)
+				}
+				return
+			case errors.Is(gerr, redislimit.ErrUnsupportedLimit) || errors.Is(gerr, redislimit.ErrClockStep):
+				return // documented range
+			case gerr != nil || got != want:
+				t.Fatalf("%+v now %d hits %d: got %+v (%v), want %+v", lim, ch.now, ch.hits, got, gerr, want)
+			}
+		}
+	})
+}
