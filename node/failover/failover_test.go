@@ -217,6 +217,11 @@ func TestInputAndCallerErrors(t *testing.T) {
 	if _, err := l.AllowN(context.Background(), "k", algo.Limit{Kind: algo.GCRA}, 1); !errors.Is(err, algo.ErrInvalidLimit) {
 		t.Errorf("invalid limit: got %v, want algo.ErrInvalidLimit", err)
 	}
+	for _, key := range []string{"", strings.Repeat("x", node.DefaultConfig().MaxKeyLen+1)} {
+		if _, err := l.Allow(context.Background(), key, lim); !errors.Is(err, failover.ErrInvalidKey) {
+			t.Errorf("key of %d bytes: got %v, want ErrInvalidKey", len(key), err)
+		}
+	}
 	if _, err := l.AllowN(context.Background(), "k", lim, -1); !errors.Is(err, algo.ErrInvalidLimit) {
 		t.Errorf("hits -1: got %v, want algo.ErrInvalidLimit", err)
 	}
