@@ -244,14 +244,13 @@ func floorMod(a, p int64) int64 {
 	return m
 }
 
-// NewClient returns a go-redis client for a redis:// or rediss:// URL (TLS
-// for rediss; user, password, database and options as redis.ParseURL reads
-// them), with ContextTimeoutEnabled on, so that a check's deadline (the
-// failover Budget) bounds every Redis call, and no retries (MaxRetries -1) unless the URL
-// sets max_retries (a retry inside one budget only delays the switch). For
-// Sentinel or Cluster, build a redis.UniversalClient with
-// redis.NewUniversalClient and pass it to New.
-func NewClient(rawURL string) (redis.UniversalClient, error) {
+// ClientOptions returns the go-redis options NewClient uses for a redis:// or
+// rediss:// URL (TLS for rediss; user, password, database and options as
+// redis.ParseURL reads them), with ContextTimeoutEnabled on, so that a check's
+// deadline (the failover Budget) bounds every Redis call, and no retries
+// (MaxRetries -1) unless the URL sets max_retries (a retry inside one budget
+// only delays the switch). Errors wrap ErrInvalidOptions.
+func ClientOptions(rawURL string) (*redis.Options, error) {
 	o, err := redis.ParseURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: redis URL: %w", ErrInvalidOptions, err)
@@ -259,6 +258,17 @@ func NewClient(rawURL string) (redis.UniversalClient, error) {
 	o.ContextTimeoutEnabled = true
 	if !strings.Contains(rawURL, "max_retries=") {
 		o.MaxRetries = -1
+	}
+	return o, nil
+}
+
+// NewClient returns a single-node go-redis client with ClientOptions(rawURL).
+// For Sentinel or Cluster, build a redis.UniversalClient with
+// redis.NewUniversalClient and pass it to New.
+func NewClient(rawURL string) (redis.UniversalClient, error) {
+	o, err := ClientOptions(rawURL)
+	if err != nil {
+		return nil, err
 	}
 	return redis.NewClient(o), nil
 }

@@ -40,16 +40,12 @@ func (c checker) Check(ctx context.Context, ch transport.Check) (transport.Resul
 // bench caller, so callers do not queue for connections), checks that it
 // answers PING and loads the scripts. stop closes the client.
 func Open(ctx context.Context, url string, poolSize int) (targets []target.Target, stop func() error, err error) {
-	c, err := redislimit.NewClient(url)
+	o, err := redislimit.ClientOptions(url)
 	if err != nil {
 		return nil, nil, err
 	}
-	if rc, ok := c.(*redis.Client); ok && rc.Options().PoolSize < poolSize {
-		o := rc.Options()
-		o.PoolSize = poolSize
-		rc.Close()
-		c = redis.NewClient(o)
-	}
+	o.PoolSize = max(o.PoolSize, poolSize)
+	c := redis.NewClient(o)
 	l, err := redislimit.New(c, redislimit.Options{})
 	if err == nil {
 		err = l.Load(ctx)
