@@ -31,6 +31,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -262,10 +263,42 @@ func ClientOptions(rawURL string) (*redis.Options, error) {
 	return o, nil
 }
 
-// NewClient returns a single-node go-redis client with ClientOptions(rawURL).
-// For Sentinel or Cluster, build a redis.UniversalClient with
-// redis.NewUniversalClient and pass it to New.
+// NewClient returns a go-redis client for a redis:// or rediss:// URL: a
+// Sentinel client (redis.ParseFailoverURL) when the URL has a master_name
+// parameter, the sentinels in its host and addr parameters; a Cluster client
+// (redis.ParseClusterURL) when it has addr parameters (more seed nodes) and no
+// master_name; else a single-node client with ClientOptions. All three have
+// ContextTimeoutEnabled on and no retries unless the URL sets max_retries.
+// Errors wrap ErrInvalidOptions.
 func NewClient(rawURL string) (redis.UniversalClient, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: redis URL: %w", ErrInvalidOptions, err)
+	}
+	q := u.Query()
+	retries := !q.Has("max_retries")
+	switch {
+	case q.Has("master_name"):
+		o, err := redis.ParseFailoverURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("%w: redis sentinel URL: %w", ErrInvalidOptions, err)
+		}
+		o.ContextTimeoutEnabled = true
+		if retries {
+			o.MaxRetries = -1
+		}
+		return redis.NewFailoverClient(o), nil
+	case q.Has("addr"):
+		o, err := redis.ParseClusterURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("%w: redis cluster URL: %w", ErrInvalidOptions, err)
+		}
+		o.ContextTimeoutEnabled = true
+		if retries {
+			o.MaxRetries = -1
+		}
+		return redis.NewClusterClient(o), nil
+	}
 	o, err := ClientOptions(rawURL)
 	if err != nil {
 		return nil, err
