@@ -308,7 +308,7 @@ func (l *Limiter) redis(ctx context.Context, key string, lim algo.Limit, hits in
 			l.probing.Store(false)
 		}
 		return Decision{}, false
-	case errors.Is(err, redislimit.ErrClockStep) || errors.Is(err, algo.ErrInvalidLimit) || errors.Is(err, redislimit.ErrInvalidKey):
+	case errors.Is(err, redislimit.ErrClockStep) || errors.Is(err, redislimit.ErrStateRange) || errors.Is(err, algo.ErrInvalidLimit) || errors.Is(err, redislimit.ErrInvalidKey):
 		// Redis is healthy; this check is the cluster's to decide (or reject).
 		l.record(true, probe)
 		return Decision{}, false

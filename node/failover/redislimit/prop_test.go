@@ -29,7 +29,9 @@ func randLimit(r *rand.Rand, k algo.Kind) algo.Limit {
 		l.Limit = min(l.Limit, 300)
 	case algo.TokenBucket:
 		l.Burst++
-		l.Burst = min(l.Burst, int64(redislimit.MaxDuration)/int64(l.Period))
+		if r.IntN(3) == 0 {
+			l.Burst = 1 + r.Int64N(200_000) // Burst*Period above 2^53 with the long Periods
+		}
 	case algo.GCRA:
 		l.Limit = min(l.Limit, int64(l.Period)) // T >= 1 ns
 	}
@@ -158,6 +160,8 @@ func TestScriptsLargeValues(t *testing.T) {
 		{Kind: algo.SlidingWindowCounter, Limit: 3_000_017, Period: time.Duration(86400*sec + 7)},
 		{Kind: algo.GCRA, Limit: 7, Period: redislimit.MaxDuration / 8, Burst: 6},
 		{Kind: algo.TokenBucket, Limit: 1<<51 - 3, Period: redislimit.MaxDuration / 1000, Burst: 1000},
+		{Kind: algo.TokenBucket, Limit: 100_003, Period: time.Hour, Burst: 1_000_000}, // Burst*Period = 3.6e18
+		{Kind: algo.TokenBucket, Limit: 7, Period: redislimit.MaxDuration, Burst: 7},
 		{Kind: algo.FixedWindow, Limit: 1 << 51, Period: redislimit.MaxDuration - 1},
 		{Kind: algo.SlidingWindowLog, Limit: 5, Period: redislimit.MaxDuration},
 	}
@@ -282,11 +286,70 @@ func FuzzScriptsEqualAlgo(f *testing.F) {
 					t.Fatalf("algo refused (%v), redis: %+v %v", werr, got, gerr)
 				}
 				return
-			case errors.Is(gerr, redislimit.ErrUnsupportedLimit) || errors.Is(gerr, redislimit.ErrClockStep):
+			case errors.Is(gerr, redislimit.ErrUnsupportedLimit) || errors.Is(gerr, redislimit.ErrClockStep) || errors.Is(gerr, redislimit.ErrStateRange):
 				return // documented range
 			case gerr != nil || got != want:
 				t.Fatalf("%+v now %d hits %d: got %+v (%v), want %+v", lim, ch.now, ch.hits, got, gerr, want)
 			}
 		}
 	})
+}
+
+// TestTokenBucketLimitChanges: a bucket checked under another Period keeps its
+// token*ns debt (as algo does), also when the debt is above 2^53; a debt that
+// cannot be computed exactly under the new Limit is ErrStateRange.
+func TestTokenBucketLimitChanges(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	l, err := redislimit.New(srv.Client(), redislimit.Options{ExpiryGrace: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	now := 1_795_000_000 * sec
+	lims := []algo.Limit{
+		{Kind: algo.TokenBucket, Limit: 3, Period: time.Second, Burst: 10},
+		{Kind: algo.TokenBucket, Limit: 5, Period: 7 * time.Second, Burst: 10},
+		{Kind: algo.TokenBucket, Limit: 100_003, Period: time.Hour, Burst: 1_000_000},
+		{Kind: algo.TokenBucket, Limit: 1_000_000, Period: 999_983 * time.Nanosecond, Burst: 3},
+		{Kind: algo.TokenBucket, Limit: 2000, Period: time.Minute, Burst: 999_999},
+	}
+	var st algo.State
+	ranged := 0
+	for i := range 200 {
+		lim := lims[(i/7)%len(lims)]
+		hits := int64(i%5) * (lim.Burst/7 + 1)
+		now += int64(i%3) * int64(lim.Period) / 11
+		if i%13 == 0 {
+			now -= int64(lim.Period) / 3
+		}
+		want, _ := st.Take(now, hits, lim)
+		got, err := l.Take(ctx, "tb", now, hits, lim)
+		if errors.Is(err, redislimit.ErrStateRange) {
+			// Only where algo's answer itself is beyond the exact range.
+			if want.ResetAfter < time.Duration(redislimit.MaxDuration) {
+				t.Fatalf("step %d %+v hits %d: ErrStateRange, but algo's ResetAfter is %v", i, lim, hits, want.ResetAfter)
+			}
+			ranged++
+			if err := srv.Client().Del(ctx, l.Key("tb")).Err(); err != nil {
+				t.Fatal(err)
+			}
+			st = algo.State{}
+			continue
+		}
+		if err != nil || got != want {
+			t.Fatalf("step %d %+v hits %d: got %+v (%v), want %+v", i, lim, hits, got, err, want)
+		}
+	}
+	t.Logf("%d of 200 checks beyond the exact range (the key was then reset on both sides)", ranged)
+	// A debt of 10^6 tokens of an hour, read under 1 token per 2^50 ns: the
+	// wait is far beyond 2^53 ns.
+	big := algo.Limit{Kind: algo.TokenBucket, Limit: 1_000_000, Period: time.Hour, Burst: 1_000_000}
+	if _, err := l.Take(ctx, "range", now, 1_000_000, big); err != nil {
+		t.Fatal(err)
+	}
+	tiny := algo.Limit{Kind: algo.TokenBucket, Limit: 1, Period: 1 << 50, Burst: 1}
+	if _, err := l.Take(ctx, "range", now, 0, tiny); !errors.Is(err, redislimit.ErrStateRange) {
+		t.Errorf("huge debt under a tiny rate: got %v, want ErrStateRange", err)
+	}
 }

@@ -14,8 +14,8 @@
 //
 // Range. Lua numbers in Redis are float64, exact for integers up to 2^53, so the
 // scripts keep times as two 32-bit halves and bound every duration and count:
-// Period, GCRA's tau = T*(Burst+1), TokenBucket's Burst*Period at most
-// MaxDuration (2^51 ns, about 26 days) and Limit at most MaxCount (2^51). A Limit
+// Period, GCRA's tau = T*(Burst+1) and TokenBucket's time to refill from
+// empty, ceil(Burst*Period/Limit), at most MaxDuration (2^51 ns, about 26 days) and Limit at most MaxCount (2^51). A Limit
 // outside it is refused with ErrUnsupportedLimit (wrapping algo.ErrInvalidLimit)
 // before Redis is called; nothing is rounded. A check whose now is more than
 // about 2^51 ns before the key's latest time (a clock stepping back by weeks)
@@ -52,6 +52,11 @@ var (
 	ErrClockStep = errors.New("redislimit: clock step back too large")
 	// ErrInvalidKey is returned for an empty key.
 	ErrInvalidKey = errors.New("redislimit: invalid key")
+	// ErrStateRange is returned by Take when a key's state, taken under
+	// another Limit of the same Kind (a larger TokenBucket debt, say), cannot
+	// be computed exactly under this one. The failover limiter lets the
+	// cluster decide such a check.
+	ErrStateRange = errors.New("redislimit: key state out of the exact range under this limit")
 	// ErrReply is returned, wrapped, when Redis answers something a script
 	// never replies (another program's data under the key prefix, say).
 	ErrReply = errors.New("redislimit: unexpected reply")
@@ -61,7 +66,8 @@ var (
 )
 
 // MaxDuration bounds, in ns, a Limit's Period, GCRA's tau = (Period/Limit) *
-// (Burst+1) and TokenBucket's Burst*Period: 2^51 ns, about 26 days. Together
+// (Burst+1) and TokenBucket's time to refill from empty,
+// ceil(Burst*Period/Limit): 2^51 ns, about 26 days. Together
 // with a step back of at most as much, every duration a script computes stays
 // below 2^53 and is exact in Lua's float64 numbers.
 const MaxDuration time.Duration = 1 << 51
@@ -165,8 +171,9 @@ func Validate(lim algo.Limit) error {
 		}
 	case algo.TokenBucket:
 		// lim.Validate bounded Burst*Period by algo.MaxDuration (2^62).
-		if full := lim.Burst * int64(lim.Period); full > int64(MaxDuration) {
-			return fmt.Errorf("%w: field Burst value %d: Burst*Period = %d, must be <= MaxDuration (%d)", ErrUnsupportedLimit, lim.Burst, full, int64(MaxDuration))
+		full := lim.Burst * int64(lim.Period)
+		if refill := (full-1)/lim.Limit + 1; refill > int64(MaxDuration) {
+			return fmt.Errorf("%w: field Burst value %d: the time to refill, ceil(Burst*Period/Limit) = %d ns, must be <= MaxDuration (%d ns)", ErrUnsupportedLimit, lim.Burst, refill, int64(MaxDuration))
 		}
 	}
 	return nil
@@ -198,6 +205,9 @@ func (l *Limiter) Take(ctx context.Context, key string, now, hits int64, lim alg
 		if errors.As(err, &rerr) && strings.Contains(rerr.Error(), "RINGLIMIT clock step") {
 			return algo.Decision{}, fmt.Errorf("%w: key %q, now %d", ErrClockStep, key, now)
 		}
+		if errors.As(err, &rerr) && strings.Contains(rerr.Error(), "RINGLIMIT range") {
+			return algo.Decision{}, fmt.Errorf("%w: key %q", ErrStateRange, key)
+		}
 		return algo.Decision{}, err
 	}
 	if len(res) != 5 {
@@ -220,8 +230,6 @@ func (l *Limiter) args(now, hits int64, lim algo.Limit) []any {
 	case algo.GCRA:
 		t := p / lim.Limit
 		a = append(a, t, t*(lim.Burst+1))
-	case algo.TokenBucket:
-		a = append(a, lim.Burst*p)
 	case algo.FixedWindow:
 		sh, sl := split(now - floorMod(now, p))
 		a = append(a, sh, sl)
