@@ -216,6 +216,7 @@ type Limiter struct {
 	state     atomic.Uint32 // State
 	fails     atomic.Int64  // consecutive failures while Closed
 	probing   atomic.Bool   // a half-open probe is in flight
+	openedNs  atomic.Int64  // when the breaker last opened, Unix ns (checked without the lock)
 	redisN    atomic.Uint64
 	clusterN  atomic.Uint64
 	failuresN atomic.Uint64
@@ -331,6 +332,9 @@ func (l *Limiter) tryProbe() bool {
 	if l.probing.Load() {
 		return false
 	}
+	if State(l.state.Load()) == Open && time.Now().UnixNano()-l.openedNs.Load() < int64(l.cfg.CoolDown) {
+		return false // cooling down: no lock taken on the open breaker's hot path
+	}
 	l.mu.Lock()
 	st := State(l.state.Load())
 	if st == Open && time.Since(l.openedAt) < l.cfg.CoolDown || st == Closed || l.probing.Load() {
@@ -408,6 +412,7 @@ func (l *Limiter) setLocked(to State) time.Time {
 	switch to {
 	case Open:
 		l.openedAt = now
+		l.openedNs.Store(now.UnixNano())
 	case HalfOpen:
 		l.okProbes = 0
 	case Closed:
