@@ -44,8 +44,15 @@ import (
 	"github.com/ringlimit/ringlimit/node/failover/redislimit"
 )
 
-// ErrInvalidConfig is returned by New, wrapped with the field and value.
-var ErrInvalidConfig = errors.New("failover: invalid config")
+// Named errors of the package.
+var (
+	// ErrInvalidConfig is returned by New, wrapped with the field and value.
+	ErrInvalidConfig = errors.New("failover: invalid config")
+	// ErrInvalidKey is returned, wrapped, for an empty key or one longer than
+	// Config.MaxKeyLen, before either side is called (so a key Redis would
+	// take is never refused by the cluster in the middle of an outage).
+	ErrInvalidKey = errors.New("failover: invalid key")
+)
 
 // Primary is the Redis side; *redislimit.Limiter implements it. Take decides a
 // check of hits at now (Unix ns, the caller's clock).
@@ -138,6 +145,9 @@ type Config struct {
 	// check (default time.Now().UnixNano()). The cluster uses its own clock
 	// (node.Config.Clock); keep them the same clock.
 	Now func() int64
+	// MaxKeyLen is the longest key accepted, in bytes; keep it equal to the
+	// cluster's node.Config.MaxKeyLen. Default node.DefaultConfig().MaxKeyLen.
+	MaxKeyLen int
 	// OnStateChange, if set, is called after every transition, with the
 	// breaker's lock released, possibly concurrently; it must not block.
 	OnStateChange func(from, to State, at time.Time)
@@ -159,6 +169,9 @@ func (c *Config) fill() error {
 	if c.SuccessThreshold == 0 {
 		c.SuccessThreshold = 2
 	}
+	if c.MaxKeyLen == 0 {
+		c.MaxKeyLen = node.DefaultConfig().MaxKeyLen
+	}
 	if c.Now == nil {
 		c.Now = func() int64 { return time.Now().UnixNano() }
 	}
@@ -174,6 +187,8 @@ func (c *Config) fill() error {
 		return bad("CoolDown", c.CoolDown)
 	case c.SuccessThreshold < 0:
 		return bad("SuccessThreshold", c.SuccessThreshold)
+	case c.MaxKeyLen < 0:
+		return bad("MaxKeyLen", c.MaxKeyLen)
 	}
 	return nil
 }
@@ -201,6 +216,7 @@ type Limiter struct {
 	state     atomic.Uint32 // State
 	fails     atomic.Int64  // consecutive failures while Closed
 	probing   atomic.Bool   // a half-open probe is in flight
+	openedNs  atomic.Int64  // when the breaker last opened, Unix ns (checked without the lock)
 	redisN    atomic.Uint64
 	clusterN  atomic.Uint64
 	failuresN atomic.Uint64
@@ -232,12 +248,15 @@ func (l *Limiter) Allow(ctx context.Context, key string, lim algo.Limit) (Decisi
 
 // AllowN checks hits hits (0 peeks) of key against lim on Redis or, when the
 // breaker is not closed or the Redis call fails, on the cluster. Errors: an
-// error wrapping algo.ErrInvalidLimit for an invalid lim or hits (checked before
-// either side is called), and the cluster's errors (node.AllowN's: an invalid
+// error wrapping algo.ErrInvalidLimit for an invalid lim or hits, ErrInvalidKey
+// (both checked before either side is called), and the cluster's errors (node.AllowN's: an invalid
 // key, ErrTooManyKeys, ErrStopped, ctx's error). A Redis failure is never
 // returned. A lim that algo accepts but Redis cannot compute exactly
 // (redislimit.ErrUnsupportedLimit) is always decided by the cluster.
 func (l *Limiter) AllowN(ctx context.Context, key string, lim algo.Limit, hits int64) (Decision, error) {
+	if key == "" || len(key) > l.cfg.MaxKeyLen {
+		return Decision{}, fmt.Errorf("%w: %d bytes, want 1..%d", ErrInvalidKey, len(key), l.cfg.MaxKeyLen)
+	}
 	if err := lim.Validate(); err != nil {
 		return Decision{}, err
 	}
@@ -290,7 +309,7 @@ func (l *Limiter) redis(ctx context.Context, key string, lim algo.Limit, hits in
 			l.probing.Store(false)
 		}
 		return Decision{}, false
-	case errors.Is(err, redislimit.ErrClockStep) || errors.Is(err, algo.ErrInvalidLimit) || errors.Is(err, redislimit.ErrInvalidKey):
+	case errors.Is(err, redislimit.ErrClockStep) || errors.Is(err, redislimit.ErrStateRange) || errors.Is(err, algo.ErrInvalidLimit) || errors.Is(err, redislimit.ErrInvalidKey):
 		// Redis is healthy; this check is the cluster's to decide (or reject).
 		l.record(true, probe)
 		return Decision{}, false
@@ -312,6 +331,9 @@ func (l *Limiter) redis(ctx context.Context, key string, lim algo.Limit, hits in
 func (l *Limiter) tryProbe() bool {
 	if l.probing.Load() {
 		return false
+	}
+	if State(l.state.Load()) == Open && time.Now().UnixNano()-l.openedNs.Load() < int64(l.cfg.CoolDown) {
+		return false // cooling down: no lock taken on the open breaker's hot path
 	}
 	l.mu.Lock()
 	st := State(l.state.Load())
@@ -390,6 +412,7 @@ func (l *Limiter) setLocked(to State) time.Time {
 	switch to {
 	case Open:
 		l.openedAt = now
+		l.openedNs.Store(now.UnixNano())
 	case HalfOpen:
 		l.okProbes = 0
 	case Closed:

@@ -217,6 +217,11 @@ func TestInputAndCallerErrors(t *testing.T) {
 	if _, err := l.AllowN(context.Background(), "k", algo.Limit{Kind: algo.GCRA}, 1); !errors.Is(err, algo.ErrInvalidLimit) {
 		t.Errorf("invalid limit: got %v, want algo.ErrInvalidLimit", err)
 	}
+	for _, key := range []string{"", strings.Repeat("x", node.DefaultConfig().MaxKeyLen+1)} {
+		if _, err := l.Allow(context.Background(), key, lim); !errors.Is(err, failover.ErrInvalidKey) {
+			t.Errorf("key of %d bytes: got %v, want ErrInvalidKey", len(key), err)
+		}
+	}
 	if _, err := l.AllowN(context.Background(), "k", lim, -1); !errors.Is(err, algo.ErrInvalidLimit) {
 		t.Errorf("hits -1: got %v, want algo.ErrInvalidLimit", err)
 	}
@@ -240,5 +245,84 @@ func TestInputAndCallerErrors(t *testing.T) {
 	}
 	if _, err := failover.New(nil, c, failover.Config{}); !errors.Is(err, failover.ErrInvalidConfig) {
 		t.Errorf("nil primary: got %v", err)
+	}
+}
+
+// algoCluster decides on algo states of its own, like a cluster that has not
+// seen Redis's hits.
+type algoCluster struct {
+	mu sync.Mutex
+	st map[string]*algo.State
+}
+
+func (c *algoCluster) AllowN(ctx context.Context, key string, l algo.Limit, hits int64) (node.Decision, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.st == nil {
+		c.st = map[string]*algo.State{}
+	}
+	s := c.st[key]
+	if s == nil {
+		s = new(algo.State)
+		c.st[key] = s
+	}
+	d, err := s.Take(time.Now().UnixNano(), hits, l)
+	return node.Decision{Decision: d, Route: node.RouteOwner, Owner: "n0"}, err
+}
+
+// TestOverAdmissionPerSwitch measures the bound of the package doc where it is
+// reached: a key at its limit on Redis switches to a cluster that never saw it
+// and gets exactly one more capacity C; back on a Redis that kept its state it
+// gets nothing more, and on a Redis that lost it (restart without persistence)
+// one more C again.
+func TestOverAdmissionPerSwitch(t *testing.T) {
+	t.Parallel()
+	slow := algo.Limit{Kind: algo.GCRA, Limit: 1, Period: time.Hour, Burst: 4} // C = 5, no refill during the test
+	const c = 5
+	r, cl := &fakeRedis{}, &algoCluster{}
+	l, err := failover.New(r, cl, failover.Config{FailureThreshold: 1, CoolDown: time.Millisecond, SuccessThreshold: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// admit sends n checks and counts the admitted ones by side.
+	admit := func(n int) (redis, cluster int) {
+		for range n {
+			d, err := l.Allow(ctx, "k", slow)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed && d.Side == failover.SideRedis {
+				redis++
+			}
+			if d.Allowed && d.Side == failover.SideCluster {
+				cluster++
+			}
+		}
+		return redis, cluster
+	}
+	if rd, _ := admit(20); rd != c {
+		t.Fatalf("on Redis: admitted %d, want C = %d", rd, c)
+	}
+	r.set(true, 0) // Redis fails: switch 1
+	if _, cd := admit(20); cd != c {
+		t.Errorf("switch to the cluster: admitted %d more, want exactly C = %d (the bound, reached)", cd, c)
+	}
+	r.set(false, 0) // Redis back with its state: switch 2
+	waitState(t, l, failover.Closed)
+	if rd, cd := admit(20); rd+cd != 0 {
+		t.Errorf("back on a Redis that kept its state: admitted %d more, want 0", rd+cd)
+	}
+	r.set(true, 0) // switch 3: the cluster still holds its state
+	if _, cd := admit(20); cd != 0 {
+		t.Errorf("to a cluster that kept its state: admitted %d more, want 0", cd)
+	}
+	r.mu.Lock()
+	r.st = nil // Redis restarted empty
+	r.fail = false
+	r.mu.Unlock()
+	waitState(t, l, failover.Closed)
+	if rd, _ := admit(20); rd != c {
+		t.Errorf("back on a Redis that lost its state: admitted %d more, want C = %d", rd, c)
 	}
 }

@@ -29,7 +29,9 @@ func randLimit(r *rand.Rand, k algo.Kind) algo.Limit {
 		l.Limit = min(l.Limit, 300)
 	case algo.TokenBucket:
 		l.Burst++
-		l.Burst = min(l.Burst, int64(redislimit.MaxDuration)/int64(l.Period))
+		if r.IntN(3) == 0 {
+			l.Burst = 1 + r.Int64N(200_000) // Burst*Period above 2^53 with the long Periods
+		}
 	case algo.GCRA:
 		l.Limit = min(l.Limit, int64(l.Period)) // T >= 1 ns
 	}
@@ -158,6 +160,8 @@ func TestScriptsLargeValues(t *testing.T) {
 		{Kind: algo.SlidingWindowCounter, Limit: 3_000_017, Period: time.Duration(86400*sec + 7)},
 		{Kind: algo.GCRA, Limit: 7, Period: redislimit.MaxDuration / 8, Burst: 6},
 		{Kind: algo.TokenBucket, Limit: 1<<51 - 3, Period: redislimit.MaxDuration / 1000, Burst: 1000},
+		{Kind: algo.TokenBucket, Limit: 100_003, Period: time.Hour, Burst: 1_000_000}, // Burst*Period = 3.6e18
+		{Kind: algo.TokenBucket, Limit: 7, Period: redislimit.MaxDuration, Burst: 7},
 		{Kind: algo.FixedWindow, Limit: 1 << 51, Period: redislimit.MaxDuration - 1},
 		{Kind: algo.SlidingWindowLog, Limit: 5, Period: redislimit.MaxDuration},
 	}
@@ -242,5 +246,110 @@ func TestExpiry(t *testing.T) {
 	}
 	if n, _ := c.Exists(ctx, "e:peek").Result(); n != 0 {
 		t.Errorf("a peek created its key")
+	}
+}
+
+// FuzzScriptsEqualAlgo: any valid (Limit, hits, times) in the supported range
+// gets the same Decisions from the scripts as from algo, over two checks of a
+// key (the second possibly earlier than the first); anything else is an error
+// wrapping algo.ErrInvalidLimit from both.
+func FuzzScriptsEqualAlgo(f *testing.F) {
+	srv := redistest.Start(f)
+	c := srv.Client()
+	f.Add(uint8(algo.GCRA), int64(30), int64(60*sec), int64(15), int64(1_795_000_000*sec), int64(1), int64(-sec), int64(3))
+	f.Add(uint8(algo.SlidingWindowCounter), int64(3_000_017), int64(86400*sec+7), int64(0), int64(-5), int64(2_000_000), int64(86400*sec/2), int64(999_999))
+	f.Add(uint8(algo.TokenBucket), int64(7), int64(sec), int64(3), int64(0), int64(3), int64(sec/7), int64(1))
+	f.Add(uint8(algo.FixedWindow), int64(5), int64(999_983), int64(0), int64(1<<40), int64(5), int64(-999_983), int64(1))
+	f.Add(uint8(algo.SlidingWindowLog), int64(4), int64(10), int64(0), int64(7), int64(2), int64(-3), int64(2))
+	n := 0
+	f.Fuzz(func(t *testing.T, kind uint8, limit, period, burst, now, hits1, step, hits2 int64) {
+		n++
+		l, err := redislimit.New(c, redislimit.Options{Prefix: fmt.Sprintf("fz%d:", n), ExpiryGrace: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lim := algo.Limit{Kind: algo.Kind(kind), Limit: limit, Period: time.Duration(period), Burst: burst}
+		if lim.Kind == algo.SlidingWindowLog && limit > 1000 {
+			t.Skip("large logs are slow to fuzz")
+		}
+		var st algo.State
+		ctx := context.Background()
+		for _, ch := range []struct{ now, hits int64 }{{now, hits1}, {now + step, hits2}} {
+			if (step > 0 && ch.now < now) || (step < 0 && ch.now > now) {
+				t.Skip("overflow")
+			}
+			want, werr := st.Take(ch.now, ch.hits, lim)
+			got, gerr := l.Take(ctx, "k", ch.now, ch.hits, lim)
+			switch {
+			case werr != nil:
+				if !errors.Is(gerr, algo.ErrInvalidLimit) {
+					t.Fatalf("algo refused (%v), redis: %+v %v", werr, got, gerr)
+				}
+				return
+			case errors.Is(gerr, redislimit.ErrUnsupportedLimit) || errors.Is(gerr, redislimit.ErrClockStep) || errors.Is(gerr, redislimit.ErrStateRange):
+				return // documented range
+			case gerr != nil || got != want:
+				t.Fatalf("%+v now %d hits %d: got %+v (%v), want %+v", lim, ch.now, ch.hits, got, gerr, want)
+			}
+		}
+	})
+}
+
+// TestTokenBucketLimitChanges: a bucket checked under another Period keeps its
+// token*ns debt (as algo does), also when the debt is above 2^53; a debt that
+// cannot be computed exactly under the new Limit is ErrStateRange.
+func TestTokenBucketLimitChanges(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	l, err := redislimit.New(srv.Client(), redislimit.Options{ExpiryGrace: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	now := 1_795_000_000 * sec
+	lims := []algo.Limit{
+		{Kind: algo.TokenBucket, Limit: 3, Period: time.Second, Burst: 10},
+		{Kind: algo.TokenBucket, Limit: 5, Period: 7 * time.Second, Burst: 10},
+		{Kind: algo.TokenBucket, Limit: 100_003, Period: time.Hour, Burst: 1_000_000},
+		{Kind: algo.TokenBucket, Limit: 1_000_000, Period: 999_983 * time.Nanosecond, Burst: 3},
+		{Kind: algo.TokenBucket, Limit: 2000, Period: time.Minute, Burst: 999_999},
+	}
+	var st algo.State
+	ranged := 0
+	for i := range 200 {
+		lim := lims[(i/7)%len(lims)]
+		hits := int64(i%5) * (lim.Burst/7 + 1)
+		now += int64(i%3) * int64(lim.Period) / 11
+		if i%13 == 0 {
+			now -= int64(lim.Period) / 3
+		}
+		want, _ := st.Take(now, hits, lim)
+		got, err := l.Take(ctx, "tb", now, hits, lim)
+		if errors.Is(err, redislimit.ErrStateRange) {
+			// Only where algo's answer itself is beyond the exact range.
+			if want.ResetAfter < time.Duration(redislimit.MaxDuration) {
+				t.Fatalf("step %d %+v hits %d: ErrStateRange, but algo's ResetAfter is %v", i, lim, hits, want.ResetAfter)
+			}
+			ranged++
+			if err := srv.Client().Del(ctx, l.Key("tb")).Err(); err != nil {
+				t.Fatal(err)
+			}
+			st = algo.State{}
+			continue
+		}
+		if err != nil || got != want {
+			t.Fatalf("step %d %+v hits %d: got %+v (%v), want %+v", i, lim, hits, got, err, want)
+		}
+	}
+	t.Logf("%d of 200 checks beyond the exact range (the key was then reset on both sides)", ranged)
+	// A debt of 10^6 tokens of an hour, read under 1 token per 2^50 ns: the
+	// wait is far beyond 2^53 ns.
+	big := algo.Limit{Kind: algo.TokenBucket, Limit: 1_000_000, Period: time.Hour, Burst: 1_000_000}
+	if _, err := l.Take(ctx, "range", now, 1_000_000, big); err != nil {
+		t.Fatal(err)
+	}
+	tiny := algo.Limit{Kind: algo.TokenBucket, Limit: 1, Period: 1 << 50, Burst: 1}
+	if _, err := l.Take(ctx, "range", now, 0, tiny); !errors.Is(err, redislimit.ErrStateRange) {
+		t.Errorf("huge debt under a tiny rate: got %v, want ErrStateRange", err)
 	}
 }

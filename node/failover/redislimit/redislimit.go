@@ -14,8 +14,8 @@
 //
 // Range. Lua numbers in Redis are float64, exact for integers up to 2^53, so the
 // scripts keep times as two 32-bit halves and bound every duration and count:
-// Period, GCRA's tau = T*(Burst+1), TokenBucket's Burst*Period at most
-// MaxDuration (2^51 ns, about 26 days) and Limit at most MaxCount (2^51). A Limit
+// Period, GCRA's tau = T*(Burst+1) and TokenBucket's time to refill from
+// empty, ceil(Burst*Period/Limit), at most MaxDuration (2^51 ns, about 26 days) and Limit at most MaxCount (2^51). A Limit
 // outside it is refused with ErrUnsupportedLimit (wrapping algo.ErrInvalidLimit)
 // before Redis is called; nothing is rounded. A check whose now is more than
 // about 2^51 ns before the key's latest time (a clock stepping back by weeks)
@@ -31,6 +31,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -51,6 +52,11 @@ var (
 	ErrClockStep = errors.New("redislimit: clock step back too large")
 	// ErrInvalidKey is returned for an empty key.
 	ErrInvalidKey = errors.New("redislimit: invalid key")
+	// ErrStateRange is returned by Take when a key's state, taken under
+	// another Limit of the same Kind (a larger TokenBucket debt, say), cannot
+	// be computed exactly under this one. The failover limiter lets the
+	// cluster decide such a check.
+	ErrStateRange = errors.New("redislimit: key state out of the exact range under this limit")
 	// ErrReply is returned, wrapped, when Redis answers something a script
 	// never replies (another program's data under the key prefix, say).
 	ErrReply = errors.New("redislimit: unexpected reply")
@@ -60,7 +66,8 @@ var (
 )
 
 // MaxDuration bounds, in ns, a Limit's Period, GCRA's tau = (Period/Limit) *
-// (Burst+1) and TokenBucket's Burst*Period: 2^51 ns, about 26 days. Together
+// (Burst+1) and TokenBucket's time to refill from empty,
+// ceil(Burst*Period/Limit): 2^51 ns, about 26 days. Together
 // with a step back of at most as much, every duration a script computes stays
 // below 2^53 and is exact in Lua's float64 numbers.
 const MaxDuration time.Duration = 1 << 51
@@ -164,8 +171,9 @@ func Validate(lim algo.Limit) error {
 		}
 	case algo.TokenBucket:
 		// lim.Validate bounded Burst*Period by algo.MaxDuration (2^62).
-		if full := lim.Burst * int64(lim.Period); full > int64(MaxDuration) {
-			return fmt.Errorf("%w: field Burst value %d: Burst*Period = %d, must be <= MaxDuration (%d)", ErrUnsupportedLimit, lim.Burst, full, int64(MaxDuration))
+		full := lim.Burst * int64(lim.Period)
+		if refill := (full-1)/lim.Limit + 1; refill > int64(MaxDuration) {
+			return fmt.Errorf("%w: field Burst value %d: the time to refill, ceil(Burst*Period/Limit) = %d ns, must be <= MaxDuration (%d ns)", ErrUnsupportedLimit, lim.Burst, refill, int64(MaxDuration))
 		}
 	}
 	return nil
@@ -197,6 +205,9 @@ func (l *Limiter) Take(ctx context.Context, key string, now, hits int64, lim alg
 		if errors.As(err, &rerr) && strings.Contains(rerr.Error(), "RINGLIMIT clock step") {
 			return algo.Decision{}, fmt.Errorf("%w: key %q, now %d", ErrClockStep, key, now)
 		}
+		if errors.As(err, &rerr) && strings.Contains(rerr.Error(), "RINGLIMIT range") {
+			return algo.Decision{}, fmt.Errorf("%w: key %q", ErrStateRange, key)
+		}
 		return algo.Decision{}, err
 	}
 	if len(res) != 5 {
@@ -219,8 +230,6 @@ func (l *Limiter) args(now, hits int64, lim algo.Limit) []any {
 	case algo.GCRA:
 		t := p / lim.Limit
 		a = append(a, t, t*(lim.Burst+1))
-	case algo.TokenBucket:
-		a = append(a, lim.Burst*p)
 	case algo.FixedWindow:
 		sh, sl := split(now - floorMod(now, p))
 		a = append(a, sh, sl)
@@ -244,14 +253,13 @@ func floorMod(a, p int64) int64 {
 	return m
 }
 
-// NewClient returns a go-redis client for a redis:// or rediss:// URL (TLS
-// for rediss; user, password, database and options as redis.ParseURL reads
-// them), with ContextTimeoutEnabled on, so that a check's deadline (the
-// failover Budget) bounds every Redis call, and no retries (MaxRetries -1) unless the URL
-// sets max_retries (a retry inside one budget only delays the switch). For
-// Sentinel or Cluster, build a redis.UniversalClient with
-// redis.NewUniversalClient and pass it to New.
-func NewClient(rawURL string) (redis.UniversalClient, error) {
+// ClientOptions returns the go-redis options NewClient uses for a redis:// or
+// rediss:// URL (TLS for rediss; user, password, database and options as
+// redis.ParseURL reads them), with ContextTimeoutEnabled on, so that a check's
+// deadline (the failover Budget) bounds every Redis call, and no retries
+// (MaxRetries -1) unless the URL sets max_retries (a retry inside one budget
+// only delays the switch). Errors wrap ErrInvalidOptions.
+func ClientOptions(rawURL string) (*redis.Options, error) {
 	o, err := redis.ParseURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: redis URL: %w", ErrInvalidOptions, err)
@@ -259,6 +267,49 @@ func NewClient(rawURL string) (redis.UniversalClient, error) {
 	o.ContextTimeoutEnabled = true
 	if !strings.Contains(rawURL, "max_retries=") {
 		o.MaxRetries = -1
+	}
+	return o, nil
+}
+
+// NewClient returns a go-redis client for a redis:// or rediss:// URL: a
+// Sentinel client (redis.ParseFailoverURL) when the URL has a master_name
+// parameter, the sentinels in its host and addr parameters; a Cluster client
+// (redis.ParseClusterURL) when it has addr parameters (more seed nodes) and no
+// master_name; else a single-node client with ClientOptions. All three have
+// ContextTimeoutEnabled on and no retries unless the URL sets max_retries.
+// Errors wrap ErrInvalidOptions.
+func NewClient(rawURL string) (redis.UniversalClient, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: redis URL: %w", ErrInvalidOptions, err)
+	}
+	q := u.Query()
+	retries := !q.Has("max_retries")
+	switch {
+	case q.Has("master_name"):
+		o, err := redis.ParseFailoverURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("%w: redis sentinel URL: %w", ErrInvalidOptions, err)
+		}
+		o.ContextTimeoutEnabled = true
+		if retries {
+			o.MaxRetries = -1
+		}
+		return redis.NewFailoverClient(o), nil
+	case q.Has("addr"):
+		o, err := redis.ParseClusterURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("%w: redis cluster URL: %w", ErrInvalidOptions, err)
+		}
+		o.ContextTimeoutEnabled = true
+		if retries {
+			o.MaxRetries = -1
+		}
+		return redis.NewClusterClient(o), nil
+	}
+	o, err := ClientOptions(rawURL)
+	if err != nil {
+		return nil, err
 	}
 	return redis.NewClient(o), nil
 }

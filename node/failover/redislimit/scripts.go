@@ -10,9 +10,8 @@ package redislimit
 // validated in Go before a script runs, so every sum stays below 2^53; the
 // products that could exceed it (SlidingWindowCounter's prev*(Period-elapsed) and
 // (r+1)*Period) are computed with muldiv, a shift-and-add floor(a*b/m) that keeps
-// every intermediate below 2^53; TokenBucket's Limit*elapsed is compared with the
-// debt as elapsed >= ceil(debt/Limit) instead of being multiplied. Divisions use
-// math.fmod, which is exact on doubles.
+// every intermediate below 2^53; TokenBucket keeps its token*ns debt as
+// q*Period + r. Divisions use math.fmod, which is exact on doubles.
 //
 // Every script takes KEYS[1] and ARGV: kind, now_h, now_l, hits, limit, period,
 // burst, grace_ms, then per-algorithm values precomputed in Go (see Limiter.args),
@@ -95,7 +94,7 @@ local kind = tonumber(ARGV[1])
 local nh, nl = tonumber(ARGV[2]), tonumber(ARGV[3])
 local hits, limit, period, burst = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local grace = tonumber(ARGV[8])
-local st = redis.call('HMGET', key, 'k', 'a', 'b', 'c', 'd')
+local st = redis.call('HMGET', key, 'k', 'a', 'b', 'c', 'd', 'e')
 local fresh = tonumber(st[1]) ~= kind
 if fresh and st[1] then redis.call('DEL', key) end
 `
@@ -128,23 +127,52 @@ if ttl < tau then rem = idiv(tau - ttl, t) end
 return {allowed, cap, rem, retry, ttl}
 `
 
-// tokenBucketScript is algo.TokenBucketState: ARGV[9] = Burst*Period (token*ns).
+// tokenBucketScript is algo.TokenBucketState. algo keeps the debt in token*ns
+// (missing tokens times Period), which can pass 2^53; the script keeps it as
+// q*Period + r (0 <= r < Period): field a = q, d = r, e = the Period they are
+// expressed in (a different Period reinterprets the same token*ns amount, as
+// algo does), b, c = the last refill time.
 const tokenBucketScript = prelude + `
-local full = tonumber(ARGV[9])
 local p = period
+local function range()
+  return redis.error_reply('RINGLIMIT range: the key state is outside the exact range under this limit')
+end
+-- ceil((dq*p + dr) / limit), nil when it is not exact
+local function need(dq, dr)
+  if dq == 0 then return cdiv(dr, limit) end
+  local a, b = muldiv(dq, p, limit)
+  if a >= FAR then return nil end
+  return a + cdiv(b + dr, limit)
+end
 local eh, el = nh, nl
-local lag, debt = 0, 0
+local lag, q, r = 0, 0, 0
 if not fresh then
-  debt = tonumber(st[2])
+  q, r = tonumber(st[2]), tonumber(st[5])
+  local pe = tonumber(st[6])
+  if pe ~= p then
+    local a, b = 0, 0
+    if q > 0 then a, b = muldiv(q, pe, p) end
+    if a >= FAR then return range() end
+    local x = b + r
+    q, r = a + idiv(x, p), math.fmod(x, p)
+  end
   local lh, ll = tonumber(st[3]), tonumber(st[4])
   local d = diff(nh, nl, lh, ll)
-  local e = near(d)
   if d < 0 then
+    local e = near(d)
     if e then return e end
     lag, eh, el, d = -d, lh, ll, 0
   end
-  if debt > 0 then
-    if d >= cdiv(debt, limit) then debt = 0 else debt = debt - limit * d end
+  if q > 0 or r > 0 then
+    local full = need(q, r)
+    if not full then return range() end
+    if d >= full then
+      q, r = 0, 0
+    else
+      local q2, r2 = muldiv(limit, d, p)
+      q, r = q - q2, r - r2
+      if r < 0 then q, r = q - 1, r + p end
+    end
   end
 end
 local allowed, retry, rem = 0, 0, 0
@@ -152,16 +180,21 @@ if hits == 0 then
   allowed = 1
 elseif hits > burst then
   retry = -1
-elseif debt > full - hits * p then
-  retry = cdiv(debt - (full - hits * p), limit)
+elseif q > burst - hits or (q == burst - hits and r > 0) then
+  retry = need(q - (burst - hits), r)
+  if not retry then return range() end
 else
   allowed = 1
-  debt = debt + hits * p
+  q = q + hits
 end
-if debt < full then rem = idiv(full - debt, p) end
-local reset = cdiv(debt, limit)
+if q < burst then
+  rem = burst - q
+  if r > 0 then rem = rem - 1 end
+end
+local reset = need(q, r)
+if not reset then return range() end
 if allowed == 1 and hits > 0 then
-  redis.call('HSET', key, 'k', s(kind), 'a', s(debt), 'b', s(eh), 'c', s(el))
+  redis.call('HSET', key, 'k', s(kind), 'a', s(q), 'b', s(eh), 'c', s(el), 'd', s(r), 'e', s(p))
   expire(key, reset, grace)
 end
 if lag ~= 0 then

@@ -7,6 +7,7 @@ package redistarget
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,20 +36,24 @@ func (c checker) Check(ctx context.Context, ch transport.Check) (transport.Resul
 	return transport.Result{Decision: d, Route: transport.RouteOwner, Owner: Name, Code: transport.CodeOK}, nil
 }
 
-// Open connects to the Redis at url (redis:// or rediss://, see
-// redislimit.NewClient) with a pool of at least poolSize connections (one per
-// bench caller, so callers do not queue for connections), checks that it
-// answers PING and loads the scripts. stop closes the client.
+// Open connects to the Redis at url (redis:// or rediss://, single node,
+// Sentinel or Cluster, see redislimit.NewClient); a single node gets a pool of
+// at least poolSize connections (one per bench caller, so callers do not queue
+// for connections). It loads the scripts, which checks that Redis answers.
+// stop closes the client.
 func Open(ctx context.Context, url string, poolSize int) (targets []target.Target, stop func() error, err error) {
-	c, err := redislimit.NewClient(url)
+	var c redis.UniversalClient
+	if strings.Contains(url, "master_name=") || strings.Contains(url, "addr=") {
+		c, err = redislimit.NewClient(url) // Sentinel or Cluster: pool per node as the URL says
+	} else {
+		var o *redis.Options
+		if o, err = redislimit.ClientOptions(url); err == nil {
+			o.PoolSize = max(o.PoolSize, poolSize)
+			c = redis.NewClient(o)
+		}
+	}
 	if err != nil {
 		return nil, nil, err
-	}
-	if rc, ok := c.(*redis.Client); ok && rc.Options().PoolSize < poolSize {
-		o := rc.Options()
-		o.PoolSize = poolSize
-		rc.Close()
-		c = redis.NewClient(o)
 	}
 	l, err := redislimit.New(c, redislimit.Options{})
 	if err == nil {

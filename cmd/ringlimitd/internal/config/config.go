@@ -171,7 +171,7 @@ func (c *Config) Register(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on the graceful stop (HTTP drain, leave, handoff)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "json or text")
-	fs.StringVar(&c.RedisPrimary, "redis-primary", c.RedisPrimary, "redis:// or rediss:// URL: decide checks on Redis first, on the cluster while Redis fails (default: cluster only)")
+	fs.StringVar(&c.RedisPrimary, "redis-primary", c.RedisPrimary, "redis:// or rediss:// URL (Sentinel with ?master_name=, Cluster with ?addr= seeds): decide checks on Redis first, on the cluster while Redis fails (default: cluster only)")
 	fs.DurationVar(&c.RedisBudget, "redis-budget", c.RedisBudget, "with --redis-primary: deadline of each Redis call, after which the cluster decides")
 	fs.StringVar(&c.PolicyFile, "policy-file", c.PolicyFile, "policy file (envoyproxy/ratelimit format) for /v1/check_descriptors; reloaded on change and on SIGHUP")
 }

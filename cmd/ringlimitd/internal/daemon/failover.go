@@ -56,6 +56,8 @@ func (fc *failoverChecker) Check(ctx context.Context, c transport.Check) (transp
 		switch {
 		case errors.Is(err, node.ErrTooManyKeys), errors.Is(err, node.ErrStopped):
 			err = fmt.Errorf("%w: %w", transport.ErrUnavailable, err)
+		case errors.Is(err, failover.ErrInvalidKey):
+			err = fmt.Errorf("%w: %w", transport.ErrInvalidCheck, err)
 		}
 		return transport.Result{}, err
 	}

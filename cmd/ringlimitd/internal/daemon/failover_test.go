@@ -41,6 +41,9 @@ func TestRedisPrimary(t *testing.T) {
 	if n, err := srv.Client().Exists(t.Context(), "ringlimit:user123").Result(); err != nil || n != 1 {
 		t.Errorf("redis key ringlimit:user123: exists %d %v, want 1", n, err)
 	}
+	if code, body := httpDo(t, "POST", base+"/v1/check", `{"key":"","algorithm":"gcra","limit":30,"period":"60s"}`); code != 400 {
+		t.Errorf("empty key: got %d %s, want 400", code, body)
+	}
 	srv.Kill()
 	if owner, rem := check(); owner != "redisfirst" || rem != 15 {
 		t.Errorf("redis down: got owner %q remaining %d, want the node (redisfirst), a fresh key (15)", owner, rem)
