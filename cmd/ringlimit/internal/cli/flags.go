@@ -25,7 +25,7 @@ type limitFlags struct {
 }
 
 func (f *limitFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&f.algorithm, "algorithm", "gcra", "algorithm: sliding_window_log, sliding_window_counter, fixed_window, gcra or token_bucket")
+	fs.StringVar(&f.algorithm, "algorithm", "gcra", "algorithm: sliding_window_log, sliding_window_counter, fixed_window, gcra, token_bucket or bucketed_sliding_window")
 	fs.Int64Var(&f.limit, "limit", 10, "hits per period (the rate for gcra and token_bucket)")
 	fs.DurationVar(&f.period, "period", time.Minute, "window length or refill period")
 	fs.Int64Var(&f.burst, "burst", 5, "gcra: max_burst (capacity burst+1); token_bucket: capacity (>= 1); ignored by window algorithms")
