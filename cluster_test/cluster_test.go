@@ -62,6 +62,7 @@ func noRefill(c int64) []algo.Limit {
 		{Kind: algo.FixedWindow, Limit: c, Period: day},
 		{Kind: algo.GCRA, Burst: c - 1, Limit: 1, Period: day},
 		{Kind: algo.TokenBucket, Burst: c, Limit: 1, Period: day},
+		{Kind: algo.BucketedSlidingWindow, Limit: c, Period: day},
 	}
 }
 

@@ -299,3 +299,67 @@ func TestNotOwnerIsNeverReforwarded(t *testing.T) {
 		t.Errorf("%s holds %d keys, want 0: it does not own the key", c.Name(), got)
 	}
 }
+
+// A fourth node joins three that hold states of every algorithm: the keys it
+// takes over (and any that move between the others) arrive with their state,
+// carried by key hash alone, and every key still has its 3 admitted hits.
+func TestMemNetJoinHandsOffEveryAlgorithm(t *testing.T) {
+	t.Parallel()
+	var clock atomic.Int64
+	clock.Store(int64(20_000*24*time.Hour) + int64(12*time.Hour))
+	mn, nodes := memCluster(t, 3, func(c *Config) { c.Clock = clock.Load })
+	ctx := context.Background()
+	const keys = 200
+	limit := func(k algo.Kind) algo.Limit {
+		return algo.Limit{Kind: k, Limit: 10, Period: 24 * time.Hour, Burst: 9}
+	}
+	for _, kind := range algo.Kinds() {
+		for k := range keys {
+			if _, err := nodes[k%3].AllowN(ctx, fmt.Sprint("join:", k), limit(kind), 3); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cfg := TestConfig()
+	cfg.peerNet = mn
+	cfg.Clock = clock.Load
+	cfg.Name = "node-3"
+	cfg.Join = []string{nodes[0].GossipAddr()}
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Abort() })
+	all := append(nodes, d)
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := WaitConverged(wctx, all...); err != nil {
+		t.Fatal(err)
+	}
+	moved := 0
+	for k := range keys {
+		key := fmt.Sprint("join:", k)
+		if m, _ := d.Owner(key); m.Name == "node-3" {
+			moved++
+		}
+		for _, kind := range algo.Kinds() {
+			res, err := all[k%4].AllowN(ctx, key, limit(kind), 0) // peek
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := int64(10 - 3) // windows: Limit 10; GCRA: capacity Burst+1 = 10
+			if kind == algo.TokenBucket {
+				want = 9 - 3 // capacity Burst
+			}
+			if res.Remaining != want {
+				t.Fatalf("%v key %s (owner %s): remaining %d after the join, want %d", kind, key, res.Owner, res.Remaining, want)
+			}
+		}
+	}
+	if moved == 0 {
+		t.Fatal("node-3 took over no key: the test proves nothing")
+	}
+	if got, want := d.Stats().Keys, moved*len(algo.Kinds()); got != want {
+		t.Fatalf("node-3 holds %d states, want %d", got, want)
+	}
+}

@@ -24,6 +24,9 @@ import (
 //   - SlidingWindowLog: any half-open interval (t−P, t] holds at most L admitted
 //     hits (that is the rule), and floor(span/P)+1 such intervals cover a closed
 //     interval of length span (span is integer ns): L·(floor(span/P)+1).
+//   - BucketedSlidingWindow: a hit counts at least as long as in the log (until
+//     the end of the 16th bucket after its own), so the log's bound holds:
+//     L·(floor(span/P)+1).
 //   - GCRA: with emission interval T = P/L and tolerance τ = T·(B+1), the k-th
 //     admitted hit raises TAT to at least t0 + k·T and needs now ≥ TAT − τ, so
 //     t0 + span ≥ t0 + k·T − (B+1)·T, i.e. k ≤ span/T + B + 1. The bound uses
@@ -57,7 +60,7 @@ func MaxAdmitted(l algo.Limit, span time.Duration) (int64, error) {
 	case algo.FixedWindow, algo.SlidingWindowCounter:
 		// ceil(S/P) = (S+P-1)/P
 		n.Add(S, P).Sub(n, one).Quo(n, P).Add(n, one).Mul(n, L)
-	case algo.SlidingWindowLog:
+	case algo.SlidingWindowLog, algo.BucketedSlidingWindow:
 		n.Quo(S, P).Add(n, one).Mul(n, L)
 	case algo.GCRA, algo.TokenBucket:
 		T := new(big.Int).Quo(P, L)

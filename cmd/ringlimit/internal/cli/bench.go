@@ -51,7 +51,8 @@ stays down) instead of spinning on instant errors.
 Admission check: for every key the admitted hits are compared with the most its
 algorithm can admit over the run's elapsed time E starting from a fresh state
 (L = --limit, P = --period, B = --burst): fixed_window and sliding_window_counter
-L*(ceil(E/P)+1); sliding_window_log L*(floor(E/P)+1); gcra floor(E/floor(P/L))+B+1;
+L*(ceil(E/P)+1); sliding_window_log and bucketed_sliding_window L*(floor(E/P)+1);
+gcra floor(E/floor(P/L))+B+1;
 token_bucket B+floor(E/floor(P/L)). Keys are fresh per run (--prefix). Exit code
 1 if any key exceeds its bound or any check fails.
 

@@ -28,7 +28,7 @@ type limitFlags struct {
 // runs every algorithm and must not list a flag it cannot take).
 func (f *limitFlags) register(fs *pflag.FlagSet, withAlgorithm bool) {
 	if withAlgorithm {
-		fs.StringVar(&f.algorithm, "algorithm", "gcra", "algorithm: sliding_window_log, sliding_window_counter, fixed_window, gcra or token_bucket")
+		fs.StringVar(&f.algorithm, "algorithm", "gcra", "algorithm: sliding_window_log, sliding_window_counter, fixed_window, gcra, token_bucket or bucketed_sliding_window")
 	}
 	fs.Int64Var(&f.limit, "limit", 10, "hits per period (the rate for gcra and token_bucket)")
 	fs.DurationVar(&f.period, "period", time.Minute, "window length or refill period")

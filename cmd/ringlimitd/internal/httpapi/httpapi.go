@@ -62,7 +62,7 @@ type CheckRequest struct {
 	// Key is the limited subject; required.
 	Key string `json:"key"`
 	// Algorithm is an algo.Kind name: sliding_window_log, sliding_window_counter,
-	// fixed_window, gcra or token_bucket; required.
+	// fixed_window, gcra, token_bucket or bucketed_sliding_window; required.
 	Algorithm string `json:"algorithm"`
 	// Limit is hits per Period; required, > 0.
 	Limit int64 `json:"limit"`
@@ -222,11 +222,11 @@ func (req *CheckRequest) toCheck() (transport.Check, error) {
 		return transport.Check{}, errors.New(`field "key" is required`)
 	}
 	if req.Algorithm == "" {
-		return transport.Check{}, errors.New(`field "algorithm" is required (sliding_window_log, sliding_window_counter, fixed_window, gcra or token_bucket)`)
+		return transport.Check{}, errors.New(`field "algorithm" is required (sliding_window_log, sliding_window_counter, fixed_window, gcra, token_bucket or bucketed_sliding_window)`)
 	}
 	kind, err := algo.ParseKind(req.Algorithm)
 	if err != nil {
-		return transport.Check{}, fmt.Errorf("unknown algorithm %q (want sliding_window_log, sliding_window_counter, fixed_window, gcra or token_bucket)", req.Algorithm)
+		return transport.Check{}, fmt.Errorf("unknown algorithm %q (want sliding_window_log, sliding_window_counter, fixed_window, gcra, token_bucket or bucketed_sliding_window)", req.Algorithm)
 	}
 	if req.Limit <= 0 {
 		return transport.Check{}, fmt.Errorf(`field "limit" = %d: must be > 0`, req.Limit)

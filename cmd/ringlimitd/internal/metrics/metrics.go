@@ -60,7 +60,7 @@ type Metrics struct {
 	handoffKeys  prometheus.Counter
 	handoffTime  prometheus.Histogram
 	evictions    *prometheus.CounterVec
-	checkCounter [2][4][6]prometheus.Counter // [allowed][route][kind], resolved once
+	checkCounter [2][4][7]prometheus.Counter // [allowed][route][kind], resolved once
 }
 
 var _ node.Metrics = (*Metrics)(nil)
