@@ -129,7 +129,7 @@ func TestThrottleErrors(t *testing.T) {
 		{[]any{"CL.THROTTLE", "k", "-1", "5", "60"}, "Cell error: Store error: field max_burst value -1: must be >= 0"},
 		{[]any{"CL.THROTTLE", "k", "1", "5", "60", "-2"}, "Cell error: Store error: field quantity value -2: must be in 0..2147483648"},
 		{[]any{"CL.THROTTLE", strings.Repeat("k", 1025), "1", "5", "60"}, "Cell error: Store error: key of 1025 bytes: want 1..1024 bytes"},
-		{[]any{"RL.CHECK", "k", "leaky", "5", "1s"}, `ERR algorithm "leaky": want one of sliding_window_log, sliding_window_counter, fixed_window, gcra, token_bucket`},
+		{[]any{"RL.CHECK", "k", "leaky", "5", "1s"}, `ERR algorithm "leaky": want one of ` + kindNames()},
 		{[]any{"RL.CHECK", "k", "gcra", "5"}, "ERR Usage: rl.check <key> <algorithm> <limit> <period> [<burst> [<hits>]]"},
 		{[]any{"RL.CHECK", "k", "gcra", "5", "soon"}, `ERR period "soon": want a duration such as 1m or 250ms, or an integer of ms`},
 		{[]any{"NOSUCH", "a"}, "ERR unknown command 'NOSUCH', with args beginning with: 'a' "},
