@@ -67,9 +67,14 @@ type Config struct {
 	// GRPCPort serves the gRPC Limiter and Peer services (--grpc-port). Default
 	// 8081; 0 picks a free port.
 	GRPCPort int
-	// HTTPPort serves the HTTP/JSON API, /metrics, /healthz and /readyz
-	// (--http-port). Default 8080; 0 picks a free port.
+	// HTTPPort serves the HTTP/JSON client API: POST /v1/check, GET
+	// /v1/members (--http-port). Default 8080; 0 picks a free port.
 	HTTPPort int
+	// AdminPort serves the read-only admin API: GET /metrics, /healthz, /readyz
+	// (--admin-port). It authenticates nobody and changes nothing: expose it to
+	// the scraper and the orchestrator's probes only. Default 8082; 0 picks a
+	// free port.
+	AdminPort int
 	// Join lists the seeds' gossip addresses, "host:port" or "host" for port 7946
 	// (--join, comma-separated). Default none: a cluster of one until others join.
 	Join []string
@@ -123,6 +128,7 @@ func Default() Config {
 		GossipPort:       d.GossipPort,
 		GRPCPort:         d.GRPCPort,
 		HTTPPort:         8080,
+		AdminPort:        8082,
 		ClusterLabel:     d.ClusterLabel,
 		OwnerUnreachable: d.OwnerUnreachable.String(),
 		MaxKeys:          d.MaxKeys,
@@ -143,7 +149,8 @@ func (c *Config) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", c.AdvertiseAddr, "IP address peers use to reach this node (default: bind address, or the first private IP when binding 0.0.0.0)")
 	fs.IntVar(&c.GossipPort, "gossip-port", c.GossipPort, "memberlist TCP+UDP port (0 = any free port)")
 	fs.IntVar(&c.GRPCPort, "grpc-port", c.GRPCPort, "gRPC Limiter and Peer port (0 = any free port)")
-	fs.IntVar(&c.HTTPPort, "http-port", c.HTTPPort, "HTTP port for /v1/check, /v1/members, /metrics, /healthz, /readyz (0 = any free port)")
+	fs.IntVar(&c.HTTPPort, "http-port", c.HTTPPort, "HTTP client API port: POST /v1/check, GET /v1/members (0 = any free port)")
+	fs.IntVar(&c.AdminPort, "admin-port", c.AdminPort, "read-only admin HTTP port: GET /metrics, /healthz, /readyz; no authentication (0 = any free port)")
 	fs.StringSliceVar(&c.Join, "join", c.Join, "comma-separated seed gossip addresses host[:port]")
 	fs.StringVar(&c.ClusterLabel, "cluster-label", c.ClusterLabel, "cluster label; gossip from another label is dropped")
 	fs.StringVar(&c.GossipKeyFile, "gossip-key-file", c.GossipKeyFile, "file with the gossip encryption key: base64 or raw, 16/24/32 bytes (default: no encryption)")
@@ -234,15 +241,13 @@ func (c *Config) Validate() error {
 	for _, p := range []struct {
 		flag string
 		v    int
-	}{{"gossip-port", c.GossipPort}, {"grpc-port", c.GRPCPort}, {"http-port", c.HTTPPort}} {
+	}{{"gossip-port", c.GossipPort}, {"grpc-port", c.GRPCPort}, {"http-port", c.HTTPPort}, {"admin-port", c.AdminPort}} {
 		if p.v < 0 || p.v > 65535 {
 			return bad(p.flag, p.v, "want 0..65535")
 		}
 	}
-	if c.HTTPPort != 0 && (c.HTTPPort == c.GRPCPort || c.HTTPPort == c.GossipPort) ||
-		c.GRPCPort != 0 && c.GRPCPort == c.GossipPort {
-		return fmt.Errorf("%w: --gossip-port %d, --grpc-port %d and --http-port %d must differ",
-			ErrInvalid, c.GossipPort, c.GRPCPort, c.HTTPPort)
+	if err := c.distinctPorts(); err != nil {
+		return err
 	}
 	seeds := c.Join[:0:0]
 	for _, s := range c.Join {
@@ -303,6 +308,22 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// distinctPorts refuses two listeners on one non-zero port.
+func (c *Config) distinctPorts() error {
+	ports := []struct {
+		flag string
+		v    int
+	}{{"gossip-port", c.GossipPort}, {"grpc-port", c.GRPCPort}, {"http-port", c.HTTPPort}, {"admin-port", c.AdminPort}}
+	for i, a := range ports {
+		for _, b := range ports[i+1:] {
+			if a.v != 0 && a.v == b.v {
+				return fmt.Errorf("%w: --%s and --%s are both %d: every listener needs its own port", ErrInvalid, a.flag, b.flag, a.v)
+			}
+		}
+	}
+	return nil
+}
+
 // Level returns LogLevel as a slog.Level.
 func (c *Config) Level() (slog.Level, error) {
 	var l slog.Level
@@ -321,9 +342,14 @@ func (c *Config) Level() (slog.Level, error) {
 	return l, nil
 }
 
-// HTTPAddr returns the host:port the HTTP server listens on.
+// HTTPAddr returns the host:port the HTTP client API listens on.
 func (c *Config) HTTPAddr() string {
 	return net.JoinHostPort(c.BindAddr, strconv.Itoa(c.HTTPPort))
+}
+
+// AdminAddr returns the host:port the admin API listens on.
+func (c *Config) AdminAddr() string {
+	return net.JoinHostPort(c.BindAddr, strconv.Itoa(c.AdminPort))
 }
 
 // NodeConfig returns the node.Config this Config describes, starting from

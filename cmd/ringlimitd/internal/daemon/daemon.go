@@ -162,25 +162,27 @@ func run(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	return nil
 }
 
-// Daemon is a running node with its HTTP server.
+// Daemon is a running node with its HTTP servers.
 type Daemon struct {
 	cfg     config.Config
 	log     *slog.Logger
 	node    *node.Node
 	metrics *metrics.Metrics
-	ln      net.Listener
+	ln      net.Listener // client HTTP API
+	adminLn net.Listener // admin HTTP API
 	srv     *http.Server
+	admin   *http.Server
 	errc    chan error
 }
 
 // Start starts a node configured by cfg (which must have passed Validate) and
-// serves the HTTP API. It returns once both listen; the node joins its seeds
-// before New returns. On error nothing is left running.
+// serves the HTTP client and admin APIs. It returns once all listen; the node
+// joins its seeds before New returns. On error nothing is left running.
 func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	d := &Daemon{cfg: cfg, log: logger, errc: make(chan error, 1)}
+	d := &Daemon{cfg: cfg, log: logger, errc: make(chan error, 2)}
 	var n *node.Node
 	d.metrics = metrics.New(func() node.Stats {
 		if n == nil {
@@ -196,17 +198,35 @@ func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("http listener: %w", err)
 	}
+	adminLn, err := net.Listen("tcp", cfg.AdminAddr())
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("admin listener: %w", err)
+	}
 	n, err = node.New(nc)
 	if err != nil {
 		ln.Close()
+		adminLn.Close()
 		return nil, fmt.Errorf("start node: %w", err)
 	}
-	d.node, d.ln = n, ln
-	h := httpapi.NewHandler(limiter{n}, httpapi.Options{
-		Logger: logger.With("component", "http"),
+	d.node, d.ln, d.adminLn = n, ln, adminLn
+	d.srv = newHTTPServer(httpapi.NewHandler(limiter{n}, httpapi.Options{Logger: logger.With("component", "http")}), logger)
+	d.admin = newHTTPServer(httpapi.NewAdminHandler(n, httpapi.AdminOptions{
+		Logger: logger.With("component", "admin"),
 		Extra:  map[string]http.Handler{"/metrics": d.metrics.Handler()},
-	})
-	d.srv = &http.Server{
+	}), logger)
+	d.serve(d.srv, ln)
+	d.serve(d.admin, adminLn)
+	logger.Info("started",
+		"node", n.Name(), "http", ln.Addr().String(), "admin", adminLn.Addr().String(), "grpc", n.GRPCAddr(), "gossip", n.GossipAddr(),
+		"join", cfg.Join, "cluster_label", cfg.ClusterLabel, "owner_unreachable", cfg.OwnerUnreachable,
+		"accept_caller_timestamps", cfg.AcceptCallerTimestamps, "gossip_encrypted", cfg.GossipKeyFile != "",
+		"mtls", cfg.TLSCertFile != "", "gossip_profile", cfg.GossipProfile)
+	return d, nil
+}
+
+func newHTTPServer(h http.Handler, logger *slog.Logger) *http.Server {
+	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
@@ -214,21 +234,25 @@ func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
-	go func() {
-		if err := d.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			d.errc <- err
-		}
-	}()
-	logger.Info("started",
-		"node", n.Name(), "http", ln.Addr().String(), "grpc", n.GRPCAddr(), "gossip", n.GossipAddr(),
-		"join", cfg.Join, "cluster_label", cfg.ClusterLabel, "owner_unreachable", cfg.OwnerUnreachable,
-		"accept_caller_timestamps", cfg.AcceptCallerTimestamps, "gossip_encrypted", cfg.GossipKeyFile != "",
-		"mtls", cfg.TLSCertFile != "", "gossip_profile", cfg.GossipProfile)
-	return d, nil
 }
 
-// HTTPAddr returns the address the HTTP server listens on (host:port).
+// serve runs srv on ln until it is shut down; any other end is sent to errc.
+func (d *Daemon) serve(srv *http.Server, ln net.Listener) {
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			select {
+			case d.errc <- err:
+			default:
+			}
+		}
+	}()
+}
+
+// HTTPAddr returns the address the HTTP client API listens on (host:port).
 func (d *Daemon) HTTPAddr() string { return d.ln.Addr().String() }
+
+// AdminAddr returns the address the admin API listens on (host:port).
+func (d *Daemon) AdminAddr() string { return d.adminLn.Addr().String() }
 
 // Node returns the daemon's node.
 func (d *Daemon) Node() *node.Node { return d.node }
@@ -236,7 +260,7 @@ func (d *Daemon) Node() *node.Node { return d.node }
 // Metrics returns the daemon's metrics.
 func (d *Daemon) Metrics() *metrics.Metrics { return d.metrics }
 
-// Err delivers the HTTP server's error if it stops serving on its own.
+// Err delivers an HTTP server's error if one stops serving on its own.
 func (d *Daemon) Err() <-chan error { return d.errc }
 
 // Shutdown stops the HTTP server (in-flight requests finish), then closes the
@@ -244,10 +268,15 @@ func (d *Daemon) Err() <-chan error { return d.errc }
 // whichever is first; in the latter case the node may still be closing. Safe to
 // call twice.
 func (d *Daemon) Shutdown(ctx context.Context) error {
-	httpErr := d.srv.Shutdown(ctx)
-	if httpErr != nil {
-		httpErr = fmt.Errorf("http shutdown: %w", httpErr)
-		_ = d.srv.Close()
+	var httpErr error
+	for _, s := range []struct {
+		name string
+		srv  *http.Server
+	}{{"http", d.srv}, {"admin", d.admin}} {
+		if err := s.srv.Shutdown(ctx); err != nil {
+			httpErr = errors.Join(httpErr, fmt.Errorf("%s shutdown: %w", s.name, err))
+			_ = s.srv.Close()
+		}
 	}
 	done := make(chan error, 1)
 	go func() { done <- d.node.Close() }()
@@ -273,8 +302,6 @@ func (l limiter) Check(ctx context.Context, c transport.Check) (transport.Result
 	return r, err
 }
 
-func (l limiter) Ready() bool { return l.n.Ready() }
-
 func (l limiter) Members() []httpapi.Member {
 	ms := l.n.Members()
 	out := make([]httpapi.Member, len(ms))
@@ -285,8 +312,8 @@ func (l limiter) Members() []httpapi.Member {
 }
 
 func newHealthcheckCommand(lookupEnv func(string) (string, bool)) *cobra.Command {
-	url := "http://127.0.0.1:8080/readyz"
-	if p, ok := lookupEnv(config.EnvName("http-port")); ok && p != "" {
+	url := "http://127.0.0.1:" + strconv.Itoa(config.Default().AdminPort) + "/readyz"
+	if p, ok := lookupEnv(config.EnvName("admin-port")); ok && p != "" {
 		url = "http://127.0.0.1:" + p + "/readyz"
 	}
 	if u, ok := lookupEnv(config.EnvName("healthcheck-url")); ok && u != "" {
@@ -297,8 +324,8 @@ func newHealthcheckCommand(lookupEnv func(string) (string, bool)) *cobra.Command
 		Use:   "healthcheck",
 		Short: "exit 0 iff --url answers 200 (for container healthchecks; the image has no curl)",
 		Long: `healthcheck GETs --url and exits 0 if it answers 200, 1 otherwise.
-The default URL is http://127.0.0.1:$RINGLIMIT_HTTP_PORT/readyz (port 8080 when
-unset); RINGLIMIT_HEALTHCHECK_URL overrides it.`,
+The default URL is the admin port's http://127.0.0.1:$RINGLIMIT_ADMIN_PORT/readyz
+(port 8082 when unset); RINGLIMIT_HEALTHCHECK_URL overrides it.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,

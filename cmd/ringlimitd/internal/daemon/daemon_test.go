@@ -22,7 +22,7 @@ import (
 func testConfig(t *testing.T, name string, extra ...string) config.Config {
 	t.Helper()
 	args := append([]string{"--node-name", name, "--bind-addr", "127.0.0.1", "--gossip-port", "0", "--grpc-port", "0",
-		"--http-port", "0", "--gossip-profile", "fast", "--rejoin-interval", "500ms", "--shutdown-timeout", "5s"}, extra...)
+		"--http-port", "0", "--admin-port", "0", "--gossip-profile", "fast", "--rejoin-interval", "500ms", "--shutdown-timeout", "5s"}, extra...)
 	c, err := config.Load(args, func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
@@ -78,9 +78,10 @@ func TestSingleNode(t *testing.T) {
 	t.Parallel()
 	d := startDaemon(t, testConfig(t, "solo", "--accept-caller-timestamps"))
 	base := "http://" + d.HTTPAddr()
-	waitUntil(t, 5*time.Second, "readyz", func() bool { c, _ := httpDo(t, "GET", base+"/readyz", ""); return c == 200 })
+	admin := "http://" + d.AdminAddr()
+	waitUntil(t, 5*time.Second, "readyz", func() bool { c, _ := httpDo(t, "GET", admin+"/readyz", ""); return c == 200 })
 
-	if code, _ := httpDo(t, "GET", base+"/healthz", ""); code != 200 {
+	if code, _ := httpDo(t, "GET", admin+"/healthz", ""); code != 200 {
 		t.Errorf("/healthz: got %d, want 200", code)
 	}
 
@@ -140,7 +141,7 @@ func TestSingleNode(t *testing.T) {
 		t.Errorf("/v1/members: got %d %s", code, body)
 	}
 
-	code, body = httpDo(t, "GET", base+"/metrics", "")
+	code, body = httpDo(t, "GET", admin+"/metrics", "")
 	if code != 200 {
 		t.Fatalf("/metrics: got %d", code)
 	}
@@ -183,6 +184,7 @@ func TestTwoDaemons(t *testing.T) {
 	a := startDaemon(t, testConfig(t, "a"))
 	b := startDaemon(t, testConfig(t, "b", "--join", a.Node().GossipAddr()))
 	urls := []string{"http://" + a.HTTPAddr(), "http://" + b.HTTPAddr()}
+	adminB := "http://" + b.AdminAddr()
 	waitUntil(t, 10*time.Second, "both list two members", func() bool {
 		for _, u := range urls {
 			_, body := httpDo(t, "GET", u+"/v1/members", "")
@@ -192,7 +194,7 @@ func TestTwoDaemons(t *testing.T) {
 		}
 		return true
 	})
-	waitUntil(t, 10*time.Second, "b ready", func() bool { c, _ := httpDo(t, "GET", urls[1]+"/readyz", ""); return c == 200 })
+	waitUntil(t, 10*time.Second, "b ready", func() bool { c, _ := httpDo(t, "GET", adminB+"/readyz", ""); return c == 200 })
 	routes := map[string]int{}
 	for i := range 20 {
 		var owners []string
@@ -238,7 +240,7 @@ func TestMainLifecycle(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{
 		"RINGLIMIT_NODE_NAME": "main-test", "RINGLIMIT_BIND_ADDR": "127.0.0.1", "RINGLIMIT_GOSSIP_PORT": "0",
-		"RINGLIMIT_GRPC_PORT": "0", "RINGLIMIT_HTTP_PORT": "1", // overridden by the flag below
+		"RINGLIMIT_GRPC_PORT": "0", "RINGLIMIT_ADMIN_PORT": "0", "RINGLIMIT_HTTP_PORT": "1", // overridden by the flag below
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	ctx, cancel := context.WithCancel(context.Background())
@@ -250,7 +252,7 @@ func TestMainLifecycle(t *testing.T) {
 	}()
 
 	var addr string
-	re := regexp.MustCompile(`"msg":"started".*"http":"([^"]+)"`)
+	re := regexp.MustCompile(`"msg":"started".*"admin":"([^"]+)"`)
 	waitUntil(t, 10*time.Second, "started log line", func() bool {
 		m := re.FindStringSubmatch(stderr.String())
 		if m != nil {
@@ -335,20 +337,20 @@ func TestHealthcheck(t *testing.T) {
 	if code := Main(context.Background(), []string{"healthcheck", "--url", srv.URL}, none, io.Discard, &stderr); code != ExitFailure || !strings.Contains(stderr.String(), "503") {
 		t.Errorf("503: got exit %d %q, want 1 naming 503", code, stderr.String())
 	}
-	// The default URL follows RINGLIMIT_HTTP_PORT, and RINGLIMIT_HEALTHCHECK_URL wins.
+	// The default URL follows RINGLIMIT_ADMIN_PORT, and RINGLIMIT_HEALTHCHECK_URL wins.
 	port := srv.Listener.Addr().(interface{ String() string }).String()
 	port = port[strings.LastIndex(port, ":")+1:]
 	mu.Lock()
 	status = 200
 	mu.Unlock()
 	env := func(k string) (string, bool) {
-		if k == "RINGLIMIT_HTTP_PORT" {
+		if k == "RINGLIMIT_ADMIN_PORT" {
 			return port, true
 		}
 		return "", false
 	}
 	if code := Main(context.Background(), []string{"healthcheck"}, env, io.Discard, io.Discard); code != ExitOK {
-		t.Errorf("default URL on RINGLIMIT_HTTP_PORT: got exit %d, want 0", code)
+		t.Errorf("default URL on RINGLIMIT_ADMIN_PORT: got exit %d, want 0", code)
 	}
 	env2 := func(k string) (string, bool) {
 		if k == "RINGLIMIT_HEALTHCHECK_URL" {
