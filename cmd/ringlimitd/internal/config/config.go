@@ -64,9 +64,17 @@ type Config struct {
 	// GossipPort is the memberlist TCP+UDP port (--gossip-port). Default 7946; 0
 	// picks a free port.
 	GossipPort int
-	// GRPCPort serves the gRPC Limiter and Peer services (--grpc-port). Default
-	// 8081; 0 picks a free port.
+	// GRPCPort serves the public gRPC Limiter service (--grpc-port); the Peer
+	// service is never served there. Default 8081; 0 picks a free port.
 	GRPCPort int
+	// PeerPort serves the internal gRPC Peer service, for cluster members only
+	// (--peer-port). Default 7947; 0 picks a free port.
+	PeerPort int
+	// Insecure runs without TLS between peers (--insecure): node.Config.Insecure.
+	// Without it the daemon refuses to start unless --tls-ca-file,
+	// --tls-cert-file, --tls-key-file and --gossip-key-file are all set.
+	// Default false.
+	Insecure bool
 	// HTTPPort serves the HTTP/JSON API, /metrics, /healthz and /readyz
 	// (--http-port). Default 8080; 0 picks a free port.
 	HTTPPort int
@@ -121,7 +129,8 @@ func Default() Config {
 		NodeName:         d.Name,
 		BindAddr:         d.BindAddr,
 		GossipPort:       d.GossipPort,
-		GRPCPort:         d.GRPCPort,
+		GRPCPort:         8081,
+		PeerPort:         d.PeerPort,
 		HTTPPort:         8080,
 		ClusterLabel:     d.ClusterLabel,
 		OwnerUnreachable: d.OwnerUnreachable.String(),
@@ -142,7 +151,9 @@ func (c *Config) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.BindAddr, "bind-addr", c.BindAddr, "IP address the gossip, gRPC and HTTP listeners bind to")
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", c.AdvertiseAddr, "IP address peers use to reach this node (default: bind address, or the first private IP when binding 0.0.0.0)")
 	fs.IntVar(&c.GossipPort, "gossip-port", c.GossipPort, "memberlist TCP+UDP port (0 = any free port)")
-	fs.IntVar(&c.GRPCPort, "grpc-port", c.GRPCPort, "gRPC Limiter and Peer port (0 = any free port)")
+	fs.IntVar(&c.GRPCPort, "grpc-port", c.GRPCPort, "public gRPC Limiter port (0 = any free port)")
+	fs.IntVar(&c.PeerPort, "peer-port", c.PeerPort, "internal gRPC Peer port, for cluster members only (0 = any free port)")
+	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "run without TLS between peers (laptops only); without it the TLS files and --gossip-key-file are required")
 	fs.IntVar(&c.HTTPPort, "http-port", c.HTTPPort, "HTTP port for /v1/check, /v1/members, /metrics, /healthz, /readyz (0 = any free port)")
 	fs.StringSliceVar(&c.Join, "join", c.Join, "comma-separated seed gossip addresses host[:port]")
 	fs.StringVar(&c.ClusterLabel, "cluster-label", c.ClusterLabel, "cluster label; gossip from another label is dropped")
@@ -234,7 +245,7 @@ func (c *Config) Validate() error {
 	for _, p := range []struct {
 		flag string
 		v    int
-	}{{"gossip-port", c.GossipPort}, {"grpc-port", c.GRPCPort}, {"http-port", c.HTTPPort}} {
+	}{{"gossip-port", c.GossipPort}, {"grpc-port", c.GRPCPort}, {"peer-port", c.PeerPort}, {"http-port", c.HTTPPort}} {
 		if p.v < 0 || p.v > 65535 {
 			return bad(p.flag, p.v, "want 0..65535")
 		}
@@ -243,6 +254,9 @@ func (c *Config) Validate() error {
 		c.GRPCPort != 0 && c.GRPCPort == c.GossipPort {
 		return fmt.Errorf("%w: --gossip-port %d, --grpc-port %d and --http-port %d must differ",
 			ErrInvalid, c.GossipPort, c.GRPCPort, c.HTTPPort)
+	}
+	if c.PeerPort != 0 && (c.PeerPort == c.GRPCPort || c.PeerPort == c.GossipPort || c.PeerPort == c.HTTPPort) {
+		return fmt.Errorf("%w: --peer-port %d must differ from --gossip-port, --grpc-port and --http-port", ErrInvalid, c.PeerPort)
 	}
 	seeds := c.Join[:0:0]
 	for _, s := range c.Join {
@@ -343,7 +357,8 @@ func (c *Config) NodeConfig(logger *slog.Logger, metrics node.Metrics) (node.Con
 	nc.BindAddr = c.BindAddr
 	nc.AdvertiseAddr = c.AdvertiseAddr
 	nc.GossipPort = c.GossipPort
-	nc.GRPCPort = c.GRPCPort
+	nc.PeerPort = c.PeerPort
+	nc.Insecure = c.Insecure
 	nc.Join = append([]string(nil), c.Join...)
 	nc.ClusterLabel = c.ClusterLabel
 	nc.TLSCertFile, nc.TLSKeyFile, nc.TLSCAFile = c.TLSCertFile, c.TLSKeyFile, c.TLSCAFile

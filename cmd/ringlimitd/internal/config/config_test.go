@@ -192,7 +192,7 @@ func TestNodeConfig(t *testing.T) {
 	t.Parallel()
 	c, err := Load([]string{
 		"--node-name", "n1", "--bind-addr", "127.0.0.1", "--advertise-addr", "127.0.0.2",
-		"--gossip-port", "0", "--grpc-port", "0", "--http-port", "0", "--join", "a:1,b:2",
+		"--gossip-port", "0", "--grpc-port", "0", "--peer-port", "0", "--http-port", "0", "--join", "a:1,b:2",
 		"--cluster-label", "test", "--owner-unreachable", "fail-open", "--max-keys", "42",
 		"--accept-caller-timestamps", "--forward-timeout", "300ms", "--rejoin-interval", "2s",
 		"--gossip-profile", "fast", "--shutdown-timeout", "4s",
@@ -208,7 +208,7 @@ func TestNodeConfig(t *testing.T) {
 	want := node.DefaultConfig()
 	want.Gossip = node.TestConfig().Gossip
 	want.Name, want.BindAddr, want.AdvertiseAddr = "n1", "127.0.0.1", "127.0.0.2"
-	want.GossipPort, want.GRPCPort = 0, 0
+	want.GossipPort, want.PeerPort = 0, 0
 	want.Join = []string{"a:1", "b:2"}
 	want.ClusterLabel = "test"
 	want.OwnerUnreachable = node.FailOpen

@@ -4,8 +4,8 @@
 //
 // Data flow: Main parses flags and RINGLIMIT_* variables into a config.Config,
 // Start builds the metrics registry, starts the node (which serves the gRPC
-// Limiter and Peer services and joins the seeds) and serves the HTTP API on its
-// own listener. When the context given to Main ends (SIGTERM or SIGINT in the
+// Peer service on --peer-port and joins the seeds), serves the gRPC Limiter
+// service on --grpc-port and the HTTP API on its own listener. When the context given to Main ends (SIGTERM or SIGINT in the
 // binary), Shutdown stops the HTTP server, then closes the node (leave the
 // cluster, hand its keys to their new owners), all within
 // config.Config.ShutdownTimeout.
@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/config"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/httpapi"
@@ -80,8 +81,9 @@ func newRootCommand(ctx context.Context, lookupEnv func(string) (string, bool), 
 	root := &cobra.Command{
 		Use:   "ringlimitd",
 		Short: "ringlimit daemon: a distributed rate-limiter cluster member",
-		Long: `ringlimitd runs one member of a ringlimit cluster. It serves the gRPC Limiter and
-Peer services on --grpc-port, and on --http-port:
+		Long: `ringlimitd runs one member of a ringlimit cluster. It serves the public gRPC
+Limiter service on --grpc-port, the internal Peer service (cluster members only,
+mutual TLS unless --insecure) on --peer-port, and on --http-port:
 
   POST /v1/check    {"key","algorithm","limit","period"|"period_ns","burst","hits","created_at_unix_ns"}
   GET  /v1/members  the members this node sees
@@ -170,6 +172,8 @@ type Daemon struct {
 	metrics *metrics.Metrics
 	ln      net.Listener
 	srv     *http.Server
+	grpcLn  net.Listener
+	grpcSrv *transport.Server
 	errc    chan error
 }
 
@@ -196,12 +200,28 @@ func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("http listener: %w", err)
 	}
+	grpcLn, err := net.Listen("tcp", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.GRPCPort)))
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("grpc listener: %w", err)
+	}
 	n, err = node.New(nc)
 	if err != nil {
 		ln.Close()
+		grpcLn.Close()
 		return nil, fmt.Errorf("start node: %w", err)
 	}
-	d.node, d.ln = n, ln
+	d.node, d.ln, d.grpcLn = n, ln, grpcLn
+	// The public Limiter service only: Peer RPCs here answer Unimplemented.
+	d.grpcSrv = transport.NewLimiterServer(transport.ServerConfig{MaxKeyLen: nc.MaxKeyLen}, limiter{n})
+	go func() {
+		if err := d.grpcSrv.Serve(grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			select {
+			case d.errc <- fmt.Errorf("grpc server: %w", err):
+			default:
+			}
+		}
+	}()
 	h := httpapi.NewHandler(limiter{n}, httpapi.Options{
 		Logger: logger.With("component", "http"),
 		Extra:  map[string]http.Handler{"/metrics": d.metrics.Handler()},
@@ -220,12 +240,16 @@ func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 		}
 	}()
 	logger.Info("started",
-		"node", n.Name(), "http", ln.Addr().String(), "grpc", n.GRPCAddr(), "gossip", n.GossipAddr(),
+		"node", n.Name(), "http", ln.Addr().String(), "grpc", grpcLn.Addr().String(), "peer", n.PeerAddr(), "gossip", n.GossipAddr(),
+		"insecure", n.Insecure(),
 		"join", cfg.Join, "cluster_label", cfg.ClusterLabel, "owner_unreachable", cfg.OwnerUnreachable,
 		"accept_caller_timestamps", cfg.AcceptCallerTimestamps, "gossip_encrypted", cfg.GossipKeyFile != "",
 		"mtls", cfg.TLSCertFile != "", "gossip_profile", cfg.GossipProfile)
 	return d, nil
 }
+
+// GRPCAddr returns the address the gRPC Limiter server listens on (host:port).
+func (d *Daemon) GRPCAddr() string { return d.grpcLn.Addr().String() }
 
 // HTTPAddr returns the address the HTTP server listens on (host:port).
 func (d *Daemon) HTTPAddr() string { return d.ln.Addr().String() }
@@ -248,6 +272,14 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	if httpErr != nil {
 		httpErr = fmt.Errorf("http shutdown: %w", httpErr)
 		_ = d.srv.Close()
+	}
+	grpcDone := make(chan struct{})
+	go func() { d.grpcSrv.GracefulStop(); close(grpcDone) }()
+	select {
+	case <-grpcDone:
+	case <-ctx.Done():
+		d.grpcSrv.Stop()
+		<-grpcDone
 	}
 	done := make(chan error, 1)
 	go func() { done <- d.node.Close() }()

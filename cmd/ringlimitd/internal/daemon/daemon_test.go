@@ -22,7 +22,7 @@ import (
 func testConfig(t *testing.T, name string, extra ...string) config.Config {
 	t.Helper()
 	args := append([]string{"--node-name", name, "--bind-addr", "127.0.0.1", "--gossip-port", "0", "--grpc-port", "0",
-		"--http-port", "0", "--gossip-profile", "fast", "--rejoin-interval", "500ms", "--shutdown-timeout", "5s"}, extra...)
+		"--peer-port", "0", "--insecure", "--http-port", "0", "--gossip-profile", "fast", "--rejoin-interval", "500ms", "--shutdown-timeout", "5s"}, extra...)
 	c, err := config.Load(args, func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +238,8 @@ func TestMainLifecycle(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{
 		"RINGLIMIT_NODE_NAME": "main-test", "RINGLIMIT_BIND_ADDR": "127.0.0.1", "RINGLIMIT_GOSSIP_PORT": "0",
-		"RINGLIMIT_GRPC_PORT": "0", "RINGLIMIT_HTTP_PORT": "1", // overridden by the flag below
+		"RINGLIMIT_GRPC_PORT": "0", "RINGLIMIT_PEER_PORT": "0", "RINGLIMIT_INSECURE": "true",
+		"RINGLIMIT_HTTP_PORT": "1", // overridden by the flag below
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	ctx, cancel := context.WithCancel(context.Background())
