@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -346,7 +347,7 @@ func TestJoinTakesKeysWithState(t *testing.T) {
 func TestBadInputOverGRPC(t *testing.T) {
 	t.Parallel()
 	nodes := startCluster(t, 1, nil)
-	c, err := transport.Dial(nodes[0].GRPCAddr(), nil)
+	c, err := transport.Dial(serveLimiter(t, nodes[0]), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,7 +472,7 @@ func TestRestartUnderSameName(t *testing.T) {
 	t.Parallel()
 	nodes := startCluster(t, 3, nil)
 	old := nodes[2]
-	oldAddr := old.GRPCAddr()
+	oldAddr := old.PeerAddr()
 	if err := old.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -487,7 +488,7 @@ func TestRestartUnderSameName(t *testing.T) {
 	t.Cleanup(func() { again.Abort() })
 	all := []*node.Node{nodes[0], nodes[1], again}
 	took := waitConverged(t, 10*time.Second, all...)
-	t.Logf("%s restarted at %s (was %s); ring agreed after %v", again.Name(), again.GRPCAddr(), oldAddr, took)
+	t.Logf("%s restarted at %s (was %s); ring agreed after %v", again.Name(), again.PeerAddr(), oldAddr, took)
 	if time.Since(start) > 5*time.Second {
 		t.Fatalf("rejoin under the same name took %v", time.Since(start))
 	}
@@ -508,4 +509,18 @@ func TestRestartUnderSameName(t *testing.T) {
 	if reached == 0 {
 		t.Fatal("no check reached the restarted node")
 	}
+}
+
+// serveLimiter serves the public Limiter service of n on a loopback port, as
+// the daemon does on --grpc-port, and returns its address.
+func serveLimiter(t testing.TB, n *node.Node) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := transport.NewLimiterServer(transport.ServerConfig{}, n)
+	go s.Serve(lis)
+	t.Cleanup(s.Stop)
+	return lis.Addr().String()
 }

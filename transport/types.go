@@ -92,6 +92,10 @@ type TransferBatch struct {
 	// Done marks the end of the handoff for RingDigest: the receiver stops holding
 	// checks of the partitions it gained from From.
 	Done bool
+	// Sender is set by the server, never sent: the member named by the
+	// sender's verified TLS certificate, "" over plaintext. A receiver in
+	// secure mode refuses a batch whose From is not Sender.
+	Sender string
 }
 
 // PeerHandler is the owner side of the internal Peer service, implemented by node.

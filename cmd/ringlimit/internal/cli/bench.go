@@ -79,7 +79,7 @@ A progress bar is drawn on stderr when it is a terminal, unless --quiet.`,
 			if o.Seed == 0 {
 				o.Seed = bench.DefaultSeed
 			}
-			targets, stop, err := tf.open(cmd.Context(), deps, false)
+			targets, stop, err := tf.open(cmd.Context(), cmd.Flags(), deps, false)
 			if err != nil {
 				return err
 			}

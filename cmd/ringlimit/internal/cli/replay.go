@@ -124,7 +124,7 @@ mismatch), 2 on error.`,
 			if err != nil {
 				return err
 			}
-			targets, stop, err := tf.open(cmd.Context(), deps, true)
+			targets, stop, err := tf.open(cmd.Context(), cmd.Flags(), deps, true)
 			if err != nil {
 				return err
 			}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,7 +15,20 @@ import (
 	"github.com/ringlimit/ringlimit/node"
 )
 
+// env looks variables up in m, with RINGLIMIT_INSECURE=true unless m sets it,
+// so that tests of unrelated settings need no security material.
 func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		v, ok := m[k]
+		if !ok && k == "RINGLIMIT_INSECURE" {
+			return "true", true
+		}
+		return v, ok
+	}
+}
+
+// envOnly looks variables up in m alone.
+func envOnly(m map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) {
 		v, ok := m[k]
 		return v, ok
@@ -25,15 +39,51 @@ func TestDefaults(t *testing.T) {
 	t.Parallel()
 	c, err := Load(nil, env(nil))
 	if err != nil {
-		t.Fatalf("Load with nothing set: %v", err)
+		t.Fatalf("Load with nothing set but RINGLIMIT_INSECURE: %v", err)
 	}
 	want := Default()
+	want.Insecure = true
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
 	if c.HTTPPort != 8080 || c.GossipPort != 7946 || c.GRPCPort != 8081 || c.OwnerUnreachable != "local" ||
 		c.ShutdownTimeout != 10*time.Second || c.LogLevel != "info" || c.AcceptCallerTimestamps {
 		t.Errorf("defaults: got %+v", c)
+	}
+	if d := Default(); d.Insecure || d.PeerPort != 7947 || d.AdminPort != 8082 {
+		t.Errorf("Default: got insecure %v, peer port %d, admin port %d; want false, 7947, 8082", d.Insecure, d.PeerPort, d.AdminPort)
+	}
+}
+
+// TestSecureByDefault checks that the daemon refuses to start without the
+// security material unless --insecure, and refuses --insecure together with
+// any of it.
+func TestSecureByDefault(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		env  map[string]string
+		want string // "" = valid
+	}{
+		{nil, nil, "needs --certs-dir (RINGLIMIT_CERTS_DIR) and --gossip-key-file (RINGLIMIT_GOSSIP_KEY_FILE)"},
+		{[]string{"--certs-dir", "c"}, nil, "needs --gossip-key-file"},
+		{nil, map[string]string{"RINGLIMIT_GOSSIP_KEY_FILE": "k"}, "needs --certs-dir"},
+		{[]string{"--certs-dir", "c", "--gossip-key-file", "k"}, nil, ""},
+		{[]string{"--certs-dir", "c", "--gossip-key-file", "k", "--client-token-file", "t"}, nil, ""},
+		{[]string{"--insecure"}, nil, ""},
+		{nil, map[string]string{"RINGLIMIT_INSECURE": "true"}, ""},
+		{[]string{"--insecure", "--certs-dir", "c"}, nil, "--insecure with --certs-dir"},
+		{[]string{"--insecure", "--client-token-file", "t"}, nil, "--insecure with --client-token-file"},
+		{[]string{"--gossip-key-file", "k"}, map[string]string{"RINGLIMIT_INSECURE": "1"}, "--insecure with --gossip-key-file"},
+	}
+	for _, tt := range tests {
+		_, err := Load(tt.args, envOnly(tt.env))
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("Load(%q, %v): %v, want no error", tt.args, tt.env, err)
+		case tt.want != "" && (!errors.Is(err, ErrInsecure) || !errors.Is(err, ErrInvalid) || !strings.Contains(fmt.Sprint(err), tt.want)):
+			t.Errorf("Load(%q, %v): got %v, want ErrInsecure with %q", tt.args, tt.env, err, tt.want)
+		}
 	}
 }
 
@@ -104,7 +154,8 @@ func TestInvalid(t *testing.T) {
 		{"bad seed", []string{"--join", "http://a:1"}, nil, "--join"},
 		{"empty seed host", []string{"--join", ":7946"}, nil, "empty host"},
 		{"empty label", []string{"--cluster-label="}, nil, "--cluster-label"},
-		{"partial tls", []string{"--tls-cert-file", "c.pem"}, nil, "must be set together"},
+		{"old tls flag", []string{"--tls-cert-file", "c.pem"}, nil, "unknown flag: --tls-cert-file"},
+		{"peer on grpc", []string{"--peer-port", "8081"}, nil, "--grpc-port and --peer-port are both 8081"},
 		{"policy", nil, map[string]string{"RINGLIMIT_OWNER_UNREACHABLE": "fail-sometimes"}, `--owner-unreachable (RINGLIMIT_OWNER_UNREACHABLE) = "fail-sometimes"`},
 		{"max keys", []string{"--max-keys", "0"}, nil, "--max-keys"},
 		{"forward timeout", []string{"--forward-timeout", "0s"}, nil, "--forward-timeout"},
@@ -175,7 +226,7 @@ func TestGossipKey(t *testing.T) {
 	}
 
 	// The key reaches node.Config; an unreadable key is a config error.
-	c, err := Load([]string{"--gossip-key-file", filepath.Join(dir, "b64"), "--node-name", "n"}, env(nil))
+	c, err := Load([]string{"--gossip-key-file", filepath.Join(dir, "b64"), "--certs-dir", dir, "--node-name", "n"}, envOnly(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,14 +242,19 @@ func TestGossipKey(t *testing.T) {
 
 func TestNodeConfig(t *testing.T) {
 	t.Parallel()
+	key := bytes.Repeat([]byte{7}, 32)
+	keyFile := filepath.Join(t.TempDir(), "gossip.key")
+	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(key)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	c, err := Load([]string{
 		"--node-name", "n1", "--bind-addr", "127.0.0.1", "--advertise-addr", "127.0.0.2",
-		"--gossip-port", "0", "--grpc-port", "0", "--http-port", "0", "--join", "a:1,b:2",
+		"--gossip-port", "0", "--grpc-port", "0", "--peer-port", "0", "--http-port", "0", "--join", "a:1,b:2",
 		"--cluster-label", "test", "--owner-unreachable", "fail-open", "--max-keys", "42",
 		"--accept-caller-timestamps", "--forward-timeout", "300ms", "--rejoin-interval", "2s",
 		"--gossip-profile", "fast", "--shutdown-timeout", "4s",
-		"--tls-cert-file", "c", "--tls-key-file", "k", "--tls-ca-file", "ca",
-	}, env(nil))
+		"--certs-dir", "/certs", "--gossip-key-file", keyFile,
+	}, envOnly(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +265,7 @@ func TestNodeConfig(t *testing.T) {
 	want := node.DefaultConfig()
 	want.Gossip = node.TestConfig().Gossip
 	want.Name, want.BindAddr, want.AdvertiseAddr = "n1", "127.0.0.1", "127.0.0.2"
-	want.GossipPort, want.GRPCPort = 0, 0
+	want.GossipPort, want.PeerPort = 0, 0
 	want.Join = []string{"a:1", "b:2"}
 	want.ClusterLabel = "test"
 	want.OwnerUnreachable = node.FailOpen
@@ -218,7 +274,8 @@ func TestNodeConfig(t *testing.T) {
 	want.ForwardTimeout = 300 * time.Millisecond
 	want.RejoinInterval = 2 * time.Second
 	want.CloseTimeout = 4 * time.Second
-	want.TLSCertFile, want.TLSKeyFile, want.TLSCAFile = "c", "k", "ca"
+	want.TLSCertFile, want.TLSKeyFile, want.TLSCAFile = "/certs/node.crt", "/certs/node.key", "/certs/ca.crt"
+	want.SecretKey = key
 	if !reflect.DeepEqual(nc, want) {
 		t.Errorf("got  %+v\nwant %+v", nc, want)
 	}

@@ -3,12 +3,17 @@
 // healthcheck subcommand used by container healthchecks.
 //
 // Data flow: Main parses flags and RINGLIMIT_* variables into a config.Config,
-// Start builds the metrics registry, starts the node (which serves the gRPC
-// Limiter and Peer services and joins the seeds) and serves the HTTP API on its
-// own listener. When the context given to Main ends (SIGTERM or SIGINT in the
-// binary), Shutdown stops the HTTP server, then closes the node (leave the
-// cluster, hand its keys to their new owners), all within
-// config.Config.ShutdownTimeout.
+// Start reads the security material (--certs-dir, --gossip-key-file,
+// --client-token-file; refused start without it unless --insecure), builds
+// the metrics registry, starts the node (which serves the internal Peer
+// service on --peer-port and joins the seeds), and serves four listeners of
+// its own: the gRPC Limiter service (--grpc-port) and the HTTP/JSON client API
+// (--http-port), both TLS with the node certificate and caller authentication
+// (client certificate or bearer token, package auth) in secure mode; and the
+// read-only admin API (--admin-port: /metrics, /healthz, /readyz). When the
+// context given to Main ends (SIGTERM or SIGINT in the binary), Shutdown stops
+// the client and admin servers, then closes the node (leave the cluster, hand
+// its keys to their new owners), all within config.Config.ShutdownTimeout.
 package daemon
 
 import (
@@ -20,10 +25,13 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 
+	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/auth"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/config"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/httpapi"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/metrics"
@@ -80,14 +88,20 @@ func newRootCommand(ctx context.Context, lookupEnv func(string) (string, bool), 
 	root := &cobra.Command{
 		Use:   "ringlimitd",
 		Short: "ringlimit daemon: a distributed rate-limiter cluster member",
-		Long: `ringlimitd runs one member of a ringlimit cluster. It serves the gRPC Limiter and
-Peer services on --grpc-port, and on --http-port:
+		Long: `ringlimitd runs one member of a ringlimit cluster. Listeners:
 
-  POST /v1/check    {"key","algorithm","limit","period"|"period_ns","burst","hits","created_at_unix_ns"}
-  GET  /v1/members  the members this node sees
-  GET  /metrics     Prometheus metrics
-  GET  /healthz     200 while the process runs
-  GET  /readyz      200 once the node serves checks, 503 otherwise
+  --grpc-port   gRPC Limiter service (Check, CheckBatch)       TLS + client cert or bearer token
+  --http-port   POST /v1/check, GET /v1/members                TLS + client cert or bearer token
+  --peer-port   gRPC Peer service, cluster members only        mutual TLS, member certificates
+  --gossip-port memberlist (TCP+UDP)                           encrypted with --gossip-key-file
+  --admin-port  GET /metrics, /healthz, /readyz (read-only)    none: firewall it
+
+  POST /v1/check {"key"|"key_base64","algorithm","limit","period"|"period_ns","burst","hits","created_at_unix_ns"}
+
+It runs secure unless --insecure: --certs-dir (ca.crt, node.crt, node.key; made
+by 'ringlimit cert') and --gossip-key-file are required, and callers present a
+client certificate (ringlimit cert create-client) or a token listed in
+--client-token-file. --insecure turns every one of those checks off.
 
 Every flag can also be set by an environment variable: RINGLIMIT_ followed by the
 flag name upper-cased with dashes as underscores (--gossip-port: RINGLIMIT_GOSSIP_PORT).
@@ -145,7 +159,7 @@ func run(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	case <-ctx.Done():
 		logger.Info("stopping", "cause", context.Cause(ctx), "timeout", cfg.ShutdownTimeout.String())
 	case serveErr = <-d.Err():
-		logger.Error("http server failed, stopping", "error", serveErr)
+		logger.Error("a server failed, stopping", "error", serveErr)
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
@@ -162,7 +176,7 @@ func run(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	return nil
 }
 
-// Daemon is a running node with its HTTP servers.
+// Daemon is a running node with its client and admin servers.
 type Daemon struct {
 	cfg     config.Config
 	log     *slog.Logger
@@ -170,19 +184,27 @@ type Daemon struct {
 	metrics *metrics.Metrics
 	ln      net.Listener // client HTTP API
 	adminLn net.Listener // admin HTTP API
+	grpcLn  net.Listener // gRPC Limiter service
 	srv     *http.Server
 	admin   *http.Server
+	grpcSrv *transport.Server
+	tls     bool
 	errc    chan error
 }
 
 // Start starts a node configured by cfg (which must have passed Validate) and
-// serves the HTTP client and admin APIs. It returns once all listen; the node
-// joins its seeds before New returns. On error nothing is left running.
+// serves the gRPC Limiter service and the HTTP client and admin APIs. It
+// returns once all listen; the node joins its seeds before New returns. On
+// error nothing is left running.
 func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	d := &Daemon{cfg: cfg, log: logger, errc: make(chan error, 2)}
+	d := &Daemon{cfg: cfg, log: logger, errc: make(chan error, 3)}
+	sec, err := cfg.Security()
+	if err != nil {
+		return nil, err
+	}
 	var n *node.Node
 	d.metrics = metrics.New(func() node.Stats {
 		if n == nil {
@@ -194,34 +216,72 @@ func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", cfg.HTTPAddr())
-	if err != nil {
-		return nil, fmt.Errorf("http listener: %w", err)
+	var lns []net.Listener
+	closeAll := func() {
+		for _, l := range lns {
+			l.Close()
+		}
 	}
-	adminLn, err := net.Listen("tcp", cfg.AdminAddr())
-	if err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("admin listener: %w", err)
+	for _, l := range []struct {
+		name, addr string
+		dst        *net.Listener
+	}{{"http", cfg.HTTPAddr(), &d.ln}, {"admin", cfg.AdminAddr(), &d.adminLn}, {"grpc", cfg.GRPCAddr(), &d.grpcLn}} {
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("%s listener: %w", l.name, err)
+		}
+		*l.dst = ln
+		lns = append(lns, ln)
 	}
 	n, err = node.New(nc)
 	if err != nil {
-		ln.Close()
-		adminLn.Close()
+		closeAll()
 		return nil, fmt.Errorf("start node: %w", err)
 	}
-	d.node, d.ln, d.adminLn = n, ln, adminLn
-	d.srv = newHTTPServer(httpapi.NewHandler(limiter{n}, httpapi.Options{Logger: logger.With("component", "http")}), logger)
+	d.node = n
+
+	// Client ports: TLS and authentication unless insecure.
+	var client http.Handler = httpapi.NewHandler(limiter{n}, httpapi.Options{Logger: logger.With("component", "http")})
+	var grpcOpts []grpc.ServerOption
+	if !cfg.Insecure {
+		d.tls = true
+		authLog := logger.With("component", "auth")
+		authn := auth.New(sec.Tokens, func(listener string, err error) {
+			d.metrics.AuthFailure(listener)
+			authLog.Debug("caller refused", "listener", listener, "error", err)
+		})
+		client = authn.HTTP(client, func(w http.ResponseWriter, _ *http.Request, err error) {
+			httpapi.WriteError(w, http.StatusUnauthorized, strings.TrimPrefix(err.Error(), "auth: "))
+		})
+		grpcOpts = append(grpcOpts, grpc.ChainUnaryInterceptor(authn.UnaryInterceptor()), grpc.ChainStreamInterceptor(authn.StreamInterceptor()))
+	}
+	// The public Limiter service only: Peer RPCs here answer Unimplemented.
+	d.grpcSrv = transport.NewLimiterServer(transport.ServerConfig{TLS: sec.TLS, MaxKeyLen: nc.MaxKeyLen, ServerOptions: grpcOpts}, limiter{n})
+	go func() {
+		if err := d.grpcSrv.Serve(d.grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			d.report(fmt.Errorf("grpc server: %w", err))
+		}
+	}()
+	d.srv = newHTTPServer(client, logger)
+	d.srv.TLSConfig = sec.TLS
 	d.admin = newHTTPServer(httpapi.NewAdminHandler(n, httpapi.AdminOptions{
-		Logger: logger.With("component", "admin"),
-		Extra:  map[string]http.Handler{"/metrics": d.metrics.Handler()},
+		Logger:   logger.With("component", "admin"),
+		Extra:    map[string]http.Handler{"/metrics": d.metrics.Handler()},
+		Insecure: cfg.Insecure,
 	}), logger)
-	d.serve(d.srv, ln)
-	d.serve(d.admin, adminLn)
+	d.serve(d.srv, d.ln, d.tls)
+	d.serve(d.admin, d.adminLn, false)
+	if cfg.Insecure {
+		logger.Warn("running INSECURE (--insecure): no TLS and no caller authentication on the gRPC and HTTP ports, "+
+			"no TLS, admission or encryption between peers; anyone who reaches a port can check, read the members, or join the cluster",
+			"grpc", d.grpcLn.Addr().String(), "http", d.ln.Addr().String(), "peer", n.PeerAddr(), "gossip", n.GossipAddr())
+	}
 	logger.Info("started",
-		"node", n.Name(), "http", ln.Addr().String(), "admin", adminLn.Addr().String(), "grpc", n.GRPCAddr(), "gossip", n.GossipAddr(),
+		"node", n.Name(), "grpc", d.grpcLn.Addr().String(), "http", d.ln.Addr().String(), "admin", d.adminLn.Addr().String(),
+		"peer", n.PeerAddr(), "gossip", n.GossipAddr(), "insecure", cfg.Insecure, "client_tokens", sec.Tokens.Len(),
 		"join", cfg.Join, "cluster_label", cfg.ClusterLabel, "owner_unreachable", cfg.OwnerUnreachable,
-		"accept_caller_timestamps", cfg.AcceptCallerTimestamps, "gossip_encrypted", cfg.GossipKeyFile != "",
-		"mtls", cfg.TLSCertFile != "", "gossip_profile", cfg.GossipProfile)
+		"accept_caller_timestamps", cfg.AcceptCallerTimestamps, "gossip_profile", cfg.GossipProfile)
 	return d, nil
 }
 
@@ -236,17 +296,34 @@ func newHTTPServer(h http.Handler, logger *slog.Logger) *http.Server {
 	}
 }
 
-// serve runs srv on ln until it is shut down; any other end is sent to errc.
-func (d *Daemon) serve(srv *http.Server, ln net.Listener) {
+// serve runs srv on ln (with srv.TLSConfig when useTLS) until it is shut
+// down; any other end is reported on Err.
+func (d *Daemon) serve(srv *http.Server, ln net.Listener, useTLS bool) {
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			select {
-			case d.errc <- err:
-			default:
-			}
+		var err error
+		if useTLS {
+			err = srv.ServeTLS(ln, "", "")
+		} else {
+			err = srv.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.report(err)
 		}
 	}()
 }
+
+func (d *Daemon) report(err error) {
+	select {
+	case d.errc <- err:
+	default:
+	}
+}
+
+// GRPCAddr returns the address the gRPC Limiter server listens on (host:port).
+func (d *Daemon) GRPCAddr() string { return d.grpcLn.Addr().String() }
+
+// TLS reports whether the gRPC and HTTP client ports serve TLS (secure mode).
+func (d *Daemon) TLS() bool { return d.tls }
 
 // HTTPAddr returns the address the HTTP client API listens on (host:port).
 func (d *Daemon) HTTPAddr() string { return d.ln.Addr().String() }
@@ -260,7 +337,7 @@ func (d *Daemon) Node() *node.Node { return d.node }
 // Metrics returns the daemon's metrics.
 func (d *Daemon) Metrics() *metrics.Metrics { return d.metrics }
 
-// Err delivers an HTTP server's error if one stops serving on its own.
+// Err delivers a server's error if one stops serving on its own.
 func (d *Daemon) Err() <-chan error { return d.errc }
 
 // Shutdown stops the HTTP server (in-flight requests finish), then closes the
@@ -277,6 +354,14 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 			httpErr = errors.Join(httpErr, fmt.Errorf("%s shutdown: %w", s.name, err))
 			_ = s.srv.Close()
 		}
+	}
+	grpcDone := make(chan struct{})
+	go func() { d.grpcSrv.GracefulStop(); close(grpcDone) }()
+	select {
+	case <-grpcDone:
+	case <-ctx.Done():
+		d.grpcSrv.Stop()
+		<-grpcDone
 	}
 	done := make(chan error, 1)
 	go func() { done <- d.node.Close() }()
@@ -306,7 +391,7 @@ func (l limiter) Members() []httpapi.Member {
 	ms := l.n.Members()
 	out := make([]httpapi.Member, len(ms))
 	for i, m := range ms {
-		out[i] = httpapi.Member{Name: m.Name, Addr: m.Addr, GossipAddr: m.GossipAddr, ID: m.ID, Self: m.Self}
+		out[i] = httpapi.Member{Name: m.Name, Addr: m.Addr, GossipAddr: m.GossipAddr, ID: m.ID, Self: m.Self, State: m.State, Reason: m.Reason}
 	}
 	return out
 }
