@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,15 +15,22 @@ import (
 )
 
 // TestDockerCompose runs docker-compose.yml's three-node cluster of the daemon,
-// built from this tree into a FROM scratch image, and checks it end to end:
+// built from this tree into a FROM scratch image, secure, with certificates
+// made by the built `ringlimit cert` into a temporary directory, and checks it
+// end to end:
 //
-//	(a) the bundled access log replayed through the cluster (`ringlimit replay`)
-//	    gives the decisions of a single-node reference, for every algorithm;
+//	(a) the bundled access log replayed through the cluster (`ringlimit replay`
+//	    with a client certificate) gives the decisions of a single-node
+//	    reference, for every algorithm;
 //	(b) after `docker kill` of a node, the survivors list two members within a
 //	    deadline, and checks sent to them never fail while they converge;
 //	(c) after a node is cut off the network for 10 s and reconnected, the cluster
 //	    re-forms on its own and every node names the same owner for a key;
-//	(d) `docker-compose down` leaves no container, network or volume behind.
+//	(d) a container with the gossip key but a certificate from another CA
+//	    joins the gossip but stays out of the ring: listed as refused, owning
+//	    no key, every key decided by an owner (no fallback); and a container
+//	    without certificates refuses to start;
+//	(e) `docker-compose down` leaves no container, network or volume behind.
 //
 // It needs a Docker engine and docker-compose, and is skipped when `docker info`
 // fails and under -short. It does not call t.Parallel: its timings (failure
@@ -45,19 +53,21 @@ func TestDockerCompose(t *testing.T) {
 		bin:     filepath.Join(tmp, "bin"),
 		project: "rltest" + id,
 		image:   "ringlimit:test-" + id,
-		client:  &http.Client{Timeout: 5 * time.Second},
 	}
 
 	dockerBuildBinaries(t, root, tmp)
 	dockerBuildImage(t, root, tmp, c.image)
 	t.Logf("binaries and image %s built in %v", c.image, time.Since(start).Round(time.Millisecond))
+	c.certs, c.caKey = filepath.Join(tmp, "certs"), filepath.Join(tmp, "ca", "ca.key")
+	c.client = dockerMakeCerts(t, c.bin, c.certs, c.caKey, dockerServices()...)
 
 	c.subnet = dockerFreeSubnet(t, os.Getpid())
-	c.env = []string{"RINGLIMIT_IMAGE=" + c.image, "RINGLIMIT_SUBNET=" + c.subnet}
+	c.env = []string{"RINGLIMIT_IMAGE=" + c.image, "RINGLIMIT_SUBNET=" + c.subnet, "RINGLIMIT_CERTS=" + c.certs,
+		fmt.Sprintf("RINGLIMIT_UID=%d", os.Getuid()), fmt.Sprintf("RINGLIMIT_GID=%d", os.Getgid())}
 	for i := 1; i <= 3; i++ { // empty: Docker picks free host ports
-		c.env = append(c.env, fmt.Sprintf("RINGLIMIT_HOST_HTTP_%d=", i), fmt.Sprintf("RINGLIMIT_HOST_GRPC_%d=", i))
+		c.env = append(c.env, fmt.Sprintf("RINGLIMIT_HOST_HTTP_%d=", i), fmt.Sprintf("RINGLIMIT_HOST_GRPC_%d=", i), fmt.Sprintf("RINGLIMIT_HOST_ADMIN_%d=", i))
 	}
-	t.Cleanup(c.down) // (d), registered before up so a failed up is cleaned too
+	t.Cleanup(c.down) // (e), registered before up so a failed up is cleaned too
 	c.up()
 	all := dockerServices()
 	t.Logf("project %s up on %s: http %v grpc %v", c.project, c.subnet, c.http, c.grpc)
@@ -73,6 +83,10 @@ func TestDockerCompose(t *testing.T) {
 		return
 	}
 	t.Run("partition", func(t *testing.T) { dockerPartition(t, c.on(t)) })
+	if t.Failed() {
+		return
+	}
+	t.Run("intruder", func(t *testing.T) { dockerIntruder(t, c.on(t)) })
 	t.Logf("docker test took %v (before down)", time.Since(start).Round(time.Millisecond))
 }
 
@@ -94,7 +108,7 @@ func dockerReplay(t *testing.T, c *composeCluster) {
 	for _, alg := range []string{"gcra", "token_bucket", "sliding_window_log", "sliding_window_counter", "fixed_window"} {
 		began := time.Now()
 		out, err := dockerTry(3*time.Minute, c.root, nil, filepath.Join(c.bin, "ringlimit"),
-			"replay", "--addr", strings.Join(addrs, ","), "--algorithm", alg, "--log", logPath)
+			"replay", "--addr", strings.Join(addrs, ","), "--algorithm", alg, "--log", logPath, "--certs-dir", c.certs)
 		n, ok := replayMismatches(out)
 		if err != nil || !ok || n != "0" {
 			t.Fatalf("replay %s: exit %v, mismatches %q (summary found: %v)\n%s", alg, err, n, ok, out)
@@ -181,8 +195,7 @@ func dockerKill(t *testing.T, c *composeCluster) {
 
 	restartAt := time.Now()
 	c.mustCompose(2*time.Minute, "start", "ringlimit-3")
-	c.http["ringlimit-3"] = c.port("ringlimit-3", 8080) // Docker may publish new ports
-	c.grpc["ringlimit-3"] = c.port("ringlimit-3", 8081)
+	c.ports("ringlimit-3") // Docker may publish new ports
 	all := dockerServices()
 	c.waitFor("restarted ringlimit-3 ready", 60*time.Second, c.ready("ringlimit-3"))
 	c.waitFor("all three list three members after restart", 60*time.Second, c.membersAre(all, all...))
@@ -247,8 +260,7 @@ func dockerPartition(t *testing.T, c *composeCluster) {
 	})
 	t.Logf("re-formed %v after the reconnect", time.Since(reconnectedAt).Round(time.Millisecond))
 	// Publishing of the node's ports may come back with new host ports.
-	c.http[cut] = c.port(cut, 8080)
-	c.grpc[cut] = c.port(cut, 8081)
+	c.ports(cut)
 	c.waitFor("all three list three members over HTTP", 30*time.Second, c.membersAre(all, all...))
 	keys := make([]string, 32)
 	for i := range keys {
@@ -276,4 +288,101 @@ func dockerPartition(t *testing.T, c *composeCluster) {
 		}
 		return nil
 	})
+}
+
+// dockerIntruder starts, on the cluster's network, a daemon that has the
+// gossip key but a node certificate from another CA (the closest a daemon
+// gets to "no certificate": without one it does not start, checked first).
+// It gossips its way in, but every member refuses it at the admission
+// handshake: it is listed as refused with a reason, the ring stays the three
+// members, and every key is decided by one of them, never by a fallback.
+func dockerIntruder(t *testing.T, c *composeCluster) {
+	all := dockerServices()
+	netName := c.network()
+	nodeDir := filepath.Join(c.certs, "ringlimit-1")
+
+	// Without certificates: refused start, saying what is missing.
+	out, err := dockerTry(time.Minute, "", nil, "docker", "run", "--rm", "--network", netName,
+		"-v", nodeDir+":/certs:ro", "-e", "RINGLIMIT_GOSSIP_KEY_FILE=/certs/gossip.key", c.image, "--node-name", "bare")
+	if err == nil || !strings.Contains(out, "--certs-dir") {
+		t.Errorf("daemon without certificates: got %v\n%s\nwant a refused start naming --certs-dir", err, out)
+	}
+
+	// A certificate from another CA, with the cluster's gossip key.
+	other := filepath.Join(filepath.Dir(c.certs), "intruder")
+	otherKey := filepath.Join(filepath.Dir(c.certs), "intruder-ca", "ca.key")
+	cli := filepath.Join(c.bin, "ringlimit")
+	dockerRun(t, time.Minute, "", nil, cli, "cert", "create-ca", "--certs-dir", other, "--ca-key", otherKey)
+	dockerRun(t, time.Minute, "", nil, cli, "cert", "create-node", "intruder", "--host", "intruder,localhost,127.0.0.1", "--certs-dir", other, "--ca-key", otherKey)
+	gk, err := os.ReadFile(filepath.Join(c.certs, "gossip.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(other, "gossip.key"), gk, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	name := c.project + "-intruder"
+	dockerRun(t, time.Minute, "", nil, "docker", "run", "-d", "--name", name, "--hostname", "intruder", "--network", netName,
+		"--user", fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()), "-v", other+":/certs:ro",
+		"-e", "RINGLIMIT_CERTS_DIR=/certs", "-e", "RINGLIMIT_GOSSIP_KEY_FILE=/certs/gossip.key",
+		"-e", "RINGLIMIT_CLUSTER_LABEL=ringlimit-compose", "-e", "RINGLIMIT_NODE_NAME=intruder",
+		"-e", "RINGLIMIT_JOIN=ringlimit-1:7946,ringlimit-2:7946", "-e", "RINGLIMIT_GOSSIP_PROFILE=fast",
+		c.image)
+	t.Cleanup(func() {
+		if t.Failed() {
+			if out, err := dockerTry(time.Minute, "", nil, "docker", "logs", "--tail", "30", name); err == nil {
+				t.Logf("intruder logs:\n%s", out)
+			}
+		}
+		dockerTry(time.Minute, "", nil, "docker", "rm", "-f", name)
+	})
+
+	c.waitFor("every member lists the intruder as refused", 60*time.Second, func() error {
+		for _, s := range all {
+			ms, err := c.memberList(s)
+			if err != nil {
+				return fmt.Errorf("%s: %w", s, err)
+			}
+			found := false
+			for _, m := range ms {
+				if m.Name == "intruder" {
+					found = true
+					if m.State != "refused" || m.Reason == "" {
+						return fmt.Errorf("%s lists the intruder as %q (reason %q), want refused with a reason", s, m.State, m.Reason)
+					}
+				}
+			}
+			if !found {
+				return fmt.Errorf("%s does not list the intruder yet: %+v", s, ms)
+			}
+			if got := aliveNames(ms); strings.Join(got, ",") != strings.Join(all, ",") {
+				return fmt.Errorf("%s has %v in its ring, want %v", s, got, all)
+			}
+		}
+		return nil
+	})
+	ms, _ := c.memberList("ringlimit-1")
+	for _, m := range ms {
+		if m.Name == "intruder" {
+			t.Logf("ringlimit-1 lists the intruder: state %s, reason %q", m.State, m.Reason)
+		}
+	}
+	owners := map[string]int{}
+	for i := range 60 {
+		key := fmt.Sprintf("intruder:%d", i)
+		for _, s := range all {
+			code, d, err := c.check(s, key)
+			if err != nil || code != http.StatusOK {
+				t.Fatalf("%s %s: %d %v %s", s, key, code, err, d.Error)
+			}
+			if d.Route == "fallback" || !slices.Contains(all, d.Owner) {
+				t.Errorf("%s %s: route %q owner %q, want decided by one of %v", s, key, d.Route, d.Owner, all)
+			}
+			owners[d.Owner]++
+		}
+	}
+	t.Logf("60 keys x 3 entry points while the intruder gossips: owners %v, none fell back", owners)
+	if _, body, err := c.get("ringlimit-1", "/metrics"); err == nil && !strings.Contains(string(body), "\nringlimit_members_refused 1\n") {
+		t.Errorf("ringlimit-1 /metrics lacks ringlimit_members_refused 1")
+	}
 }
