@@ -26,10 +26,11 @@ import (
 //	    deadline, and checks sent to them never fail while they converge;
 //	(c) after a node is cut off the network for 10 s and reconnected, the cluster
 //	    re-forms on its own and every node names the same owner for a key;
-//	(d) a container with the gossip key but a certificate from another CA
-//	    joins the gossip but stays out of the ring: listed as refused, owning
-//	    no key, every key decided by an owner (no fallback); and a container
-//	    without certificates refuses to start;
+//	(d) two containers with the gossip key, one without a certificate
+//	    (--insecure) and one with a certificate from another CA, join the
+//	    gossip but stay out of the ring: listed as refused, owning no key,
+//	    every key decided by an owner (no fallback); and a container given
+//	    neither certificates nor --insecure refuses to start;
 //	(e) `docker-compose down` leaves no container, network or volume behind.
 //
 // It needs a Docker engine and docker-compose, and is skipped when `docker info`
@@ -290,70 +291,88 @@ func dockerPartition(t *testing.T, c *composeCluster) {
 	})
 }
 
-// dockerIntruder starts, on the cluster's network, a daemon that has the
-// gossip key but a node certificate from another CA (the closest a daemon
-// gets to "no certificate": without one it does not start, checked first).
-// It gossips its way in, but every member refuses it at the admission
-// handshake: it is listed as refused with a reason, the ring stays the three
-// members, and every key is decided by one of them, never by a fallback.
+// dockerIntruder starts two daemons on the cluster's network that have the
+// gossip key but no valid certificate: "nocert" runs with --insecure (no
+// certificate at all) and "foreign" with a node certificate from another CA.
+// Both gossip their way in, and every member refuses them at the admission
+// handshake: they are listed as refused with a reason, the ring stays the
+// three members, and every key is decided by one of them, never by a
+// fallback. A daemon given neither certificates nor --insecure does not start.
 func dockerIntruder(t *testing.T, c *composeCluster) {
 	all := dockerServices()
 	netName := c.network()
-	nodeDir := filepath.Join(c.certs, "ringlimit-1")
+	gossipKey := filepath.Join(c.certs, "gossip.key")
 
-	// Without certificates: refused start, saying what is missing.
+	// Neither certificates nor --insecure: refused start, naming what is missing.
 	out, err := dockerTry(time.Minute, "", nil, "docker", "run", "--rm", "--network", netName,
-		"-v", nodeDir+":/certs:ro", "-e", "RINGLIMIT_GOSSIP_KEY_FILE=/certs/gossip.key", c.image, "--node-name", "bare")
+		"-e", "RINGLIMIT_NODE_NAME=bare", c.image)
 	if err == nil || !strings.Contains(out, "--certs-dir") {
 		t.Errorf("daemon without certificates: got %v\n%s\nwant a refused start naming --certs-dir", err, out)
 	}
 
-	// A certificate from another CA, with the cluster's gossip key.
-	other := filepath.Join(filepath.Dir(c.certs), "intruder")
-	otherKey := filepath.Join(filepath.Dir(c.certs), "intruder-ca", "ca.key")
+	// "foreign": a certificate from another CA, and the cluster's gossip key.
+	other := filepath.Join(filepath.Dir(c.certs), "foreign")
+	otherKey := filepath.Join(filepath.Dir(c.certs), "foreign-ca", "ca.key")
 	cli := filepath.Join(c.bin, "ringlimit")
 	dockerRun(t, time.Minute, "", nil, cli, "cert", "create-ca", "--certs-dir", other, "--ca-key", otherKey)
-	dockerRun(t, time.Minute, "", nil, cli, "cert", "create-node", "intruder", "--host", "intruder,localhost,127.0.0.1", "--certs-dir", other, "--ca-key", otherKey)
-	gk, err := os.ReadFile(filepath.Join(c.certs, "gossip.key"))
+	dockerRun(t, time.Minute, "", nil, cli, "cert", "create-node", "foreign", "--host", "foreign,localhost,127.0.0.1", "--certs-dir", other, "--ca-key", otherKey)
+	gk, err := os.ReadFile(gossipKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(other, "gossip.key"), gk, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	name := c.project + "-intruder"
-	dockerRun(t, time.Minute, "", nil, "docker", "run", "-d", "--name", name, "--hostname", "intruder", "--network", netName,
-		"--user", fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()), "-v", other+":/certs:ro",
-		"-e", "RINGLIMIT_CERTS_DIR=/certs", "-e", "RINGLIMIT_GOSSIP_KEY_FILE=/certs/gossip.key",
-		"-e", "RINGLIMIT_CLUSTER_LABEL=ringlimit-compose", "-e", "RINGLIMIT_NODE_NAME=intruder",
-		"-e", "RINGLIMIT_JOIN=ringlimit-1:7946,ringlimit-2:7946", "-e", "RINGLIMIT_GOSSIP_PROFILE=fast",
-		c.image)
-	t.Cleanup(func() {
-		if t.Failed() {
-			if out, err := dockerTry(time.Minute, "", nil, "docker", "logs", "--tail", "30", name); err == nil {
-				t.Logf("intruder logs:\n%s", out)
-			}
+	// "nocert": --insecure, only the gossip key.
+	nocert := filepath.Join(filepath.Dir(c.certs), "nocert")
+	if err := os.MkdirAll(nocert, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(nocert, "gossip.key"), gk, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	intruders := []struct {
+		name, dir string
+		env       []string
+	}{
+		{"foreign", other, []string{"RINGLIMIT_CERTS_DIR=/certs"}},
+		{"nocert", nocert, []string{"RINGLIMIT_INSECURE=true"}},
+	}
+	for _, in := range intruders {
+		container := c.project + "-" + in.name
+		args := []string{"run", "-d", "--name", container, "--hostname", in.name, "--network", netName,
+			"--user", fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()), "-v", in.dir + ":/certs:ro",
+			"-e", "RINGLIMIT_GOSSIP_KEY_FILE=/certs/gossip.key", "-e", "RINGLIMIT_CLUSTER_LABEL=ringlimit-compose",
+			"-e", "RINGLIMIT_NODE_NAME=" + in.name, "-e", "RINGLIMIT_JOIN=ringlimit-1:7946,ringlimit-2:7946",
+			"-e", "RINGLIMIT_GOSSIP_PROFILE=fast"}
+		for _, e := range in.env {
+			args = append(args, "-e", e)
 		}
-		dockerTry(time.Minute, "", nil, "docker", "rm", "-f", name)
-	})
+		dockerRun(t, time.Minute, "", nil, "docker", append(args, c.image)...)
+		t.Cleanup(func() {
+			if t.Failed() {
+				if out, err := dockerTry(time.Minute, "", nil, "docker", "logs", "--tail", "30", container); err == nil {
+					t.Logf("%s logs:\n%s", in.name, out)
+				}
+			}
+			dockerTry(time.Minute, "", nil, "docker", "rm", "-f", container)
+		})
+	}
 
-	c.waitFor("every member lists the intruder as refused", 60*time.Second, func() error {
+	c.waitFor("every member lists both intruders as refused", 60*time.Second, func() error {
 		for _, s := range all {
 			ms, err := c.memberList(s)
 			if err != nil {
 				return fmt.Errorf("%s: %w", s, err)
 			}
-			found := false
-			for _, m := range ms {
-				if m.Name == "intruder" {
-					found = true
-					if m.State != "refused" || m.Reason == "" {
-						return fmt.Errorf("%s lists the intruder as %q (reason %q), want refused with a reason", s, m.State, m.Reason)
-					}
+			for _, in := range intruders {
+				i := slices.IndexFunc(ms, func(m dockerMember) bool { return m.Name == in.name })
+				if i < 0 {
+					return fmt.Errorf("%s does not list %s yet", s, in.name)
 				}
-			}
-			if !found {
-				return fmt.Errorf("%s does not list the intruder yet: %+v", s, ms)
+				if ms[i].State != "refused" || ms[i].Reason == "" {
+					return fmt.Errorf("%s lists %s as %q (reason %q), want refused with a reason", s, in.name, ms[i].State, ms[i].Reason)
+				}
 			}
 			if got := aliveNames(ms); strings.Join(got, ",") != strings.Join(all, ",") {
 				return fmt.Errorf("%s has %v in its ring, want %v", s, got, all)
@@ -363,8 +382,8 @@ func dockerIntruder(t *testing.T, c *composeCluster) {
 	})
 	ms, _ := c.memberList("ringlimit-1")
 	for _, m := range ms {
-		if m.Name == "intruder" {
-			t.Logf("ringlimit-1 lists the intruder: state %s, reason %q", m.State, m.Reason)
+		if m.State == "refused" {
+			t.Logf("ringlimit-1 lists %s: state %s, reason %q", m.Name, m.State, m.Reason)
 		}
 	}
 	owners := map[string]int{}
@@ -381,8 +400,8 @@ func dockerIntruder(t *testing.T, c *composeCluster) {
 			owners[d.Owner]++
 		}
 	}
-	t.Logf("60 keys x 3 entry points while the intruder gossips: owners %v, none fell back", owners)
-	if _, body, err := c.get("ringlimit-1", "/metrics"); err == nil && !strings.Contains(string(body), "\nringlimit_members_refused 1\n") {
-		t.Errorf("ringlimit-1 /metrics lacks ringlimit_members_refused 1")
+	t.Logf("60 keys x 3 entry points while the intruders gossip: owners %v, none fell back", owners)
+	if _, body, err := c.get("ringlimit-1", "/metrics"); err == nil && !strings.Contains(string(body), "\nringlimit_members_refused 2\n") {
+		t.Errorf("ringlimit-1 /metrics lacks ringlimit_members_refused 2")
 	}
 }

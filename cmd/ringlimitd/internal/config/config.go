@@ -126,11 +126,14 @@ type Config struct {
 	// line, optionally "token,name" (see auth.ParseTokens). Default empty: client
 	// certificates only. Not allowed with Insecure.
 	ClientTokenFile string
-	// Insecure runs with no security at all (--insecure): no TLS or caller
-	// authentication on the client ports, no TLS or admission between peers, no
-	// gossip encryption. The daemon logs a WARN at start, /healthz and /readyz
-	// say "insecure": true, and ringlimit_insecure is 1. Without it the daemon
-	// refuses to start unless CertsDir and GossipKeyFile are set. Default false.
+	// Insecure runs without TLS and authentication (--insecure): no TLS or
+	// caller authentication on the client ports, no TLS or admission handshake
+	// between peers (secure members refuse to admit an insecure one); gossip is
+	// encrypted only if GossipKeyFile is also given. The daemon logs a WARN at
+	// start, /healthz and /readyz say "insecure": true, and ringlimit_insecure
+	// is 1. Without it the daemon refuses to start unless CertsDir and
+	// GossipKeyFile are set; with it, CertsDir and ClientTokenFile are refused.
+	// Default false.
 	Insecure bool
 	// OwnerUnreachable is the policy for checks whose owner cannot be reached
 	// (--owner-unreachable: local, fail-open or fail-closed). Default local.
@@ -341,11 +344,13 @@ func (c *Config) Validate() error {
 }
 
 // validateSecurity requires the secure-mode material unless Insecure, and
-// refuses Insecure together with any of it (ambiguous: which was meant?).
+// refuses Insecure together with certificates or client tokens (ambiguous:
+// which was meant?). Insecure with a gossip key is allowed, as node allows it:
+// gossip stays encrypted, everything else is open.
 func (c *Config) validateSecurity() error {
 	set := []struct{ flag, v string }{{"certs-dir", c.CertsDir}, {"gossip-key-file", c.GossipKeyFile}, {"client-token-file", c.ClientTokenFile}}
 	for _, f := range set {
-		if c.Insecure && f.v != "" {
+		if c.Insecure && f.v != "" && f.flag != "gossip-key-file" {
 			return fmt.Errorf("%w: --insecure with --%s: drop one or the other", ErrInsecure, f.flag)
 		}
 	}

@@ -274,8 +274,10 @@ func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 	d.serve(d.admin, d.adminLn, false)
 	if cfg.Insecure {
 		logger.Warn("running INSECURE (--insecure): no TLS and no caller authentication on the gRPC and HTTP ports, "+
-			"no TLS, admission or encryption between peers; anyone who reaches a port can check, read the members, or join the cluster",
-			"grpc", d.grpcLn.Addr().String(), "http", d.ln.Addr().String(), "peer", n.PeerAddr(), "gossip", n.GossipAddr())
+			"no TLS or admission handshake between peers; anyone who reaches a port can check keys, read the members, "+
+			"or forward checks and hand off key states to this node",
+			"grpc", d.grpcLn.Addr().String(), "http", d.ln.Addr().String(), "peer", n.PeerAddr(), "gossip", n.GossipAddr(),
+			"gossip_encrypted", cfg.GossipKeyFile != "")
 	}
 	logger.Info("started",
 		"node", n.Name(), "grpc", d.grpcLn.Addr().String(), "http", d.ln.Addr().String(), "admin", d.adminLn.Addr().String(),
