@@ -107,6 +107,7 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"replay", "--algorithm", "leaky"}, `--algorithm: algo: invalid limit: kind "leaky"`},
 		{[]string{"replay", "--limit", "0"}, "--limit/--period/--burst for gcra: algo: invalid limit: field Limit value 0"},
 		{[]string{"bench", "--period", "-1s"}, "field Period"},
+		{[]string{"check", "k", "--period", "10000000h"}, `"10000000h" is longer than the maximum 2562047h47m16.854775807s`},
 		{[]string{"bench", "--algorithm", "token_bucket", "--burst", "0"}, "field Burst value 0"},
 		{[]string{"bench", "--hits", "-1"}, "--hits"},
 		{[]string{"bench", "--dist", "pareto"}, "--dist"},

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/cmd/internal/duration"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
 )
 
@@ -25,7 +26,8 @@ type limitFlags struct {
 func (f *limitFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.algorithm, "algorithm", "gcra", "algorithm: sliding_window_log, sliding_window_counter, fixed_window, gcra or token_bucket")
 	fs.Int64Var(&f.limit, "limit", 10, "hits per period (the rate for gcra and token_bucket)")
-	fs.DurationVar(&f.period, "period", time.Minute, "window length or refill period")
+	f.period = time.Minute
+	fs.Var(duration.Value{D: &f.period}, "period", "window length or refill period, a Go duration (at most 2562047h47m16.854775807s)")
 	fs.Int64Var(&f.burst, "burst", 5, "gcra: max_burst (capacity burst+1); token_bucket: capacity (>= 1); ignored by window algorithms")
 	fs.Int64Var(&f.hits, "hits", 1, "hits taken by each check (0 peeks)")
 }

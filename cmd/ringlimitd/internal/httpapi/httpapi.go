@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/cmd/internal/duration"
 	"github.com/ringlimit/ringlimit/transport"
 )
 
@@ -318,8 +319,11 @@ func (req *CheckRequest) toCheck() (transport.Check, error) {
 	case req.Period != "" && req.PeriodNS != 0:
 		return transport.Check{}, errors.New(`give "period" or "period_ns", not both`)
 	case req.Period != "":
-		period, err = time.ParseDuration(req.Period)
-		if err != nil {
+		period, err = duration.Parse(req.Period)
+		switch {
+		case errors.Is(err, duration.ErrOverflow):
+			return transport.Check{}, fmt.Errorf(`field "period" = %q: too long, the maximum is %v (%d ns)`, req.Period, duration.Max, int64(duration.Max))
+		case err != nil:
 			return transport.Check{}, fmt.Errorf(`field "period" = %q: want a Go duration such as "1m" or "250ms"`, req.Period)
 		}
 	case req.PeriodNS != 0:

@@ -173,6 +173,7 @@ func TestCheckBadRequests(t *testing.T) {
 		{"negative limit", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":-4,"period":"1s"}`, http.StatusBadRequest, `"limit" = -4`},
 		{"missing period", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":10}`, http.StatusBadRequest, `"period"`},
 		{"bad period", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":10,"period":"soon"}`, http.StatusBadRequest, `"period" = "soon"`},
+		{"overflowing period", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":10,"period":"10000000h"}`, http.StatusBadRequest, `"period" = "10000000h": too long, the maximum is 2562047h47m16.854775807s`},
 		{"negative period", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":10,"period":"-1s"}`, http.StatusBadRequest, "period = -1s"},
 		{"both periods", http.MethodPost, `{` + good + `,"period_ns":5}`, http.StatusBadRequest, "not both"},
 		{"negative burst", http.MethodPost, `{` + good + `,"burst":-1}`, http.StatusBadRequest, `"burst" = -1`},
