@@ -109,7 +109,7 @@ func dockerReplay(t *testing.T, c *composeCluster) {
 	for _, alg := range []string{"gcra", "token_bucket", "sliding_window_log", "sliding_window_counter", "fixed_window"} {
 		began := time.Now()
 		out, err := dockerTry(3*time.Minute, c.root, nil, filepath.Join(c.bin, "ringlimit"),
-			"replay", "--addr", strings.Join(addrs, ","), "--algorithm", alg, "--log", logPath, "--certs-dir", c.certs)
+			"replay", "--addr", strings.Join(addrs, ","), "--algorithm", alg, "--limit", "10", "--period", "1m", "--burst", "5", "--log", logPath, "--certs-dir", c.certs)
 		n, ok := replayMismatches(out)
 		if err != nil || !ok || n != "0" {
 			t.Fatalf("replay %s: exit %v, mismatches %q (summary found: %v)\n%s", alg, err, n, ok, out)

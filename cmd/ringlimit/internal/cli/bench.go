@@ -114,7 +114,7 @@ A progress bar is drawn on stderr when it is a terminal, unless --quiet.`,
 		},
 	}
 	fs := cmd.Flags()
-	lf.register(fs)
+	lf.register(fs, DefaultBurst)
 	tf.register(fs)
 	fs.DurationVar(&o.Duration, "duration", bench.DefaultDuration, "how long to send checks")
 	fs.IntVar(&o.Concurrency, "concurrency", bench.DefaultConcurrency, "callers: checks in flight (closed loop) or most in flight (open loop)")

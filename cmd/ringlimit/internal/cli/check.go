@@ -89,7 +89,7 @@ retry_after is -1ns ("never") when the hits exceed the limit's capacity.`,
 	fs.StringVar(&addr, "addr", "127.0.0.1:8081", "gRPC address (host:port) of a ringlimitd")
 	fs.BoolVar(&asJSON, "json", false, "print the decision as one JSON object (durations in ns)")
 	fs.DurationVar(&timeout, "timeout", 5*time.Second, "deadline of the check")
-	lf.register(fs)
+	lf.register(fs, DefaultBurst)
 	sf.register(fs)
 	return cmd
 }

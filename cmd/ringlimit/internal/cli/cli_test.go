@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -522,5 +523,55 @@ func TestCert(t *testing.T) {
 	ok("cert", "create-ca", "--certs-dir", t.TempDir(), "--ca-key", otherKey)
 	if code, _, stderr := run(t, Deps{}, "cert", "create-client", "x", "--certs-dir", dir, "--ca-key", otherKey); code != ExitError || !strings.Contains(stderr, "CA key pair") {
 		t.Errorf("CA key of another CA: got exit %d %q, want 2", code, stderr)
+	}
+}
+
+// recordingLimiter answers every check allowed and records it.
+type recordingLimiter struct {
+	mu     sync.Mutex
+	checks []transport.Check
+}
+
+func (r *recordingLimiter) Check(_ context.Context, c transport.Check) (transport.Result, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.checks = append(r.checks, c)
+	return transport.Result{Decision: algo.Decision{Allowed: true, Limit: 1}, Route: transport.RouteOwner}, nil
+}
+
+// TestDefaultBurst checks that a check without --burst carries DefaultBurst
+// (0), as a missing "burst" over HTTP and burst 0 over gRPC do, and that a
+// token bucket without a burst is refused naming the burst.
+func TestDefaultBurst(t *testing.T) {
+	t.Parallel()
+	rec := &recordingLimiter{}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := transport.NewLimiterServer(transport.ServerConfig{}, rec)
+	go s.Serve(lis)
+	t.Cleanup(s.Stop)
+	if code, out, stderr := run(t, Deps{}, "check", "--addr", lis.Addr().String(), "--insecure", "k"); code != ExitOK {
+		t.Fatalf("check: exit %d %s%s", code, out, stderr)
+	}
+	rec.mu.Lock()
+	got := rec.checks
+	rec.mu.Unlock()
+	if len(got) != 1 || got[0].Limit.Burst != DefaultBurst || DefaultBurst != 0 {
+		t.Errorf("check without --burst sent %+v, want burst %d (= 0, the HTTP and gRPC default)", got, DefaultBurst)
+	}
+	if code, _, stderr := run(t, Deps{}, "check", "--addr", lis.Addr().String(), "--insecure", "--algorithm", "token_bucket", "k"); code != ExitError || !strings.Contains(stderr, "field Burst value 0") {
+		t.Errorf("token_bucket without --burst: got exit %d %q, want 2 naming the burst", code, stderr)
+	}
+	for _, cmd := range []string{"bench", "replay"} {
+		c := NewRoot(io.Discard, io.Discard, Deps{})
+		sub, _, err := c.Find([]string{cmd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if def := sub.Flags().Lookup("burst").DefValue; def != "0" {
+			t.Errorf("%s --burst default: got %s, want 0", cmd, def)
+		}
 	}
 }

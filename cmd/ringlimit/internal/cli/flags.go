@@ -23,12 +23,24 @@ type limitFlags struct {
 	hits      int64
 }
 
-func (f *limitFlags) register(fs *pflag.FlagSet) {
+// DefaultBurst is the burst of a check that does not give one, on every front
+// door: HTTP (a missing "burst"), gRPC (burst 0, proto3's zero value) and the
+// CLI's check, bench and replay (--burst). GCRA with burst 0 admits one hit
+// at a time, one per emission interval; a token bucket needs a burst of at
+// least 1, so it must be given. demo alone uses its own scenario's burst
+// (demoBurst).
+const DefaultBurst = 0
+
+// demoBurst is the burst of the demo's scenario (limit 10 per minute, burst 5).
+const demoBurst = 5
+
+// register declares the flags with burst as --burst's default.
+func (f *limitFlags) register(fs *pflag.FlagSet, burst int64) {
 	fs.StringVar(&f.algorithm, "algorithm", "gcra", "algorithm: sliding_window_log, sliding_window_counter, fixed_window, gcra or token_bucket")
 	fs.Int64Var(&f.limit, "limit", 10, "hits per period (the rate for gcra and token_bucket)")
 	f.period = time.Minute
 	fs.Var(duration.Value{D: &f.period}, "period", "window length or refill period, a Go duration (at most 2562047h47m16.854775807s)")
-	fs.Int64Var(&f.burst, "burst", 5, "gcra: max_burst (capacity burst+1); token_bucket: capacity (>= 1); ignored by window algorithms")
+	fs.Int64Var(&f.burst, "burst", burst, "gcra: max_burst (capacity burst+1); token_bucket: capacity (>= 1, so give it); ignored by window algorithms")
 	fs.Int64Var(&f.hits, "hits", 1, "hits taken by each check (0 peeks)")
 }
 

@@ -105,7 +105,9 @@ type CheckRequest struct {
 	Period string `json:"period,omitempty"`
 	// PeriodNS is the period in nanoseconds.
 	PeriodNS int64 `json:"period_ns,omitempty"`
-	// Burst is GCRA's max_burst or TokenBucket's capacity; default 0.
+	// Burst is GCRA's max_burst or TokenBucket's capacity. Default 0, the same
+	// on every front door (gRPC's zero value, the CLI's --burst): GCRA then
+	// admits one hit per emission interval; a token bucket needs >= 1.
 	Burst int64 `json:"burst,omitempty"`
 	// Hits to take; default 1 when absent; 0 peeks.
 	Hits *int64 `json:"hits,omitempty"`

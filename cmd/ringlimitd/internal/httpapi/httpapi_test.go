@@ -109,6 +109,9 @@ func TestCheckDefaultsAndPeriodNS(t *testing.T) {
 		body string
 		want transport.Check
 	}{
+		// No "burst": 0, as over gRPC and in the CLI.
+		{`{"key":"k","algorithm":"gcra","limit":5,"period":"1s"}`,
+			transport.Check{Key: "k", Limit: algo.Limit{Kind: algo.GCRA, Limit: 5, Period: time.Second, Burst: 0}, Hits: 1}},
 		{`{"key":"k","algorithm":"token_bucket","limit":5,"period_ns":1000000000,"burst":5}`,
 			transport.Check{Key: "k", Limit: algo.Limit{Kind: algo.TokenBucket, Limit: 5, Period: time.Second, Burst: 5}, Hits: 1}},
 		{`{"key":"k","algorithm":"fixed_window","limit":5,"period":"250ms","hits":0}`,
