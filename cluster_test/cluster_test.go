@@ -23,6 +23,15 @@ import (
 // until they agree on the ring.
 func startCluster(t testing.TB, size int, mod func(*node.Config)) []*node.Node {
 	t.Helper()
+	_, nodes := startClusterBase(t, size, mod)
+	return nodes
+}
+
+// startClusterBase is startCluster that also returns the base config the nodes
+// were made from: a node that joins later must be made from it (it carries the
+// cluster's test CA and gossip key).
+func startClusterBase(t testing.TB, size int, mod func(*node.Config)) (node.Config, []*node.Node) {
+	t.Helper()
 	base := node.TestConfig()
 	if mod != nil {
 		mod(&base)
@@ -38,7 +47,7 @@ func startCluster(t testing.TB, size int, mod func(*node.Config)) []*node.Node {
 			n.Abort()
 		}
 	})
-	return c.Nodes()
+	return base, c.Nodes()
 }
 
 func waitConverged(t testing.TB, within time.Duration, nodes ...*node.Node) time.Duration {
@@ -235,7 +244,7 @@ func TestRollingRestart(t *testing.T) {
 	t.Parallel()
 	clock := midWindowClock()
 	mod := func(c *node.Config) { c.Clock = clock }
-	nodes := startCluster(t, 3, mod)
+	base, nodes := startClusterBase(t, 3, mod)
 	limits := noRefill(1000)
 	const keys = 10
 	before := hammer(t, 32, keys, limits, func(i int) *node.Node { return nodes[i%3] })
@@ -253,8 +262,6 @@ func TestRollingRestart(t *testing.T) {
 			return ns[i%len(ns)]
 		})
 	}()
-	base := node.TestConfig()
-	mod(&base)
 	for i := range 3 {
 		cur := *live.Load()
 		cfg := base
@@ -295,7 +302,7 @@ func TestRollingRestart(t *testing.T) {
 func TestJoinTakesKeysWithState(t *testing.T) {
 	t.Parallel()
 	clock := midWindowClock()
-	nodes := startCluster(t, 3, func(c *node.Config) { c.Clock = clock })
+	base, nodes := startClusterBase(t, 3, func(c *node.Config) { c.Clock = clock })
 	ctx := context.Background()
 	l := algo.Limit{Kind: algo.FixedWindow, Limit: 10, Period: 24 * time.Hour}
 	const keys = 2000
@@ -304,8 +311,7 @@ func TestJoinTakesKeysWithState(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := node.TestConfig()
-	cfg.Clock = clock
+	cfg := base
 	cfg.Name = "node-3"
 	cfg.Join = []string{nodes[0].GossipAddr()}
 	start := time.Now()
@@ -470,14 +476,14 @@ func hammerUntil(t *testing.T, callers, keys int, limits []algo.Limit, stop chan
 // drop the old address, and checks reach the new process.
 func TestRestartUnderSameName(t *testing.T) {
 	t.Parallel()
-	nodes := startCluster(t, 3, nil)
+	base, nodes := startClusterBase(t, 3, nil)
 	old := nodes[2]
 	oldAddr := old.PeerAddr()
 	if err := old.Close(); err != nil {
 		t.Fatal(err)
 	}
 	waitConverged(t, 10*time.Second, nodes[:2]...)
-	cfg := node.TestConfig()
+	cfg := base
 	cfg.Name = old.Name()
 	cfg.Join = []string{nodes[0].GossipAddr()}
 	start := time.Now()
