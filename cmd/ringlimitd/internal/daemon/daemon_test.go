@@ -42,7 +42,7 @@ const testToken = "test-token-0123456789abcdef"
 // (ca.crt, node.crt, node.key), a gossip key file, a token file, and TLS
 // configurations for callers.
 type testPKI struct {
-	t          *testing.T
+	t          testing.TB
 	dir        string
 	ca         *node.TestCA
 	gossipKey  string
@@ -53,7 +53,7 @@ type testPKI struct {
 	anonTLS    *tls.Config
 }
 
-func newTestPKI(t *testing.T) *testPKI {
+func newTestPKI(t testing.TB) *testPKI {
 	t.Helper()
 	ca, err := node.NewTestCA()
 	if err != nil {
@@ -112,7 +112,7 @@ func (p *testPKI) args(member string) []string {
 
 // testConfig is a daemon on loopback with free ports and fast gossip, secure
 // under p (nil: --insecure).
-func testConfig(t *testing.T, p *testPKI, name string, extra ...string) config.Config {
+func testConfig(t testing.TB, p *testPKI, name string, extra ...string) config.Config {
 	t.Helper()
 	args := []string{"--node-name", name, "--bind-addr", "127.0.0.1", "--gossip-port", "0", "--grpc-port", "0",
 		"--peer-port", "0", "--http-port", "0", "--admin-port", "0", "--gossip-profile", "fast", "--rejoin-interval", "500ms", "--shutdown-timeout", "5s"}
