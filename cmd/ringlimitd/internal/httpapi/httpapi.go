@@ -233,16 +233,18 @@ func (a *api) check(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := a.lim.Check(r.Context(), c)
 	if err != nil {
-		fail(a.log, w, r, statusOf(err), err.Error())
+		status := statusOf(err)
+		a.log.Debug("check failed", "error", err) // the full chain, package prefixes included
+		fail(a.log, w, r, status, clientMessage(err.Error()))
 		return
 	}
 	switch res.Code {
 	case transport.CodeOK:
 	case transport.CodeInvalidArgument:
-		fail(a.log, w, r, http.StatusBadRequest, res.Message)
+		fail(a.log, w, r, http.StatusBadRequest, clientMessage(res.Message))
 		return
 	default: // CodeUnavailable, or CodeNotOwner leaking out of a failed re-resolve.
-		fail(a.log, w, r, http.StatusServiceUnavailable, fmt.Sprintf("cannot decide: %s", res.Message))
+		fail(a.log, w, r, http.StatusServiceUnavailable, "cannot decide: "+clientMessage(res.Message))
 		return
 	}
 	d := res.Decision
@@ -291,8 +293,10 @@ func decode(body io.Reader, v any) (int, error) {
 		return http.StatusBadRequest, errors.New("malformed JSON: unexpected end of body")
 	case errors.As(err, &syntax):
 		return http.StatusBadRequest, fmt.Errorf("malformed JSON at byte %d: %v", syntax.Offset, err)
+	case errors.As(err, &typ) && typ.Field == "":
+		return http.StatusBadRequest, fmt.Errorf("body: want a JSON object, got JSON %s", typ.Value)
 	case errors.As(err, &typ):
-		return http.StatusBadRequest, fmt.Errorf("field %q: want %s, got JSON %s", typ.Field, typ.Type, typ.Value)
+		return http.StatusBadRequest, fmt.Errorf("field %q: want %s, got JSON %s", typ.Field, jsonType(typ.Type.String()), typ.Value)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		return http.StatusBadRequest, fmt.Errorf("unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
 	}
@@ -380,6 +384,26 @@ func (req *CheckRequest) key() (string, error) {
 		return "", fmt.Errorf("key of %d bytes: want 1..%d bytes", len(key), MaxKeyLen)
 	}
 	return key, nil
+}
+
+// jsonType names a Go field type of CheckRequest in JSON terms.
+func jsonType(goType string) string {
+	switch strings.TrimPrefix(goType, "*") {
+	case "int64":
+		return "an integer"
+	case "string":
+		return "a string"
+	}
+	return goType
+}
+
+// clientMessage is an error's text for a client: without the package prefixes
+// of transport's and algo's named errors, which stay in the logs.
+func clientMessage(msg string) string {
+	for _, prefix := range []error{transport.ErrInvalidCheck, transport.ErrUnavailable, algo.ErrInvalidLimit} {
+		msg = strings.ReplaceAll(msg, prefix.Error()+": ", "")
+	}
+	return msg
 }
 
 // statusOf maps an error from Limiter.Check to an HTTP status.

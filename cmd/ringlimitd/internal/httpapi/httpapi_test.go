@@ -165,10 +165,10 @@ func TestCheckBadRequests(t *testing.T) {
 		{"empty body", http.MethodPost, "", http.StatusBadRequest, "empty body"},
 		{"malformed", http.MethodPost, `{"key":`, http.StatusBadRequest, "malformed JSON"},
 		{"syntax", http.MethodPost, `{"key" "k"}`, http.StatusBadRequest, "malformed JSON"},
-		{"not an object", http.MethodPost, `[1,2]`, http.StatusBadRequest, "want httpapi.CheckRequest"},
+		{"not an object", http.MethodPost, `[1,2]`, http.StatusBadRequest, "body: want a JSON object, got JSON array"},
 		{"unknown field", http.MethodPost, `{` + good + `,"limt":3}`, http.StatusBadRequest, `unknown field "limt"`},
 		{"trailing data", http.MethodPost, `{` + good + `}{}`, http.StatusBadRequest, "trailing data"},
-		{"wrong type", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":"10","period":"1s"}`, http.StatusBadRequest, `field "limit"`},
+		{"wrong type", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":"10","period":"1s"}`, http.StatusBadRequest, `field "limit": want an integer, got JSON string`},
 		{"missing key", http.MethodPost, `{"algorithm":"gcra","limit":10,"period":"1s"}`, http.StatusBadRequest, `"key" (or "key_base64") is required`},
 		{"missing algorithm", http.MethodPost, `{"key":"k","limit":10,"period":"1s"}`, http.StatusBadRequest, `"algorithm" is required`},
 		{"unknown algorithm", http.MethodPost, `{"key":"k","algorithm":"leaky","limit":10,"period":"1s"}`, http.StatusBadRequest, `unknown algorithm "leaky"`},
@@ -219,7 +219,7 @@ func TestCheckNodeErrors(t *testing.T) {
 		status int
 		want   string
 	}{
-		{"invalid limit", transport.Result{}, fmt.Errorf("%w: %w: burst 0 for token_bucket", transport.ErrInvalidCheck, algo.ErrInvalidLimit), http.StatusBadRequest, "burst 0"},
+		{"invalid limit", transport.Result{}, fmt.Errorf("%w: %w: burst 0 for token_bucket", transport.ErrInvalidCheck, algo.ErrInvalidLimit), http.StatusBadRequest, `{"error":"burst 0 for token_bucket"}`},
 		{"invalid check", transport.Result{}, fmt.Errorf("%w: key is 2000 bytes", transport.ErrInvalidCheck), http.StatusBadRequest, "key is 2000 bytes"},
 		{"refused timestamp", transport.Result{Code: transport.CodeInvalidArgument, Message: "created_at refused"}, nil, http.StatusBadRequest, "created_at refused"},
 		{"unavailable code", transport.Result{Code: transport.CodeUnavailable, Message: "shutting down"}, nil, http.StatusServiceUnavailable, "shutting down"},
