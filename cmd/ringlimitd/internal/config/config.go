@@ -475,6 +475,9 @@ type Security struct {
 	TLS *tls.Config
 	// Tokens are the bearer tokens of ClientTokenFile; nil when unset.
 	Tokens *auth.Tokens
+	// Warnings name secret files that group or others may read (node.key, the
+	// token file): the daemon logs them at WARN. `ringlimit cert` writes 0600.
+	Warnings []string
 }
 
 // Security reads the TLS material of CertsDir and the token file. It returns
@@ -503,6 +506,15 @@ func (c *Config) Security() (Security, error) {
 		}
 	}
 	sec := Security{TLS: cfg}
+	secrets := []string{keyFile}
+	if c.ClientTokenFile != "" {
+		secrets = append(secrets, c.ClientTokenFile)
+	}
+	for _, f := range secrets {
+		if fi, err := os.Stat(f); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			sec.Warnings = append(sec.Warnings, fmt.Sprintf("%s is readable by group or others (mode %v): chmod 600 it", f, fi.Mode().Perm()))
+		}
+	}
 	if c.ClientTokenFile != "" {
 		sec.Tokens, err = auth.LoadTokens(c.ClientTokenFile)
 		if err != nil {

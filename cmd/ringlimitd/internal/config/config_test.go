@@ -290,3 +290,48 @@ func TestEnvName(t *testing.T) {
 		}
 	}
 }
+
+// TestSecurityFiles reads a certs directory made by pki: the server TLS, the
+// tokens, a WARN for a key readable by others, and refusals naming the file.
+func TestSecurityFiles(t *testing.T) {
+	t.Parallel()
+	ca, err := node.NewTestCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cert, key, err := ca.NodePEM("n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, b []byte, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	write("ca.crt", ca.CertPEM, 0o644)
+	write("node.crt", cert, 0o644)
+	write("node.key", key, 0o600)
+	tokens := write("tokens", []byte("0123456789abcdef0123,ops\n"), 0o600)
+	c := Config{NodeName: "n1", CertsDir: dir, ClientTokenFile: tokens}
+	sec, err := c.Security()
+	if err != nil || sec.TLS == nil || sec.Tokens.Len() != 1 || len(sec.Warnings) != 0 {
+		t.Fatalf("Security: got %+v, %v; want TLS, 1 token, no warnings", sec, err)
+	}
+	write("node.key", key, 0o644)
+	if sec, err := c.Security(); err != nil || len(sec.Warnings) != 1 || !strings.Contains(sec.Warnings[0], "node.key is readable by group or others") {
+		t.Errorf("node.key 0644: got %v, %v; want one warning naming node.key", sec.Warnings, err)
+	}
+	c.NodeName = "n2"
+	if _, err := c.Security(); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `node.crt names member "n1", not --node-name "n2"`) {
+		t.Errorf("certificate of another member: got %v", err)
+	}
+	if sec, err := (&Config{Insecure: true}).Security(); err != nil || sec.TLS != nil {
+		t.Errorf("insecure: got %+v, %v; want nothing", sec, err)
+	}
+}

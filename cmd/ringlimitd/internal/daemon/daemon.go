@@ -272,6 +272,9 @@ func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 	}), logger)
 	d.serve(d.srv, d.ln, d.tls)
 	d.serve(d.admin, d.adminLn, false)
+	for _, w := range sec.Warnings {
+		logger.Warn("secret file too open", "problem", w)
+	}
 	if cfg.Insecure {
 		logger.Warn("running INSECURE (--insecure): no TLS and no caller authentication on the gRPC and HTTP ports, "+
 			"no TLS or admission handshake between peers; anyone who reaches a port can check keys, read the members, "+

@@ -454,6 +454,9 @@ func TestMainUsageErrors(t *testing.T) {
 			`node.crt names member "someone-else", not --node-name "n2"`},
 		{append([]string{"--node-name", "n3", "--certs-dir", filepath.Join(p.dir, "empty"), "--gossip-key-file", p.gossipKey}, freePorts...), nil,
 			"--certs-dir: open"},
+		{append([]string{"--node-name", "n4", "--certs-dir", p.certsDir("n4", "n4"), "--gossip-key-file", p.gossipKey,
+			"--client-token-file", p.write("short-tokens", []byte("# ok\nshort\n"), 0o600)}, freePorts...), nil,
+			"short-tokens: auth: invalid token file: line 2: token of 5 bytes, want at least 16"},
 		{[]string{"serve"}, nil, `unknown command "serve"`},
 	}
 	for _, tt := range tests {
