@@ -11,9 +11,12 @@
 #     CGO_ENABLED=0 go build -trimpath -o bin/ringlimit  ./cmd/ringlimit
 #     docker build -t ringlimit:dev .
 #
-# The image has no shell, no curl and no CA bundle: the compose healthcheck runs
-# `ringlimitd healthcheck`, and mTLS between peers uses the CA file given with
-# --tls-ca-file. Every flag has a RINGLIMIT_* environment variable (see
+# The image has no shell, no curl, no CA bundle and no certificates: mount a
+# certs directory made by `ringlimit cert` (ca.crt, node.crt, node.key; see
+# `make certs`) and point RINGLIMIT_CERTS_DIR and RINGLIMIT_GOSSIP_KEY_FILE at
+# it, or the daemon refuses to start (unless RINGLIMIT_INSECURE=true). The
+# compose healthcheck runs `ringlimitd healthcheck` against the admin port.
+# Every flag has a RINGLIMIT_* environment variable (see
 # `docker run --rm ringlimit:dev --help`).
 FROM scratch
 
@@ -24,13 +27,15 @@ COPY bin/ringlimit /usr/local/bin/ringlimit
 # ports are above 1024.
 USER 65532:65532
 
-# Gossip (memberlist, TCP and UDP), gRPC (Limiter and Peer services), HTTP
-# (/v1/check, /v1/members, /metrics, /healthz, /readyz).
-EXPOSE 7946/tcp 7946/udp 8081/tcp 8080/tcp
+# Gossip (memberlist, TCP and UDP), peer gRPC (members only, mutual TLS),
+# client gRPC (Limiter), client HTTPS (/v1/check, /v1/members), admin HTTP
+# (/metrics, /healthz, /readyz; read-only, unauthenticated: do not publish it
+# beyond the scraper and the probes).
+EXPOSE 7946/tcp 7946/udp 7947/tcp 8081/tcp 8080/tcp 8082/tcp
 
 ENV RINGLIMIT_BIND_ADDR=0.0.0.0
 
-# /readyz on 127.0.0.1:$RINGLIMIT_HTTP_PORT (default 8080).
+# /readyz on the admin port 127.0.0.1:$RINGLIMIT_ADMIN_PORT (default 8082).
 HEALTHCHECK --interval=5s --timeout=3s --start-period=5s --retries=3 \
     CMD ["/usr/local/bin/ringlimitd", "healthcheck"]
 

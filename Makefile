@@ -6,8 +6,13 @@ COMPOSE     ?= docker-compose
 PROJECT     ?= ringlimit
 # Static, reproducible binaries: they run on the `scratch` image.
 GOBUILD     := CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w'
+# Certificates of the compose cluster: one directory per node under CERTS
+# (mounted read-only), the CA key apart in CA_KEY (never mounted).
+CERTS       ?= certs
+CA_KEY      ?= certs-ca/ca.key
+NODES       := ringlimit-1 ringlimit-2 ringlimit-3
 
-.PHONY: help build docker up down logs test test-docker demo proto vet clean
+.PHONY: help build docker certs up down logs test test-docker demo proto vet clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -19,12 +24,26 @@ build: ## build bin/ringlimitd and bin/ringlimit, statically linked
 docker: build ## build the image $(IMAGE) from the binaries (FROM scratch, nothing pulled)
 	docker build -t $(IMAGE) .
 
-up: docker ## start the three-node cluster (HTTP 127.0.0.1:18080-18082, gRPC 127.0.0.1:18091-18093)
-	RINGLIMIT_IMAGE=$(IMAGE) $(COMPOSE) -p $(PROJECT) up -d
-	@echo "try: curl -s -d '{\"key\":\"k\",\"algorithm\":\"gcra\",\"limit\":10,\"period\":\"1m\",\"burst\":5}' http://127.0.0.1:18080/v1/check"
+certs: $(CERTS)/ringlimit-3/node.crt ## make the CA, a certificate per node, a root client certificate and the gossip key (once)
 
-down: ## stop the cluster and remove its containers, network and volumes
-	$(COMPOSE) -p $(PROJECT) down -v --remove-orphans
+$(CERTS)/ringlimit-3/node.crt:
+	$(MAKE) build
+	bin/ringlimit cert create-ca --certs-dir $(CERTS) --ca-key $(CA_KEY)
+	bin/ringlimit cert create-client root --certs-dir $(CERTS) --ca-key $(CA_KEY)
+	bin/ringlimit cert create-gossip-key --certs-dir $(CERTS)
+	for n in $(NODES); do \
+	  mkdir -p $(CERTS)/$$n && \
+	  cp -p $(CERTS)/ca.crt $(CERTS)/gossip.key $(CERTS)/client.root.crt $(CERTS)/client.root.key $(CERTS)/$$n/ && \
+	  bin/ringlimit cert create-node $$n --host $$n,localhost,127.0.0.1 --certs-dir $(CERTS)/$$n --ca-key $(CA_KEY) || exit 1; \
+	done
+
+up: docker certs ## start the secure three-node cluster (HTTPS 127.0.0.1:18080-18082, gRPC 127.0.0.1:18091-18093, admin 127.0.0.1:18101-18103)
+	RINGLIMIT_IMAGE=$(IMAGE) RINGLIMIT_CERTS=$(abspath $(CERTS)) RINGLIMIT_UID=$$(id -u) RINGLIMIT_GID=$$(id -g) $(COMPOSE) -p $(PROJECT) up -d
+	@echo "try: bin/ringlimit check user:1 --addr 127.0.0.1:18091 --certs-dir $(CERTS)"
+	@echo " or: curl -s --cacert $(CERTS)/ca.crt --cert $(CERTS)/client.root.crt --key $(CERTS)/client.root.key -d '{\"key\":\"k\",\"algorithm\":\"gcra\",\"limit\":10,\"period\":\"1m\",\"burst\":5}' https://127.0.0.1:18080/v1/check"
+
+down: ## stop the cluster and remove its containers, network and volumes (the certificates stay)
+	RINGLIMIT_CERTS=$(abspath $(CERTS)) $(COMPOSE) -p $(PROJECT) down -v --remove-orphans
 
 logs: ## follow the cluster's logs
 	$(COMPOSE) -p $(PROJECT) logs -f
@@ -45,5 +64,5 @@ vet: ## gofmt and go vet
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 	$(GO) vet ./...
 
-clean: ## remove bin/
+clean: ## remove bin/ (not the certificates: rm -rf $(CERTS) $(dir $(CA_KEY)) to start over)
 	rm -rf bin

@@ -29,9 +29,10 @@ import (
 // time.)
 func BenchmarkCluster3(b *testing.B) {
 	nodes := startCluster(b, 3, func(c *node.Config) {
+		// LAN timings; loopback, free ports and security from TestConfig.
 		def := node.DefaultConfig()
-		def.Name, def.BindAddr, def.GossipPort, def.GRPCPort = c.Name, c.BindAddr, c.GossipPort, c.GRPCPort
-		*c = def
+		c.IdleScanInterval, c.ForwardTimeout, c.HandoffTimeout = def.IdleScanInterval, def.ForwardTimeout, def.HandoffTimeout
+		c.CloseTimeout, c.RejoinInterval, c.Gossip, c.AdmissionRetry = def.CloseTimeout, def.RejoinInterval, def.Gossip, def.AdmissionRetry
 	})
 	const callers = 64
 	keys := make([]string, 100_000)

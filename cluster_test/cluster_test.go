@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,15 @@ import (
 // startCluster starts size nodes with TestConfig (modified by mod) and waits
 // until they agree on the ring.
 func startCluster(t testing.TB, size int, mod func(*node.Config)) []*node.Node {
+	t.Helper()
+	_, nodes := startClusterBase(t, size, mod)
+	return nodes
+}
+
+// startClusterBase is startCluster that also returns the base config the nodes
+// were made from: a node that joins later must be made from it (it carries the
+// cluster's test CA and gossip key).
+func startClusterBase(t testing.TB, size int, mod func(*node.Config)) (node.Config, []*node.Node) {
 	t.Helper()
 	base := node.TestConfig()
 	if mod != nil {
@@ -37,7 +47,7 @@ func startCluster(t testing.TB, size int, mod func(*node.Config)) []*node.Node {
 			n.Abort()
 		}
 	})
-	return c.Nodes()
+	return base, c.Nodes()
 }
 
 func waitConverged(t testing.TB, within time.Duration, nodes ...*node.Node) time.Duration {
@@ -235,7 +245,7 @@ func TestRollingRestart(t *testing.T) {
 	t.Parallel()
 	clock := midWindowClock()
 	mod := func(c *node.Config) { c.Clock = clock }
-	nodes := startCluster(t, 3, mod)
+	base, nodes := startClusterBase(t, 3, mod)
 	limits := noRefill(1000)
 	const keys = 10
 	before := hammer(t, 32, keys, limits, func(i int) *node.Node { return nodes[i%3] })
@@ -253,8 +263,6 @@ func TestRollingRestart(t *testing.T) {
 			return ns[i%len(ns)]
 		})
 	}()
-	base := node.TestConfig()
-	mod(&base)
 	for i := range 3 {
 		cur := *live.Load()
 		cfg := base
@@ -295,7 +303,7 @@ func TestRollingRestart(t *testing.T) {
 func TestJoinTakesKeysWithState(t *testing.T) {
 	t.Parallel()
 	clock := midWindowClock()
-	nodes := startCluster(t, 3, func(c *node.Config) { c.Clock = clock })
+	base, nodes := startClusterBase(t, 3, func(c *node.Config) { c.Clock = clock })
 	ctx := context.Background()
 	l := algo.Limit{Kind: algo.FixedWindow, Limit: 10, Period: 24 * time.Hour}
 	const keys = 2000
@@ -304,8 +312,7 @@ func TestJoinTakesKeysWithState(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := node.TestConfig()
-	cfg.Clock = clock
+	cfg := base
 	cfg.Name = "node-3"
 	cfg.Join = []string{nodes[0].GossipAddr()}
 	start := time.Now()
@@ -347,7 +354,7 @@ func TestJoinTakesKeysWithState(t *testing.T) {
 func TestBadInputOverGRPC(t *testing.T) {
 	t.Parallel()
 	nodes := startCluster(t, 1, nil)
-	c, err := transport.Dial(nodes[0].GRPCAddr(), nil)
+	c, err := transport.Dial(serveLimiter(t, nodes[0]), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -470,14 +477,14 @@ func hammerUntil(t *testing.T, callers, keys int, limits []algo.Limit, stop chan
 // drop the old address, and checks reach the new process.
 func TestRestartUnderSameName(t *testing.T) {
 	t.Parallel()
-	nodes := startCluster(t, 3, nil)
+	base, nodes := startClusterBase(t, 3, nil)
 	old := nodes[2]
-	oldAddr := old.GRPCAddr()
+	oldAddr := old.PeerAddr()
 	if err := old.Close(); err != nil {
 		t.Fatal(err)
 	}
 	waitConverged(t, 10*time.Second, nodes[:2]...)
-	cfg := node.TestConfig()
+	cfg := base
 	cfg.Name = old.Name()
 	cfg.Join = []string{nodes[0].GossipAddr()}
 	start := time.Now()
@@ -488,7 +495,7 @@ func TestRestartUnderSameName(t *testing.T) {
 	t.Cleanup(func() { again.Abort() })
 	all := []*node.Node{nodes[0], nodes[1], again}
 	took := waitConverged(t, 10*time.Second, all...)
-	t.Logf("%s restarted at %s (was %s); ring agreed after %v", again.Name(), again.GRPCAddr(), oldAddr, took)
+	t.Logf("%s restarted at %s (was %s); ring agreed after %v", again.Name(), again.PeerAddr(), oldAddr, took)
 	if time.Since(start) > 5*time.Second {
 		t.Fatalf("rejoin under the same name took %v", time.Since(start))
 	}
@@ -509,4 +516,18 @@ func TestRestartUnderSameName(t *testing.T) {
 	if reached == 0 {
 		t.Fatal("no check reached the restarted node")
 	}
+}
+
+// serveLimiter serves the public Limiter service of n on a loopback port, as
+// the daemon does on --grpc-port, and returns its address.
+func serveLimiter(t testing.TB, n *node.Node) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := transport.NewLimiterServer(transport.ServerConfig{}, n)
+	go s.Serve(lis)
+	t.Cleanup(s.Stop)
+	return lis.Addr().String()
 }

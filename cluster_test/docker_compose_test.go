@@ -21,6 +21,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ringlimit/ringlimit/transport/pki"
 )
 
 // dockerServices returns the services of docker-compose.yml, in order.
@@ -36,9 +38,12 @@ type composeCluster struct {
 	image   string
 	subnet  string
 	env     []string
-	http    map[string]string // service -> host:port of its HTTP API on 127.0.0.1
+	http    map[string]string // service -> host:port of its HTTPS client API on 127.0.0.1
 	grpc    map[string]string // service -> host:port of its gRPC API on 127.0.0.1
-	client  *http.Client
+	admin   map[string]string // service -> host:port of its admin API on 127.0.0.1
+	certs   string            // directory of the per-node certs directories
+	caKey   string            // the CA key (never mounted)
+	client  *http.Client      // HTTPS with the client certificate "root"
 }
 
 // on returns a copy of c reporting to t (a subtest); the port maps are shared.
@@ -127,6 +132,48 @@ func dockerBuildBinaries(t *testing.T, root, dir string) {
 	}
 }
 
+// dockerMakeCerts makes the cluster's security material with the built CLI, as
+// `make certs` does: a CA (key in caKey), a client certificate "root" and a
+// gossip key in certs, and per node certs/<node>/ with ca.crt, gossip.key,
+// client.root.* and a node certificate for hosts <node>, localhost,
+// 127.0.0.1. It returns an HTTPS client presenting client.root.
+func dockerMakeCerts(t *testing.T, bin, certs, caKey string, nodes ...string) *http.Client {
+	t.Helper()
+	cli := filepath.Join(bin, "ringlimit")
+	dockerRun(t, time.Minute, "", nil, cli, "cert", "create-ca", "--certs-dir", certs, "--ca-key", caKey)
+	dockerRun(t, time.Minute, "", nil, cli, "cert", "create-client", "root", "--certs-dir", certs, "--ca-key", caKey)
+	dockerRun(t, time.Minute, "", nil, cli, "cert", "create-gossip-key", "--certs-dir", certs)
+	for _, n := range nodes {
+		dir := filepath.Join(certs, n)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"ca.crt", "gossip.key", "client.root.crt", "client.root.key"} {
+			b, err := os.ReadFile(filepath.Join(certs, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fi, _ := os.Stat(filepath.Join(certs, f))
+			if err := os.WriteFile(filepath.Join(dir, f), b, fi.Mode().Perm()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dockerRun(t, time.Minute, "", nil, cli, "cert", "create-node", n, "--host", n+",localhost,127.0.0.1", "--certs-dir", dir, "--ca-key", caKey)
+	}
+	read := func(f string) []byte {
+		b, err := os.ReadFile(filepath.Join(certs, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	cfg, err := pki.ClientTLS(read("ca.crt"), read("client.root.crt"), read("client.root.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+}
+
 // dockerBuildImage builds the Dockerfile of root on a context holding only the
 // binaries in dir/bin, tags it tag, and removes it when the test ends.
 func dockerBuildImage(t *testing.T, root, dir, tag string) {
@@ -200,10 +247,19 @@ func (c *composeCluster) up() {
 	c.mustCompose(3*time.Minute, "up", "-d", "--no-build")
 	c.http = map[string]string{}
 	c.grpc = map[string]string{}
+	c.admin = map[string]string{}
 	for _, s := range dockerServices() {
-		c.http[s] = c.port(s, 8080)
-		c.grpc[s] = c.port(s, 8081)
+		c.ports(s)
 	}
+}
+
+// ports records the published ports of service (Docker may publish new ones
+// after a restart or a reconnect).
+func (c *composeCluster) ports(service string) {
+	c.t.Helper()
+	c.http[service] = c.port(service, 8080)
+	c.grpc[service] = c.port(service, 8081)
+	c.admin[service] = c.port(service, 8082)
 }
 
 // port returns the 127.0.0.1 host address published for a container port.
@@ -263,9 +319,11 @@ func (c *composeCluster) down() {
 
 // dockerMember is one entry of GET /v1/members.
 type dockerMember struct {
-	Name string `json:"name"`
-	Addr string `json:"addr"`
-	Self bool   `json:"self"`
+	Name   string `json:"name"`
+	Addr   string `json:"addr"`
+	Self   bool   `json:"self"`
+	State  string `json:"state"`
+	Reason string `json:"reason"`
 }
 
 // dockerDecision is the answer of POST /v1/check.
@@ -278,9 +336,14 @@ type dockerDecision struct {
 	Error     string `json:"error"`
 }
 
-// get GETs path on service's HTTP API and returns the status and body.
+// get GETs path on service's HTTPS client API (or, for /readyz, /healthz and
+// /metrics, its plaintext admin API) and returns the status and body.
 func (c *composeCluster) get(service, path string) (int, []byte, error) {
-	resp, err := c.client.Get("http://" + c.http[service] + path)
+	url := "https://" + c.http[service] + path
+	if path == "/readyz" || path == "/healthz" || path == "/metrics" {
+		url = "http://" + c.admin[service] + path
+	}
+	resp, err := c.client.Get(url)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -289,8 +352,18 @@ func (c *composeCluster) get(service, path string) (int, []byte, error) {
 	return resp.StatusCode, b, err
 }
 
-// members returns the sorted member names service lists.
+// members returns the sorted names of the members service lists as alive
+// (admitted to its ring).
 func (c *composeCluster) members(service string) ([]string, error) {
+	ms, err := c.memberList(service)
+	if err != nil {
+		return nil, err
+	}
+	return aliveNames(ms), nil
+}
+
+// memberList returns every member service lists, refused ones included.
+func (c *composeCluster) memberList(service string) ([]dockerMember, error) {
 	code, body, err := c.get(service, "/v1/members")
 	if err != nil {
 		return nil, err
@@ -302,19 +375,26 @@ func (c *composeCluster) members(service string) ([]string, error) {
 	if err := json.Unmarshal(body, &ms); err != nil {
 		return nil, fmt.Errorf("/v1/members %s: %w", body, err)
 	}
-	names := make([]string, len(ms))
-	for i, m := range ms {
-		names[i] = m.Name
+	return ms, nil
+}
+
+// aliveNames returns the sorted names of the alive members of ms.
+func aliveNames(ms []dockerMember) []string {
+	var names []string
+	for _, m := range ms {
+		if m.State == "alive" {
+			names = append(names, m.Name)
+		}
 	}
 	slices.Sort(names)
-	return names, nil
+	return names
 }
 
 // membersInside returns the sorted member names the daemon in container id
 // lists, asked from inside the container with the image's ringlimit CLI: it
 // works while the container is cut off the network.
 func (c *composeCluster) membersInside(id string) ([]string, error) {
-	out, err := dockerTry(30*time.Second, "", nil, "docker", "exec", id, "/usr/local/bin/ringlimit", "members", "--json", "--addr", "127.0.0.1:8080")
+	out, err := dockerTry(30*time.Second, "", nil, "docker", "exec", id, "/usr/local/bin/ringlimit", "members", "--json", "--addr", "127.0.0.1:8080", "--certs-dir", "/certs")
 	if err != nil {
 		return nil, fmt.Errorf("docker exec ringlimit members: %w: %s", err, firstLine([]byte(out)))
 	}
@@ -322,18 +402,13 @@ func (c *composeCluster) membersInside(id string) ([]string, error) {
 	if err := json.Unmarshal([]byte(out), &ms); err != nil {
 		return nil, fmt.Errorf("ringlimit members --json: %w: %s", err, firstLine([]byte(out)))
 	}
-	names := make([]string, len(ms))
-	for i, m := range ms {
-		names[i] = m.Name
-	}
-	slices.Sort(names)
-	return names, nil
+	return aliveNames(ms), nil
 }
 
 // check POSTs one check to service and returns the status and decision.
 func (c *composeCluster) check(service, key string) (int, dockerDecision, error) {
 	body := fmt.Sprintf(`{"key":%q,"algorithm":"gcra","limit":100,"period":"1s","burst":100}`, key)
-	resp, err := c.client.Post("http://"+c.http[service]+"/v1/check", "application/json", strings.NewReader(body))
+	resp, err := c.client.Post("https://"+c.http[service]+"/v1/check", "application/json", strings.NewReader(body))
 	if err != nil {
 		return 0, dockerDecision{}, err
 	}

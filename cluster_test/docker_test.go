@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,15 +15,23 @@ import (
 )
 
 // TestDockerCompose runs docker-compose.yml's three-node cluster of the daemon,
-// built from this tree into a FROM scratch image, and checks it end to end:
+// built from this tree into a FROM scratch image, secure, with certificates
+// made by the built `ringlimit cert` into a temporary directory, and checks it
+// end to end:
 //
-//	(a) the bundled access log replayed through the cluster (`ringlimit replay`)
-//	    gives the decisions of a single-node reference, for every algorithm;
+//	(a) the bundled access log replayed through the cluster (`ringlimit replay`
+//	    with a client certificate) gives the decisions of a single-node
+//	    reference, for every algorithm;
 //	(b) after `docker kill` of a node, the survivors list two members within a
 //	    deadline, and checks sent to them never fail while they converge;
 //	(c) after a node is cut off the network for 10 s and reconnected, the cluster
 //	    re-forms on its own and every node names the same owner for a key;
-//	(d) `docker-compose down` leaves no container, network or volume behind.
+//	(d) two containers with the gossip key, one without a certificate
+//	    (--insecure) and one with a certificate from another CA, join the
+//	    gossip but stay out of the ring: listed as refused, owning no key,
+//	    every key decided by an owner (no fallback); and a container given
+//	    neither certificates nor --insecure refuses to start;
+//	(e) `docker-compose down` leaves no container, network or volume behind.
 //
 // It needs a Docker engine and docker-compose, and is skipped when `docker info`
 // fails and under -short. It does not call t.Parallel: its timings (failure
@@ -45,19 +54,21 @@ func TestDockerCompose(t *testing.T) {
 		bin:     filepath.Join(tmp, "bin"),
 		project: "rltest" + id,
 		image:   "ringlimit:test-" + id,
-		client:  &http.Client{Timeout: 5 * time.Second},
 	}
 
 	dockerBuildBinaries(t, root, tmp)
 	dockerBuildImage(t, root, tmp, c.image)
 	t.Logf("binaries and image %s built in %v", c.image, time.Since(start).Round(time.Millisecond))
+	c.certs, c.caKey = filepath.Join(tmp, "certs"), filepath.Join(tmp, "ca", "ca.key")
+	c.client = dockerMakeCerts(t, c.bin, c.certs, c.caKey, dockerServices()...)
 
 	c.subnet = dockerFreeSubnet(t, os.Getpid())
-	c.env = []string{"RINGLIMIT_IMAGE=" + c.image, "RINGLIMIT_SUBNET=" + c.subnet}
+	c.env = []string{"RINGLIMIT_IMAGE=" + c.image, "RINGLIMIT_SUBNET=" + c.subnet, "RINGLIMIT_CERTS=" + c.certs,
+		fmt.Sprintf("RINGLIMIT_UID=%d", os.Getuid()), fmt.Sprintf("RINGLIMIT_GID=%d", os.Getgid())}
 	for i := 1; i <= 3; i++ { // empty: Docker picks free host ports
-		c.env = append(c.env, fmt.Sprintf("RINGLIMIT_HOST_HTTP_%d=", i), fmt.Sprintf("RINGLIMIT_HOST_GRPC_%d=", i))
+		c.env = append(c.env, fmt.Sprintf("RINGLIMIT_HOST_HTTP_%d=", i), fmt.Sprintf("RINGLIMIT_HOST_GRPC_%d=", i), fmt.Sprintf("RINGLIMIT_HOST_ADMIN_%d=", i))
 	}
-	t.Cleanup(c.down) // (d), registered before up so a failed up is cleaned too
+	t.Cleanup(c.down) // (e), registered before up so a failed up is cleaned too
 	c.up()
 	all := dockerServices()
 	t.Logf("project %s up on %s: http %v grpc %v", c.project, c.subnet, c.http, c.grpc)
@@ -73,6 +84,10 @@ func TestDockerCompose(t *testing.T) {
 		return
 	}
 	t.Run("partition", func(t *testing.T) { dockerPartition(t, c.on(t)) })
+	if t.Failed() {
+		return
+	}
+	t.Run("intruder", func(t *testing.T) { dockerIntruder(t, c.on(t)) })
 	t.Logf("docker test took %v (before down)", time.Since(start).Round(time.Millisecond))
 }
 
@@ -94,7 +109,7 @@ func dockerReplay(t *testing.T, c *composeCluster) {
 	for _, alg := range []string{"gcra", "token_bucket", "sliding_window_log", "sliding_window_counter", "fixed_window"} {
 		began := time.Now()
 		out, err := dockerTry(3*time.Minute, c.root, nil, filepath.Join(c.bin, "ringlimit"),
-			"replay", "--addr", strings.Join(addrs, ","), "--algorithm", alg, "--log", logPath)
+			"replay", "--addr", strings.Join(addrs, ","), "--algorithm", alg, "--limit", "10", "--period", "1m", "--burst", "5", "--log", logPath, "--certs-dir", c.certs)
 		n, ok := replayMismatches(out)
 		if err != nil || !ok || n != "0" {
 			t.Fatalf("replay %s: exit %v, mismatches %q (summary found: %v)\n%s", alg, err, n, ok, out)
@@ -181,8 +196,7 @@ func dockerKill(t *testing.T, c *composeCluster) {
 
 	restartAt := time.Now()
 	c.mustCompose(2*time.Minute, "start", "ringlimit-3")
-	c.http["ringlimit-3"] = c.port("ringlimit-3", 8080) // Docker may publish new ports
-	c.grpc["ringlimit-3"] = c.port("ringlimit-3", 8081)
+	c.ports("ringlimit-3") // Docker may publish new ports
 	all := dockerServices()
 	c.waitFor("restarted ringlimit-3 ready", 60*time.Second, c.ready("ringlimit-3"))
 	c.waitFor("all three list three members after restart", 60*time.Second, c.membersAre(all, all...))
@@ -247,8 +261,7 @@ func dockerPartition(t *testing.T, c *composeCluster) {
 	})
 	t.Logf("re-formed %v after the reconnect", time.Since(reconnectedAt).Round(time.Millisecond))
 	// Publishing of the node's ports may come back with new host ports.
-	c.http[cut] = c.port(cut, 8080)
-	c.grpc[cut] = c.port(cut, 8081)
+	c.ports(cut)
 	c.waitFor("all three list three members over HTTP", 30*time.Second, c.membersAre(all, all...))
 	keys := make([]string, 32)
 	for i := range keys {
@@ -276,4 +289,119 @@ func dockerPartition(t *testing.T, c *composeCluster) {
 		}
 		return nil
 	})
+}
+
+// dockerIntruder starts two daemons on the cluster's network that have the
+// gossip key but no valid certificate: "nocert" runs with --insecure (no
+// certificate at all) and "foreign" with a node certificate from another CA.
+// Both gossip their way in, and every member refuses them at the admission
+// handshake: they are listed as refused with a reason, the ring stays the
+// three members, and every key is decided by one of them, never by a
+// fallback. A daemon given neither certificates nor --insecure does not start.
+func dockerIntruder(t *testing.T, c *composeCluster) {
+	all := dockerServices()
+	netName := c.network()
+	gossipKey := filepath.Join(c.certs, "gossip.key")
+
+	// Neither certificates nor --insecure: refused start, naming what is missing.
+	out, err := dockerTry(time.Minute, "", nil, "docker", "run", "--rm", "--network", netName,
+		"-e", "RINGLIMIT_NODE_NAME=bare", c.image)
+	if err == nil || !strings.Contains(out, "--certs-dir") {
+		t.Errorf("daemon without certificates: got %v\n%s\nwant a refused start naming --certs-dir", err, out)
+	}
+
+	// "foreign": a certificate from another CA, and the cluster's gossip key.
+	other := filepath.Join(filepath.Dir(c.certs), "foreign")
+	otherKey := filepath.Join(filepath.Dir(c.certs), "foreign-ca", "ca.key")
+	cli := filepath.Join(c.bin, "ringlimit")
+	dockerRun(t, time.Minute, "", nil, cli, "cert", "create-ca", "--certs-dir", other, "--ca-key", otherKey)
+	dockerRun(t, time.Minute, "", nil, cli, "cert", "create-node", "foreign", "--host", "foreign,localhost,127.0.0.1", "--certs-dir", other, "--ca-key", otherKey)
+	gk, err := os.ReadFile(gossipKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(other, "gossip.key"), gk, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// "nocert": --insecure, only the gossip key.
+	nocert := filepath.Join(filepath.Dir(c.certs), "nocert")
+	if err := os.MkdirAll(nocert, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(nocert, "gossip.key"), gk, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	intruders := []struct {
+		name, dir string
+		env       []string
+	}{
+		{"foreign", other, []string{"RINGLIMIT_CERTS_DIR=/certs"}},
+		{"nocert", nocert, []string{"RINGLIMIT_INSECURE=true"}},
+	}
+	for _, in := range intruders {
+		container := c.project + "-" + in.name
+		args := []string{"run", "-d", "--name", container, "--hostname", in.name, "--network", netName,
+			"--user", fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()), "-v", in.dir + ":/certs:ro",
+			"-e", "RINGLIMIT_GOSSIP_KEY_FILE=/certs/gossip.key", "-e", "RINGLIMIT_CLUSTER_LABEL=ringlimit-compose",
+			"-e", "RINGLIMIT_NODE_NAME=" + in.name, "-e", "RINGLIMIT_JOIN=ringlimit-1:7946,ringlimit-2:7946",
+			"-e", "RINGLIMIT_GOSSIP_PROFILE=fast"}
+		for _, e := range in.env {
+			args = append(args, "-e", e)
+		}
+		dockerRun(t, time.Minute, "", nil, "docker", append(args, c.image)...)
+		t.Cleanup(func() {
+			if t.Failed() {
+				if out, err := dockerTry(time.Minute, "", nil, "docker", "logs", "--tail", "30", container); err == nil {
+					t.Logf("%s logs:\n%s", in.name, out)
+				}
+			}
+			dockerTry(time.Minute, "", nil, "docker", "rm", "-f", container)
+		})
+	}
+
+	c.waitFor("every member lists both intruders as refused", 60*time.Second, func() error {
+		for _, s := range all {
+			ms, err := c.memberList(s)
+			if err != nil {
+				return fmt.Errorf("%s: %w", s, err)
+			}
+			for _, in := range intruders {
+				i := slices.IndexFunc(ms, func(m dockerMember) bool { return m.Name == in.name })
+				if i < 0 {
+					return fmt.Errorf("%s does not list %s yet", s, in.name)
+				}
+				if ms[i].State != "refused" || ms[i].Reason == "" {
+					return fmt.Errorf("%s lists %s as %q (reason %q), want refused with a reason", s, in.name, ms[i].State, ms[i].Reason)
+				}
+			}
+			if got := aliveNames(ms); strings.Join(got, ",") != strings.Join(all, ",") {
+				return fmt.Errorf("%s has %v in its ring, want %v", s, got, all)
+			}
+		}
+		return nil
+	})
+	ms, _ := c.memberList("ringlimit-1")
+	for _, m := range ms {
+		if m.State == "refused" {
+			t.Logf("ringlimit-1 lists %s: state %s, reason %q", m.Name, m.State, m.Reason)
+		}
+	}
+	owners := map[string]int{}
+	for i := range 60 {
+		key := fmt.Sprintf("intruder:%d", i)
+		for _, s := range all {
+			code, d, err := c.check(s, key)
+			if err != nil || code != http.StatusOK {
+				t.Fatalf("%s %s: %d %v %s", s, key, code, err, d.Error)
+			}
+			if d.Route == "fallback" || !slices.Contains(all, d.Owner) {
+				t.Errorf("%s %s: route %q owner %q, want decided by one of %v", s, key, d.Route, d.Owner, all)
+			}
+			owners[d.Owner]++
+		}
+	}
+	t.Logf("60 keys x 3 entry points while the intruders gossip: owners %v, none fell back", owners)
+	if _, body, err := c.get("ringlimit-1", "/metrics"); err == nil && !strings.Contains(string(body), "\nringlimit_members_refused 2\n") {
+		t.Errorf("ringlimit-1 /metrics lacks ringlimit_members_refused 2")
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
@@ -15,6 +16,12 @@ import (
 // ErrInvalidConfig is returned by New, wrapped with the offending field and value,
 // when a Config cannot be honoured.
 var ErrInvalidConfig = errors.New("node: invalid config")
+
+// ErrInsecure is returned by New, wrapped with what is missing, for a Config
+// with neither the material of secure mode (a cluster CA, this member's
+// certificate and key, a gossip SecretKey) nor Insecure set. It wraps
+// ErrInvalidConfig.
+var ErrInsecure = fmt.Errorf("%w: no TLS material and no gossip key, and Insecure is not set", ErrInvalidConfig)
 
 // Policy says how a node decides a check whose owner cannot be reached (down,
 // partitioned, or past the forward deadline). Whatever the policy, the Decision
@@ -78,6 +85,19 @@ type Metrics interface {
 	Eviction(reason string)
 }
 
+// SecurityMetrics is an optional interface of a Metrics: when Config.Metrics
+// implements it, the node reports what it refuses from peers. It is separate so
+// that existing Metrics implementations keep compiling; a daemon should
+// implement it. Same rules as Metrics: safe for concurrent use, never blocks.
+type SecurityMetrics interface {
+	// PeerRefused is called once per refusal: what is "member" (a member failed
+	// the admission handshake and stays out of the ring), "state" (a handed-off
+	// key state failed validation), "timestamp" (a forwarded check carried
+	// created_at while AcceptCallerTimestamps is off) or "sender" (a Transfer
+	// whose From is not the member named by the sender's certificate).
+	PeerRefused(what string)
+}
+
 // Config configures a Node. Every field is read once by New and never changed
 // afterwards. Start from DefaultConfig (a LAN) or TestConfig (loopback, fast
 // failure detection) and override fields.
@@ -96,9 +116,12 @@ type Config struct {
 	// GossipPort is the memberlist TCP+UDP port. Default 7946; 0 picks a free port
 	// (tests).
 	GossipPort int
-	// GRPCPort is the port of the gRPC Limiter and Peer services. Default 8081; 0
+	// PeerPort is the port of the internal gRPC Peer service (forwarding,
+	// handoff, admission handshake), the only gRPC service a node serves: the
+	// public Limiter service is the daemon's, on its own port
+	// (transport.NewLimiterServer with the Node as handler). Default 7947; 0
 	// picks a free port (tests).
-	GRPCPort int
+	PeerPort int
 	// Join lists seed gossip addresses ("host:port"). New joins them before it
 	// returns (an unreachable seed is not an error as long as the node can start
 	// alone), and the node re-joins them every RejoinInterval so a healed network
@@ -108,13 +131,44 @@ type Config struct {
 	// different label are dropped, so two clusters on one network never merge.
 	// Default "ringlimit".
 	ClusterLabel string
-	// SecretKey enables gossip encryption (AES-GCM) with a 16, 24 or 32 byte key.
-	// A node with another key cannot join. Default nil: gossip in clear text.
+	// SecretKey is the gossip encryption key (AES-GCM), 16, 24 or 32 bytes. A node
+	// with another key cannot join. Required in secure mode (see Insecure).
 	SecretKey []byte
-	// TLSCertFile, TLSKeyFile and TLSCAFile turn on mutual TLS for the gRPC services
-	// when all three are set: peers must present a certificate signed by the CA.
-	// Default: all empty, plaintext gRPC (keep it on a private network).
+	// TLSCertFile, TLSKeyFile and TLSCAFile name the PEM files of this member's
+	// certificate (made by pki.CreateNode for Name, or `ringlimit cert
+	// create-node`), its key, and the cluster CA. Alternatively TLSCertPEM,
+	// TLSKeyPEM and TLSCAPEM carry the same PEM in memory (TestConfig); set
+	// each of the three either as a file or as bytes, not both. With them and
+	// SecretKey the node runs secure: peers use mutual TLS 1.3, every peer
+	// certificate must chain to the CA and name the member it claims to be
+	// (the certificate's ringlimit://member/<name> URI equals the memberlist
+	// name), and a member enters the ring only after that handshake. The
+	// certificate must name Name. Default: none.
 	TLSCertFile, TLSKeyFile, TLSCAFile string
+	// TLSCertPEM, TLSKeyPEM and TLSCAPEM are the in-memory form of the three
+	// files above. Default: nil.
+	TLSCertPEM, TLSKeyPEM, TLSCAPEM []byte
+	// Insecure runs the peer listener without TLS: anyone who reaches the peer
+	// port can forward checks under limits of their choice and install key
+	// states (validated against their limit, but chosen by them), and anyone who
+	// reaches the gossip port (with the SecretKey, if one is set) joins the ring.
+	// For a laptop or a test of the insecure path, never a default: New logs a
+	// WARN and Node.Insecure reports it. With Insecure false, New refuses a
+	// Config that lacks any of the secure-mode material (ErrInsecure, naming
+	// what is missing). Insecure together with TLS material is ErrInvalidConfig
+	// (ambiguous); a SecretKey may still encrypt gossip. Default false.
+	Insecure bool
+	// MaxPeerClockSkew is how far ahead of this node's clock a handed-off key
+	// state may be, in ns: a state whose times (last check, GCRA TAT minus τ,
+	// window starts, log entries) lie further in the future is refused as
+	// implausible (see algo.State.Plausible). It must cover the clock offset
+	// between members (NTP keeps a LAN within milliseconds). Default 2 s. Larger
+	// lets an injected state hold a key for that much longer.
+	MaxPeerClockSkew time.Duration
+	// AdmissionRetry is how often a member that failed the admission handshake
+	// is tried again (a member fixed meanwhile gets in). Default 5 s; TestConfig
+	// 200 ms.
+	AdmissionRetry time.Duration
 	// OwnerUnreachable decides checks whose owner cannot be reached. Default Local.
 	OwnerUnreachable Policy
 	// AcceptCallerTimestamps lets a check carry its own time (transport.Check.
@@ -172,13 +226,17 @@ type Config struct {
 	// since, so a step of the system clock (NTP) never moves limits backwards or
 	// forwards; gradual NTP slewing still applies.
 	Clock func() int64
-	// Descriptors, when set, serves the gRPC Limiter service's CheckDescriptors
-	// RPC (the daemon's policy file). Default nil: UNIMPLEMENTED.
-	Descriptors transport.DescriptorHandler
 
 	// peerNet, set only by node's own tests, carries forwards and handoffs in
 	// memory instead of over gRPC (the node still serves gRPC).
 	peerNet peerNet
+	// testCA, set by TestConfig, makes this member's certificate in New when
+	// no certificate is given, so every config copied from one TestConfig
+	// belongs to one cluster.
+	testCA *TestCA
+	// anyCertName, set only by node's own tests, lets New start with a
+	// certificate that names another member (to play an impostor).
+	anyCertName bool
 }
 
 // GossipConfig holds the memberlist timings that decide how fast a crash is
@@ -213,7 +271,9 @@ func DefaultConfig() Config {
 		Name:             host,
 		BindAddr:         "0.0.0.0",
 		GossipPort:       7946,
-		GRPCPort:         8081,
+		PeerPort:         7947,
+		MaxPeerClockSkew: 2 * time.Second,
+		AdmissionRetry:   5 * time.Second,
 		ClusterLabel:     "ringlimit",
 		OwnerUnreachable: Local,
 		MaxKeys:          1_000_000,
@@ -239,17 +299,27 @@ func DefaultConfig() Config {
 	}
 }
 
-// TestConfig returns a fast profile for tests and single-machine clusters:
+// TestConfig returns a fast profile for tests and single-machine clusters, run
+// secure: a new in-memory cluster CA (one per call: every node of a cluster
+// must use copies of one TestConfig, as StartCluster does), a random gossip
+// SecretKey, and New makes each member's certificate for its Name from that CA.
+// Set Insecure and clear SecretKey to test the insecure path. It also sets
 // loopback, free ports, memberlist's LAN preset with short probe, suspicion and
 // gossip intervals (a crash is detected in about a second). It is deliberately not
 // memberlist's Local preset, which stalls for 16-26 s at times. Name must still be
 // set per node.
 func TestConfig() Config {
 	c := DefaultConfig()
+	// crypto/rand failing leaves ca nil: New then reports ErrInsecure.
+	if ca, err := NewTestCA(); err == nil {
+		c.testCA = ca
+		c.SecretKey = ca.GossipKey
+	}
 	c.Name = ""
 	c.BindAddr = "127.0.0.1"
 	c.GossipPort = 0
-	c.GRPCPort = 0
+	c.PeerPort = 0
+	c.AdmissionRetry = 200 * time.Millisecond
 	c.IdleScanInterval = time.Second
 	c.ForwardTimeout = 2 * time.Second // generous: tests run under -race on loaded machines
 	c.HandoffTimeout = time.Second
@@ -283,8 +353,12 @@ func (c *Config) validate() error {
 		return bad("BindAddr", `""`)
 	case c.GossipPort < 0 || c.GossipPort > 65535:
 		return bad("GossipPort", c.GossipPort)
-	case c.GRPCPort < 0 || c.GRPCPort > 65535:
-		return bad("GRPCPort", c.GRPCPort)
+	case c.PeerPort < 0 || c.PeerPort > 65535:
+		return bad("PeerPort", c.PeerPort)
+	case c.MaxPeerClockSkew < 0:
+		return bad("MaxPeerClockSkew", c.MaxPeerClockSkew)
+	case c.AdmissionRetry <= 0:
+		return bad("AdmissionRetry", c.AdmissionRetry)
 	case c.OwnerUnreachable > FailClosed:
 		return bad("OwnerUnreachable", c.OwnerUnreachable)
 	case c.MaxKeys <= 0:
@@ -327,14 +401,55 @@ func (c *Config) validate() error {
 	default:
 		return bad("len(SecretKey)", len(c.SecretKey))
 	}
-	tlsSet := 0
-	for _, f := range []string{c.TLSCertFile, c.TLSKeyFile, c.TLSCAFile} {
-		if f != "" {
-			tlsSet++
+	return c.validateSecurity()
+}
+
+// validateSecurity checks that the node is either fully secure (CA, certificate,
+// key, gossip key) or explicitly Insecure, and names what is missing.
+func (c *Config) validateSecurity() error {
+	type item struct {
+		name string
+		file string
+		pem  []byte
+	}
+	items := []item{
+		{"TLSCAFile/TLSCAPEM", c.TLSCAFile, c.TLSCAPEM},
+		{"TLSCertFile/TLSCertPEM", c.TLSCertFile, c.TLSCertPEM},
+		{"TLSKeyFile/TLSKeyPEM", c.TLSKeyFile, c.TLSKeyPEM},
+	}
+	if c.testCA != nil && !c.Insecure {
+		// TestConfig: New makes this member's certificate from the test CA.
+		for i := range items {
+			if items[i].file == "" && len(items[i].pem) == 0 {
+				items[i].pem = []byte("from TestCA")
+			}
 		}
 	}
-	if tlsSet != 0 && tlsSet != 3 {
-		return fmt.Errorf("%w: TLSCertFile, TLSKeyFile and TLSCAFile must be set together", ErrInvalidConfig)
+	var missing, present []string
+	for _, it := range items {
+		switch {
+		case it.file != "" && len(it.pem) > 0:
+			return fmt.Errorf("%w: %s: set the file or the PEM bytes, not both", ErrInvalidConfig, it.name)
+		case it.file != "" || len(it.pem) > 0:
+			present = append(present, it.name)
+		default:
+			missing = append(missing, it.name)
+		}
+	}
+	if len(c.SecretKey) > 0 {
+		present = append(present, "SecretKey")
+	} else {
+		missing = append(missing, "SecretKey")
+	}
+	switch {
+	case c.Insecure && len(present) > 0 && !(len(present) == 1 && present[0] == "SecretKey"):
+		return fmt.Errorf("%w: Insecure is set together with %s (drop one or the other)", ErrInvalidConfig, strings.Join(present, ", "))
+	case c.Insecure:
+		return nil
+	case len(present) == 0:
+		return fmt.Errorf("%w: set %s, or set Insecure", ErrInsecure, strings.Join(missing, ", "))
+	case len(missing) > 0:
+		return fmt.Errorf("%w: secure mode needs %s too (have %s)", ErrInvalidConfig, strings.Join(missing, ", "), strings.Join(present, ", "))
 	}
 	return nil
 }

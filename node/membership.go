@@ -113,13 +113,19 @@ func (n *Node) setMember(m *memberlist.Node, alive bool) {
 	n.membersMu.Lock()
 	if alive {
 		if addr, id, ok := decodeMeta(m.Meta); ok {
+			self := m.Name == n.cfg.Name
 			n.members[m.Name] = Member{
-				Name: m.Name, Addr: addr, ID: id, Self: m.Name == n.cfg.Name,
+				Name: m.Name, Addr: addr, ID: id, Self: self,
 				GossipAddr: net.JoinHostPort(m.Addr.String(), strconv.Itoa(int(m.Port))),
+			}
+			// A member new to us, restarted or moved is admitted afresh.
+			if a := n.admit[m.Name]; !self && (a == nil || a.id != id || a.addr != addr) {
+				n.admit[m.Name] = &admission{id: id, addr: addr, state: StateJoining}
 			}
 		}
 	} else {
 		delete(n.members, m.Name)
+		delete(n.admit, m.Name)
 	}
 	n.membersMu.Unlock()
 	n.signalMembers()
@@ -152,6 +158,7 @@ func (n *Node) startGossip(host string) error {
 	mc.DeadNodeReclaimTime = g.DeadNodeReclaimTime
 	mc.Delegate = delegate{n}
 	mc.Events = delegate{n}
+	mc.Conflict = delegate{n}
 	mc.Logger = nil
 	mc.LogOutput = slogWriter{n}
 	ml, err := memberlist.Create(mc)
@@ -178,11 +185,20 @@ func (w slogWriter) Write(p []byte) (int, error) {
 }
 
 // Members returns the live members of the cluster as this node's gossip sees them,
-// sorted by name.
+// sorted by name, each with its admission State: StateAlive members (and this
+// node) are in the ring; StateJoining and StateRefused members (Reason says
+// why) own no key.
 func (n *Node) Members() []Member {
 	n.membersMu.Lock()
 	out := make([]Member, 0, len(n.members))
 	for _, m := range n.members {
+		m.State = StateAlive
+		if a := n.admit[m.Name]; !m.Self {
+			m.State = StateJoining
+			if a != nil && a.id == m.ID && a.addr == m.Addr {
+				m.State, m.Reason = a.state, a.reason
+			}
+		}
 		out = append(out, m)
 	}
 	n.membersMu.Unlock()
@@ -191,11 +207,12 @@ func (n *Node) Members() []Member {
 }
 
 // ringMembers is the member set the ring is built from: the live (or suspect)
-// gossip members, without this node once it is leaving.
+// gossip members that passed the admission handshake, and this node unless it
+// is leaving.
 func (n *Node) ringMembers() []ring.Member {
 	var out []ring.Member
 	for _, m := range n.Members() {
-		if m.Self && n.leaving.Load() {
+		if m.Self && n.leaving.Load() || m.State != StateAlive {
 			continue
 		}
 		if !m.Self {
@@ -208,12 +225,19 @@ func (n *Node) ringMembers() []ring.Member {
 
 func (n *Node) membershipLoop() {
 	defer n.wg.Done()
+	retry := time.NewTicker(n.cfg.AdmissionRetry)
+	defer retry.Stop()
 	for {
 		select {
 		case <-n.stop:
 			return
+		case <-retry.C:
+			if !n.leaving.Load() {
+				n.admitPending()
+			}
 		case <-n.memberSig:
 			if !n.leaving.Load() {
+				n.admitPending()
 				n.rebuild()
 			}
 		}

@@ -71,7 +71,11 @@ type memClient struct {
 // target returns the node at addr, or an error wrapping transport.ErrUnavailable
 // when this client is closed, the link is cut, or nothing serves addr (never
 // attached, or stopped).
-func (c *memClient) target(addr string) (*Node, error) {
+func (c *memClient) target(addr string) (*Node, error) { return c.targetOf(addr, true) }
+
+// targetOf is target; count records the call in delivered (forwards and
+// handoffs do, admission handshakes do not).
+func (c *memClient) targetOf(addr string, count bool) (*Node, error) {
 	if c.closed.Load() {
 		return nil, fmt.Errorf("%w: forward to %s: pool closed", transport.ErrUnavailable, addr)
 	}
@@ -91,7 +95,9 @@ func (c *memClient) target(addr string) (*Node, error) {
 		return nil, fmt.Errorf("%w: forward to %s: connection refused", transport.ErrUnavailable, addr)
 	default:
 	}
-	m.calls[link]++
+	if count {
+		m.calls[link]++
+	}
 	return t, nil
 }
 
@@ -119,7 +125,19 @@ func (c *memClient) Handoff(ctx context.Context, addr string, b transport.Transf
 	for i := range b.States {
 		b.States[i].State = append([]byte(nil), b.States[i].State...)
 	}
+	b.Sender = c.from.Name() // as the sender's certificate would name it
 	return peerService{t}.Transfer(ctx, b)
+}
+
+// Hello delivers the admission handshake; the caller's certificate is taken
+// to name the calling node, and the answer's to name the node reached.
+func (c *memClient) Hello(ctx context.Context, addr string, h transport.Hello) (transport.Hello, string, error) {
+	t, err := c.targetOf(addr, false)
+	if err != nil {
+		return transport.Hello{}, "", err
+	}
+	resp, err := peerService{t}.Hello(ctx, h, c.from.Name())
+	return resp, t.Name(), err
 }
 
 func (c *memClient) Drop(string) {}

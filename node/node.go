@@ -26,6 +26,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,7 @@ import (
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/transport"
+	"github.com/ringlimit/ringlimit/transport/pki"
 )
 
 // Named errors of the node package. Being over the limit is a Decision, never an
@@ -50,6 +52,13 @@ var (
 	// ErrCallerTimestamp is returned (wrapping transport.ErrInvalidCheck) for a
 	// check carrying CreatedAt on a node with AcceptCallerTimestamps off.
 	ErrCallerTimestamp = fmt.Errorf("%w: created_at is refused by this node (AcceptCallerTimestamps is off)", transport.ErrInvalidCheck)
+	// ErrDuplicateName is returned by New, wrapped with the conflicting member's
+	// address, when another live member already uses Config.Name.
+	ErrDuplicateName = errors.New("node: member name already in use")
+	// ErrRefusedState is returned (wrapping transport.ErrInvalidCheck, so the
+	// sender sees InvalidArgument) for a handed-off key state that fails
+	// validation against its limit (algo.State.Plausible).
+	ErrRefusedState = fmt.Errorf("%w: refused key state", transport.ErrInvalidCheck)
 
 	errNotOwner = errors.New("node: not owner")
 )
@@ -78,11 +87,24 @@ type Decision struct {
 	Banned bool
 }
 
+// Admission states of a Member.
+const (
+	// StateAlive: the member passed the admission handshake (or is this node)
+	// and is in this node's ring.
+	StateAlive = "alive"
+	// StateJoining: gossip knows the member; the handshake has not finished.
+	// It owns no key in this node's ring.
+	StateJoining = "joining"
+	// StateRefused: the handshake failed (Reason says why); it owns no key in
+	// this node's ring and is tried again every Config.AdmissionRetry.
+	StateRefused = "refused"
+)
+
 // Member is one live member of the cluster as this node sees it.
 type Member struct {
 	// Name is the member name (Config.Name).
 	Name string
-	// Addr is its gRPC address, "host:port".
+	// Addr is its peer address (Config.PeerPort), "host:port".
 	Addr string
 	// GossipAddr is its memberlist address, "host:port".
 	GossipAddr string
@@ -90,6 +112,10 @@ type Member struct {
 	ID string
 	// Self is true for the node that answered.
 	Self bool
+	// State is StateAlive, StateJoining or StateRefused.
+	State string
+	// Reason says why a member is refused ("" otherwise).
+	Reason string
 }
 
 // Stats is a point-in-time view of a node for monitoring.
@@ -100,6 +126,11 @@ type Stats struct {
 	FallbackKeys int
 	// Members is the number of members in this node's ring.
 	Members int
+	// Refused is the number of gossip members that failed the admission
+	// handshake and stay out of the ring.
+	Refused int
+	// Insecure is Config.Insecure: no TLS between peers.
+	Insecure bool
 }
 
 // Node is one member of a ringlimit cluster. Create it with New; its methods are
@@ -119,19 +150,25 @@ type Node struct {
 	// bans holds the ban states of keys checked with a penalty (see penalty.go).
 	bans *penalties
 
-	ml         *memberlist.Memberlist
-	grpcSrv    *transport.Server
-	grpcLis    net.Listener
-	grpcAddr   string
-	memberSig  chan struct{}
-	membersMu  sync.Mutex
-	members    map[string]Member // live gossip members, copied in memberlist's callbacks
-	rebuildMu  sync.Mutex        // one rebuild at a time (membership loop, Close)
-	marksMu    sync.Mutex
-	marks      map[string]uint64 // handoff-complete markers: from -> ring digest
-	inbound    atomic.Int64      // Forward RPCs received, for the drain on Close
-	joinedPeer atomic.Bool       // has ever seen another member
-	ready      atomic.Bool
+	ml           *memberlist.Memberlist
+	secure       bool
+	smetrics     SecurityMetrics       // nil: Config.Metrics does not implement it
+	admit        map[string]*admission // under membersMu: handshake state per member
+	conflictMu   sync.Mutex
+	conflict     string // a live member that uses our name, seen by gossip
+	conflictPeer string // its peer address
+	grpcSrv      *transport.Server
+	grpcLis      net.Listener
+	grpcAddr     string
+	memberSig    chan struct{}
+	membersMu    sync.Mutex
+	members      map[string]Member // live gossip members, copied in memberlist's callbacks
+	rebuildMu    sync.Mutex        // one rebuild at a time (membership loop, Close)
+	marksMu      sync.Mutex
+	marks        map[string]uint64 // handoff-complete markers: from -> ring digest
+	inbound      atomic.Int64      // Forward RPCs received, for the drain on Close
+	joinedPeer   atomic.Bool       // has ever seen another member
+	ready        atomic.Bool
 
 	leaving  atomic.Bool
 	stopping atomic.Bool
@@ -147,6 +184,7 @@ type Node struct {
 type peerClient interface {
 	Forward(ctx context.Context, addr string, c transport.Check) (transport.Result, error)
 	Handoff(ctx context.Context, addr string, b transport.TransferBatch) error
+	Hello(ctx context.Context, addr string, h transport.Hello) (transport.Hello, string, error)
 	Drop(addr string)
 	Close() error
 }
@@ -180,6 +218,8 @@ func New(cfg Config) (*Node, error) {
 		bans:      &penalties{},
 		memberSig: make(chan struct{}, 1),
 		members:   make(map[string]Member),
+		admit:     make(map[string]*admission),
+		secure:    !cfg.Insecure,
 		marks:     make(map[string]uint64),
 		stop:      make(chan struct{}),
 	}
@@ -199,16 +239,23 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.rs.Store(&ringState{snap: r.Snapshot(), next: make(chan struct{})})
 
+	if sm, ok := cfg.Metrics.(SecurityMetrics); ok {
+		n.smetrics = sm
+	}
 	var serverTLS, clientTLS *tls.Config
-	if cfg.TLSCertFile != "" {
-		serverTLS, clientTLS, err = transport.LoadMutualTLS(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSCAFile)
+	if n.secure {
+		serverTLS, clientTLS, err = peerTLS(cfg)
 		if err != nil {
-			return nil, fmt.Errorf("%w: TLS files: %w", ErrInvalidConfig, err)
+			return nil, err
 		}
+	} else {
+		n.log.Warn("running INSECURE: the peer listener has no TLS and no authentication; anyone who reaches it can forward checks and hand off key states",
+			"gossip_encrypted", len(cfg.SecretKey) > 0)
 	}
 	if cfg.peerNet == nil {
 		pool, err := transport.NewPool(transport.ClientConfig{
 			TLS:            clientTLS,
+			ExpectMember:   n.memberAt,
 			BatchMaxItems:  cfg.BatchMaxItems,
 			BatchMaxWait:   cfg.BatchMaxWait,
 			ForwardTimeout: cfg.ForwardTimeout,
@@ -225,10 +272,10 @@ func New(cfg Config) (*Node, error) {
 		}
 	}
 
-	n.grpcLis, err = net.Listen("tcp", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.GRPCPort)))
+	n.grpcLis, err = net.Listen("tcp", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.PeerPort)))
 	if err != nil {
 		closePeers()
-		return nil, fmt.Errorf("node: grpc listen: %w", err)
+		return nil, fmt.Errorf("node: peer listen: %w", err)
 	}
 	host, err := advertiseHost(cfg)
 	if err != nil {
@@ -240,7 +287,7 @@ func New(cfg Config) (*Node, error) {
 	if cfg.peerNet != nil {
 		n.peers = cfg.peerNet.attach(n)
 	}
-	n.grpcSrv = transport.NewServer(transport.ServerConfig{TLS: serverTLS, MaxKeyLen: cfg.MaxKeyLen, Descriptors: cfg.Descriptors}, peerService{n}, n)
+	n.grpcSrv = transport.NewPeerServer(transport.ServerConfig{TLS: serverTLS, MaxKeyLen: cfg.MaxKeyLen}, peerService{n})
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
@@ -255,15 +302,45 @@ func New(cfg Config) (*Node, error) {
 		n.wg.Wait()
 		return nil, err
 	}
+	n.admitNow()
+	if other := n.nameConflict(); other != "" {
+		_ = n.ml.Shutdown()
+		n.grpcSrv.Stop()
+		closePeers()
+		n.wg.Wait()
+		return nil, fmt.Errorf("%w: %q is a live member at %s; pick another Config.Name (or stop that member first)", ErrDuplicateName, cfg.Name, other)
+	}
 	n.rebuild()
 	n.ready.Store(true)
 	n.wg.Add(3)
 	go n.membershipLoop()
 	go n.rejoinLoop()
 	go n.idleLoop()
-	n.log.Info("node started", "grpc", n.grpcAddr, "gossip", n.GossipAddr(), "members", n.rs.Load().snap.Len())
+	n.log.Info("node started", "peer", n.grpcAddr, "gossip", n.GossipAddr(), "members", n.rs.Load().snap.Len(), "secure", n.secure)
 	return n, nil
 }
+
+// peerTLS builds the two halves of mutual TLS from cfg's material and checks
+// that the certificate names cfg.Name.
+func peerTLS(cfg Config) (server, client *tls.Config, err error) {
+	caPEM, certPEM, keyPEM, err := cfg.tlsMaterial(os.ReadFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	server, client, err = pki.PeerTLS(caPEM, certPEM, keyPEM)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: TLS: %w", ErrInvalidConfig, err)
+	}
+	leaf := server.Certificates[0].Leaf
+	if name, _ := pki.MemberName(leaf); name != cfg.Name && !cfg.anyCertName {
+		return nil, nil, fmt.Errorf("%w: TLS certificate names member %q, but Name is %q", ErrInvalidConfig, name, cfg.Name)
+	}
+	return server, client, nil
+}
+
+// Insecure reports whether the node runs without TLS between peers
+// (Config.Insecure), for the daemon's /readyz and metrics.
+func (n *Node) Insecure() bool { return !n.secure }
 
 func newInstanceID() string {
 	var b [8]byte
@@ -274,7 +351,14 @@ func newInstanceID() string {
 // Name returns the member name of this node.
 func (n *Node) Name() string { return n.cfg.Name }
 
-// GRPCAddr returns the advertised address of this node's gRPC services.
+// PeerAddr returns the advertised address ("host:port") of this node's peer
+// listener (Config.PeerPort), which serves only the internal Peer service.
+func (n *Node) PeerAddr() string { return n.grpcAddr }
+
+// GRPCAddr returns PeerAddr.
+//
+// Deprecated: the node serves only the Peer service; use PeerAddr. The public
+// Limiter service is served by the daemon (transport.NewLimiterServer).
 func (n *Node) GRPCAddr() string { return n.grpcAddr }
 
 // GossipAddr returns the advertised memberlist address ("host:port") to give as a
@@ -292,7 +376,7 @@ func (n *Node) Ready() bool {
 
 // Stats returns the node's key and member counts.
 func (n *Node) Stats() Stats {
-	return Stats{Keys: n.owned.len(), FallbackKeys: n.fallback.len(), Members: n.rs.Load().snap.Len()}
+	return Stats{Keys: n.owned.len(), FallbackKeys: n.fallback.len(), Members: n.rs.Load().snap.Len(), Refused: n.refusedCount(), Insecure: !n.secure}
 }
 
 // RingDigest returns a digest of this node's partition table: nodes that agree on
@@ -324,7 +408,7 @@ func (n *Node) AllowN(ctx context.Context, key string, l algo.Limit, hits int64)
 }
 
 // Check implements transport.LimiterHandler: the entry point of the public gRPC
-// and HTTP services. c.CreatedAt (Unix ns) is honoured only with
+// (the daemon serves transport.NewLimiterServer(cfg, node)) and HTTP services. c.CreatedAt (Unix ns) is honoured only with
 // Config.AcceptCallerTimestamps; otherwise a non-zero value is ErrCallerTimestamp.
 func (n *Node) Check(ctx context.Context, c transport.Check) (transport.Result, error) {
 	if c.CreatedAt != 0 && !n.cfg.AcceptCallerTimestamps {
@@ -545,6 +629,12 @@ func (p peerService) Forward(ctx context.Context, checks []transport.Check) []tr
 			out[i] = transport.Result{Code: transport.CodeUnavailable, Message: "node is stopping"}
 			continue
 		}
+		if c.CreatedAt != 0 && !n.cfg.AcceptCallerTimestamps {
+			// The owner's config decides, whatever the sender accepted.
+			n.refused("timestamp")
+			out[i] = transport.Result{Code: transport.CodeInvalidArgument, Message: ErrCallerTimestamp.Error()}
+			continue
+		}
 		rs := n.rs.Load()
 		h := rs.snap.Hash(c.Key)
 		owner, ok := rs.snap.OwnerOfHash(h)
@@ -586,23 +676,34 @@ func (p peerService) ForwardMayWait(checks []transport.Check) bool {
 }
 
 // Transfer installs handed-off states (the more restrictive state wins where the
-// key exists) and records the sender's "handoff complete" marker.
+// key exists) and records the sender's "handoff complete" marker. Peer input is
+// untrusted: in secure mode From must be the member named by the sender's
+// certificate, and every state must be plausible under its limit
+// (algo.State.Plausible with Config.MaxPeerClockSkew) with a LastNow not after
+// now + MaxPeerClockSkew, and a caller-clock state is accepted only with
+// AcceptCallerTimestamps; otherwise the whole batch is refused (nothing of it
+// installed) with an error wrapping ErrRefusedState, and counted.
 func (p peerService) Transfer(ctx context.Context, b transport.TransferBatch) error {
 	n := p.n
+	if n.secure && b.Sender != b.From {
+		n.refused("sender")
+		return fmt.Errorf("%w: from %q, but the sender's certificate names %q", ErrRefusedState, b.From, b.Sender)
+	}
 	wall := n.clock()
-	for _, ks := range b.States {
-		var st algo.State
-		if err := st.UnmarshalBinary(ks.State); err != nil {
-			return fmt.Errorf("%w: state of key %q: %w", transport.ErrInvalidCheck, ks.Key, err)
-		}
-		if err := ks.Limit.Validate(); err != nil {
+	states := make([]algo.State, len(b.States))
+	for i, ks := range b.States {
+		if err := n.checkKeyState(ks, &states[i], wall); err != nil {
+			n.refused("state")
+			n.log.Warn("refused handed-off state", "from", b.From, "key", ks.Key, "err", err)
 			return err
 		}
+	}
+	for i, ks := range b.States {
 		h := ks.KeyHash
 		if ks.Key != "" {
 			h = n.owned.hash(ks.Key)
 		}
-		n.owned.install(h, ks.Limit, st, ks.LastNow, ks.CallerClock, wall)
+		n.owned.install(h, ks.Limit, states[i], ks.LastNow, ks.CallerClock, wall)
 	}
 	for _, ps := range b.Penalties {
 		n.bans.install(n.owned.hash(ps.Key), ps)
@@ -611,4 +712,38 @@ func (p peerService) Transfer(ctx context.Context, b transport.TransferBatch) er
 		n.markHandoffDone(b.From, b.RingDigest)
 	}
 	return nil
+}
+
+// checkKeyState decodes ks's state into st and validates it as untrusted input
+// (see Transfer).
+func (n *Node) checkKeyState(ks transport.KeyState, st *algo.State, wall int64) error {
+	if err := ks.Limit.Validate(); err != nil {
+		return err
+	}
+	if err := st.UnmarshalBinary(ks.State); err != nil {
+		return fmt.Errorf("%w: key %q: %w", ErrRefusedState, ks.Key, err)
+	}
+	skew := int64(n.cfg.MaxPeerClockSkew)
+	now := wall
+	switch {
+	case ks.CallerClock && !n.cfg.AcceptCallerTimestamps:
+		return fmt.Errorf("%w: key %q: state on a caller's clock, and AcceptCallerTimestamps is off", ErrRefusedState, ks.Key)
+	case ks.CallerClock:
+		// Checks on caller timestamps (replays) may run ahead of the wall clock,
+		// as this node itself would accept them: the state is checked against its
+		// own latest time.
+		now = max(wall, ks.LastNow)
+	case ks.LastNow > wall+skew:
+		return fmt.Errorf("%w: key %q: last check at %d ns is after now %d + skew %d", ErrRefusedState, ks.Key, ks.LastNow, wall, skew)
+	}
+	if err := st.Plausible(now, skew, ks.Limit); err != nil {
+		return fmt.Errorf("%w: key %q: %w", ErrRefusedState, ks.Key, err)
+	}
+	return nil
+}
+
+func (n *Node) refused(what string) {
+	if n.smetrics != nil {
+		n.smetrics.PeerRefused(what)
+	}
 }

@@ -26,7 +26,7 @@ type Client struct {
 // first use, so an unreachable address shows up as an error of the first call;
 // Dial itself fails only for a malformed target.
 func Dial(addr string, tlsCfg *tls.Config) (*Client, error) {
-	conn, err := grpc.NewClient(addr, dialOptions(tlsCfg, DefaultKeepaliveTime, DefaultKeepaliveTimeout, nil)...)
+	conn, err := grpc.NewClient(addr, dialOptions(tlsCfg, nil, DefaultKeepaliveTime, DefaultKeepaliveTimeout, nil)...)
 	if err != nil {
 		return nil, fmt.Errorf("transport: dial %s: %w", addr, err)
 	}

@@ -169,6 +169,11 @@ func (m *fwdRequest) decode(b []byte) error {
 				m.checks = append(m.checks, c)
 			}
 			i++
+		case num == 1:
+			// countField counted it as an item: a check that is not a message
+			// (found by FuzzStreamRequest) fails the request rather than leave
+			// the batch one answer short.
+			return errMalformed
 		case num == 2 && typ == protowire.VarintType:
 			v, l := protowire.ConsumeVarint(b)
 			if l < 0 {

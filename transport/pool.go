@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
@@ -117,6 +116,12 @@ type ClientConfig struct {
 	// that predate ForwardStream. The Pool also switches a peer to unary by
 	// itself when the peer answers ForwardStream with codes.Unimplemented.
 	UnaryForward bool
+	// ExpectMember, if not nil and TLS is set, returns the member name expected
+	// at a peer address ("host:port"); a connection whose server certificate
+	// names another member fails its TLS handshake (ErrUnavailable on the
+	// call). ok == false accepts any member certificate. Called on every dial,
+	// possibly concurrently; it must not block.
+	ExpectMember func(addr string) (member string, ok bool)
 	// DialOptions are appended to the options the Pool builds for every peer
 	// connection (a custom dialer, stats handlers); later options win.
 	DialOptions []grpc.DialOption
@@ -190,13 +195,13 @@ func NewPool(cfg ClientConfig) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Pool{cfg: cfg, opts: dialOptions(cfg.TLS, cfg.KeepaliveTime, cfg.KeepaliveTimeout, cfg.DialOptions), codec: newWireCodec()}, nil
+	return &Pool{cfg: cfg, opts: dialOptions(cfg.TLS, cfg.ExpectMember, cfg.KeepaliveTime, cfg.KeepaliveTimeout, cfg.DialOptions), codec: newWireCodec()}, nil
 }
 
-func dialOptions(tlsCfg *tls.Config, kaTime, kaTimeout time.Duration, extra []grpc.DialOption) []grpc.DialOption {
+func dialOptions(tlsCfg *tls.Config, expect func(string) (string, bool), kaTime, kaTimeout time.Duration, extra []grpc.DialOption) []grpc.DialOption {
 	creds := insecure.NewCredentials()
 	if tlsCfg != nil {
-		creds = credentials.NewTLS(tlsCfg)
+		creds = transportCreds(tlsCfg, expect)
 	}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),

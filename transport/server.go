@@ -171,6 +171,33 @@ func (s *Server) endStreams() { s.stopOnce.Do(func() { close(s.stop) }) }
 // implement it), so a handler that blocks on one batch does not hold the
 // others of that peer.
 func NewServer(cfg ServerConfig, peer PeerHandler, lim LimiterHandler) *Server {
+	s, cfg := newServer(cfg)
+	if peer != nil {
+		pb.RegisterPeerServer(s.grpc, &peerServer{cfg: cfg, h: peer, stop: s.stop})
+	}
+	if lim != nil {
+		pb.RegisterLimiterServer(s.grpc, &limiterServer{cfg: cfg, h: lim, desc: cfg.Descriptors})
+	}
+	return s
+}
+
+// NewPeerServer returns a Server with only the internal Peer service, backed by
+// peer (the node's peer listener): the Limiter service answers Unimplemented.
+// Serve it with the peer half of pki.PeerTLS in cfg.TLS, so that only cluster
+// members can call it. See NewServer for validation and error mapping.
+func NewPeerServer(cfg ServerConfig, peer PeerHandler) *Server {
+	return NewServer(cfg, peer, nil)
+}
+
+// NewLimiterServer returns a Server with only the public Limiter service,
+// backed by lim (the daemon's client gRPC port): every Peer RPC (Forward,
+// ForwardStream, Transfer, Hello) answers Unimplemented, so a client can never
+// install states or smuggle timestamps through it. See NewServer.
+func NewLimiterServer(cfg ServerConfig, lim LimiterHandler) *Server {
+	return NewServer(cfg, nil, lim)
+}
+
+func newServer(cfg ServerConfig) (*Server, ServerConfig) {
 	cfg = cfg.withDefaults()
 	opts := []grpc.ServerOption{
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
@@ -194,14 +221,7 @@ func NewServer(cfg ServerConfig, peer PeerHandler, lim LimiterHandler) *Server {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
 	opts = append(opts, cfg.ServerOptions...)
-	s := &Server{grpc: grpc.NewServer(opts...), stop: make(chan struct{})}
-	if peer != nil {
-		pb.RegisterPeerServer(s.grpc, &peerServer{cfg: cfg, h: peer, stop: s.stop})
-	}
-	if lim != nil {
-		pb.RegisterLimiterServer(s.grpc, &limiterServer{cfg: cfg, h: lim, desc: cfg.Descriptors})
-	}
-	return s
+	return &Server{grpc: grpc.NewServer(opts...), stop: make(chan struct{})}, cfg
 }
 
 // peerServer implements the Peer service on top of a PeerHandler.
@@ -471,7 +491,8 @@ func (s *peerServer) Transfer(ctx context.Context, req *pb.TransferRequest) (*pb
 		}
 	}
 	if len(states) > 0 || len(pens) > 0 || req.GetDone() {
-		b := TransferBatch{From: req.GetFrom(), RingDigest: req.GetRingDigest(), States: states, Done: req.GetDone(), Penalties: pens}
+		sender, _ := PeerMember(ctx)
+		b := TransferBatch{From: req.GetFrom(), RingDigest: req.GetRingDigest(), States: states, Done: req.GetDone(), Penalties: pens, Sender: sender}
 		if err := s.h.Transfer(ctx, b); err != nil {
 			return nil, statusFromError(err)
 		}

@@ -104,6 +104,10 @@ type TransferBatch struct {
 	Done bool
 	// Penalties are the ban states of the handed-off keys; may be empty.
 	Penalties []PenaltyState
+	// Sender is set by the server, never sent: the member named by the
+	// sender's verified TLS certificate, "" over plaintext. A receiver in
+	// secure mode refuses a batch whose From is not Sender.
+	Sender string
 }
 
 // PeerHandler is the owner side of the internal Peer service, implemented by node.

@@ -1442,6 +1442,150 @@ func (*TransferResponse) Descriptor() ([]byte, []int) {
 	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{17}
 }
 
+// HelloRequest opens the admission handshake: a member introduces itself to a
+// peer before that peer puts it in its ring.
+type HelloRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// cluster_label is the sender's cluster label (memberlist Label).
+	ClusterLabel string `protobuf:"bytes,1,opt,name=cluster_label,json=clusterLabel,proto3" json:"cluster_label,omitempty"`
+	// member is the sender's member name; in secure mode it must equal the
+	// member named by the sender's TLS certificate.
+	Member string `protobuf:"bytes,2,opt,name=member,proto3" json:"member,omitempty"`
+	// protocol_version is the sender's peer protocol version.
+	ProtocolVersion uint32 `protobuf:"varint,3,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
+	// instance_id is the sender's instance id, new at every start.
+	InstanceId    string `protobuf:"bytes,4,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HelloRequest) Reset() {
+	*x = HelloRequest{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HelloRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HelloRequest) ProtoMessage() {}
+
+func (x *HelloRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HelloRequest.ProtoReflect.Descriptor instead.
+func (*HelloRequest) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *HelloRequest) GetClusterLabel() string {
+	if x != nil {
+		return x.ClusterLabel
+	}
+	return ""
+}
+
+func (x *HelloRequest) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
+func (x *HelloRequest) GetProtocolVersion() uint32 {
+	if x != nil {
+		return x.ProtocolVersion
+	}
+	return 0
+}
+
+func (x *HelloRequest) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+// HelloResponse is the receiver's identity, with the same fields.
+type HelloResponse struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	ClusterLabel    string                 `protobuf:"bytes,1,opt,name=cluster_label,json=clusterLabel,proto3" json:"cluster_label,omitempty"`
+	Member          string                 `protobuf:"bytes,2,opt,name=member,proto3" json:"member,omitempty"`
+	ProtocolVersion uint32                 `protobuf:"varint,3,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
+	InstanceId      string                 `protobuf:"bytes,4,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *HelloResponse) Reset() {
+	*x = HelloResponse{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HelloResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HelloResponse) ProtoMessage() {}
+
+func (x *HelloResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HelloResponse.ProtoReflect.Descriptor instead.
+func (*HelloResponse) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *HelloResponse) GetClusterLabel() string {
+	if x != nil {
+		return x.ClusterLabel
+	}
+	return ""
+}
+
+func (x *HelloResponse) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
+func (x *HelloResponse) GetProtocolVersion() uint32 {
+	if x != nil {
+		return x.ProtocolVersion
+	}
+	return 0
+}
+
+func (x *HelloResponse) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
 var File_ringlimit_v1_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
@@ -1534,7 +1678,19 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x11ban_until_unix_ns\x18\x02 \x01(\x03R\x0ebanUntilUnixNs\x12&\n" +
 	"\x0fdenials_unix_ns\x18\x03 \x03(\x03R\rdenialsUnixNs\x12$\n" +
 	"\x0eexpire_unix_ns\x18\x04 \x01(\x03R\fexpireUnixNs\"\x12\n" +
-	"\x10TransferResponse*\xe1\x01\n" +
+	"\x10TransferResponse\"\x97\x01\n" +
+	"\fHelloRequest\x12#\n" +
+	"\rcluster_label\x18\x01 \x01(\tR\fclusterLabel\x12\x16\n" +
+	"\x06member\x18\x02 \x01(\tR\x06member\x12)\n" +
+	"\x10protocol_version\x18\x03 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
+	"\vinstance_id\x18\x04 \x01(\tR\n" +
+	"instanceId\"\x98\x01\n" +
+	"\rHelloResponse\x12#\n" +
+	"\rcluster_label\x18\x01 \x01(\tR\fclusterLabel\x12\x16\n" +
+	"\x06member\x18\x02 \x01(\tR\x06member\x12)\n" +
+	"\x10protocol_version\x18\x03 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
+	"\vinstance_id\x18\x04 \x01(\tR\n" +
+	"instanceId*\xe1\x01\n" +
 	"\tAlgorithm\x12\x19\n" +
 	"\x15ALGORITHM_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cALGORITHM_SLIDING_WINDOW_LOG\x10\x01\x12$\n" +
@@ -1557,11 +1713,12 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x05Check\x12\x1a.ringlimit.v1.CheckRequest\x1a\x1b.ringlimit.v1.CheckResponse\x12O\n" +
 	"\n" +
 	"CheckBatch\x12\x1f.ringlimit.v1.CheckBatchRequest\x1a .ringlimit.v1.CheckBatchResponse\x12a\n" +
-	"\x10CheckDescriptors\x12%.ringlimit.v1.CheckDescriptorsRequest\x1a&.ringlimit.v1.CheckDescriptorsResponse2\xeb\x01\n" +
+	"\x10CheckDescriptors\x12%.ringlimit.v1.CheckDescriptorsRequest\x1a&.ringlimit.v1.CheckDescriptorsResponse2\xad\x02\n" +
 	"\x04Peer\x12F\n" +
 	"\aForward\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse\x12P\n" +
 	"\rForwardStream\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse(\x010\x01\x12I\n" +
-	"\bTransfer\x12\x1d.ringlimit.v1.TransferRequest\x1a\x1e.ringlimit.v1.TransferResponseBBZ@github.com/ringlimit/ringlimit/transport/ringlimitv1;ringlimitv1b\x06proto3"
+	"\bTransfer\x12\x1d.ringlimit.v1.TransferRequest\x1a\x1e.ringlimit.v1.TransferResponse\x12@\n" +
+	"\x05Hello\x12\x1a.ringlimit.v1.HelloRequest\x1a\x1b.ringlimit.v1.HelloResponseBBZ@github.com/ringlimit/ringlimit/transport/ringlimitv1;ringlimitv1b\x06proto3"
 
 var (
 	file_ringlimit_v1_ringlimit_proto_rawDescOnce sync.Once
@@ -1576,7 +1733,7 @@ func file_ringlimit_v1_ringlimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(Algorithm)(0),                   // 0: ringlimit.v1.Algorithm
 	(Route)(0),                       // 1: ringlimit.v1.Route
@@ -1599,6 +1756,8 @@ var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(*TransferRequest)(nil),          // 18: ringlimit.v1.TransferRequest
 	(*PenaltyState)(nil),             // 19: ringlimit.v1.PenaltyState
 	(*TransferResponse)(nil),         // 20: ringlimit.v1.TransferResponse
+	(*HelloRequest)(nil),             // 21: ringlimit.v1.HelloRequest
+	(*HelloResponse)(nil),            // 22: ringlimit.v1.HelloResponse
 }
 var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	0,  // 0: ringlimit.v1.Check.algorithm:type_name -> ringlimit.v1.Algorithm
@@ -1625,14 +1784,16 @@ var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	15, // 21: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
 	15, // 22: ringlimit.v1.Peer.ForwardStream:input_type -> ringlimit.v1.ForwardRequest
 	18, // 23: ringlimit.v1.Peer.Transfer:input_type -> ringlimit.v1.TransferRequest
-	7,  // 24: ringlimit.v1.Limiter.Check:output_type -> ringlimit.v1.CheckResponse
-	9,  // 25: ringlimit.v1.Limiter.CheckBatch:output_type -> ringlimit.v1.CheckBatchResponse
-	14, // 26: ringlimit.v1.Limiter.CheckDescriptors:output_type -> ringlimit.v1.CheckDescriptorsResponse
-	16, // 27: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
-	16, // 28: ringlimit.v1.Peer.ForwardStream:output_type -> ringlimit.v1.ForwardResponse
-	20, // 29: ringlimit.v1.Peer.Transfer:output_type -> ringlimit.v1.TransferResponse
-	24, // [24:30] is the sub-list for method output_type
-	18, // [18:24] is the sub-list for method input_type
+	21, // 24: ringlimit.v1.Peer.Hello:input_type -> ringlimit.v1.HelloRequest
+	7,  // 25: ringlimit.v1.Limiter.Check:output_type -> ringlimit.v1.CheckResponse
+	9,  // 26: ringlimit.v1.Limiter.CheckBatch:output_type -> ringlimit.v1.CheckBatchResponse
+	14, // 27: ringlimit.v1.Limiter.CheckDescriptors:output_type -> ringlimit.v1.CheckDescriptorsResponse
+	16, // 28: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
+	16, // 29: ringlimit.v1.Peer.ForwardStream:output_type -> ringlimit.v1.ForwardResponse
+	20, // 30: ringlimit.v1.Peer.Transfer:output_type -> ringlimit.v1.TransferResponse
+	22, // 31: ringlimit.v1.Peer.Hello:output_type -> ringlimit.v1.HelloResponse
+	25, // [25:32] is the sub-list for method output_type
+	18, // [18:25] is the sub-list for method input_type
 	18, // [18:18] is the sub-list for extension type_name
 	18, // [18:18] is the sub-list for extension extendee
 	0,  // [0:18] is the sub-list for field type_name
@@ -1651,7 +1812,7 @@ func file_ringlimit_v1_ringlimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_v1_ringlimit_proto_rawDesc), len(file_ringlimit_v1_ringlimit_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -227,6 +227,7 @@ const (
 	Peer_Forward_FullMethodName       = "/ringlimit.v1.Peer/Forward"
 	Peer_ForwardStream_FullMethodName = "/ringlimit.v1.Peer/ForwardStream"
 	Peer_Transfer_FullMethodName      = "/ringlimit.v1.Peer/Transfer"
+	Peer_Hello_FullMethodName         = "/ringlimit.v1.Peer/Hello"
 )
 
 // PeerClient is the client API for Peer service.
@@ -246,6 +247,13 @@ type PeerClient interface {
 	// Transfer installs key states handed off by a previous owner; the receiver
 	// keeps the more restrictive state where the key already exists.
 	Transfer(ctx context.Context, in *TransferRequest, opts ...grpc.CallOption) (*TransferResponse, error)
+	// Hello is the admission handshake: each member calls it on every peer it
+	// learns of by gossip and puts the peer in its ring only once it succeeded
+	// (same cluster label and protocol version, member names matching the
+	// certificates on both sides). The receiver answers FAILED_PRECONDITION
+	// when they do not match, PERMISSION_DENIED when the name is not the
+	// certificate's.
+	Hello(ctx context.Context, in *HelloRequest, opts ...grpc.CallOption) (*HelloResponse, error)
 }
 
 type peerClient struct {
@@ -289,6 +297,16 @@ func (c *peerClient) Transfer(ctx context.Context, in *TransferRequest, opts ...
 	return out, nil
 }
 
+func (c *peerClient) Hello(ctx context.Context, in *HelloRequest, opts ...grpc.CallOption) (*HelloResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HelloResponse)
+	err := c.cc.Invoke(ctx, Peer_Hello_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -306,6 +324,13 @@ type PeerServer interface {
 	// Transfer installs key states handed off by a previous owner; the receiver
 	// keeps the more restrictive state where the key already exists.
 	Transfer(context.Context, *TransferRequest) (*TransferResponse, error)
+	// Hello is the admission handshake: each member calls it on every peer it
+	// learns of by gossip and puts the peer in its ring only once it succeeded
+	// (same cluster label and protocol version, member names matching the
+	// certificates on both sides). The receiver answers FAILED_PRECONDITION
+	// when they do not match, PERMISSION_DENIED when the name is not the
+	// certificate's.
+	Hello(context.Context, *HelloRequest) (*HelloResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -324,6 +349,9 @@ func (UnimplementedPeerServer) ForwardStream(grpc.BidiStreamingServer[ForwardReq
 }
 func (UnimplementedPeerServer) Transfer(context.Context, *TransferRequest) (*TransferResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Transfer not implemented")
+}
+func (UnimplementedPeerServer) Hello(context.Context, *HelloRequest) (*HelloResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Hello not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -389,6 +417,24 @@ func _Peer_Transfer_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_Hello_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HelloRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Hello(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Hello_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Hello(ctx, req.(*HelloRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -403,6 +449,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Transfer",
 			Handler:    _Peer_Transfer_Handler,
+		},
+		{
+			MethodName: "Hello",
+			Handler:    _Peer_Hello_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

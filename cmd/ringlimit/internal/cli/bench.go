@@ -100,7 +100,7 @@ A progress bar is drawn on stderr when it is a terminal, unless --quiet.`,
 			if o.Seed == 0 {
 				o.Seed = bench.DefaultSeed
 			}
-			open := func() ([]target.Target, func() error, error) { return tf.open(cmd.Context(), deps, false) }
+			open := func() ([]target.Target, func() error, error) { return tf.open(cmd.Context(), cmd.Flags(), deps, false) }
 			if redisU != "" {
 				open = func() ([]target.Target, func() error, error) {
 					return redistarget.Open(cmd.Context(), redisU, o.Concurrency)
@@ -147,7 +147,7 @@ A progress bar is drawn on stderr when it is a terminal, unless --quiet.`,
 		},
 	}
 	fs := cmd.Flags()
-	lf.register(fs, true)
+	lf.register(fs, true, DefaultBurst)
 	tf.register(fs)
 	fs.DurationVar(&o.Duration, "duration", bench.DefaultDuration, "how long to send checks")
 	fs.IntVar(&o.Concurrency, "concurrency", bench.DefaultConcurrency, "callers: checks in flight (closed loop) or most in flight (open loop)")

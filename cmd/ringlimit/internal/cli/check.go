@@ -29,7 +29,7 @@ type checkJSON struct {
 func newCheckCmd() *cobra.Command {
 	var (
 		lf      limitFlags
-		tf      tlsFlags
+		sf      secFlags
 		addr    string
 		asJSON  bool
 		timeout time.Duration
@@ -58,15 +58,15 @@ retry_after is -1ns ("never") when the hits exceed the limit's capacity.`,
 			if timeout <= 0 {
 				return fmt.Errorf("--timeout %v: must be > 0", timeout)
 			}
-			tlsCfg, err := tf.config()
+			sec, err := sf.resolve(cmd.Flags())
 			if err != nil {
 				return err
 			}
-			c, err := transport.Dial(addr, tlsCfg)
+			c, closeFn, err := sec.dial(addr)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
+			defer closeFn()
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			res, err := c.Check(ctx, transport.Check{Key: key, Limit: l, Hits: hits})
@@ -89,8 +89,8 @@ retry_after is -1ns ("never") when the hits exceed the limit's capacity.`,
 	fs.StringVar(&addr, "addr", "127.0.0.1:8081", "gRPC address (host:port) of a ringlimitd")
 	fs.BoolVar(&asJSON, "json", false, "print the decision as one JSON object (durations in ns)")
 	fs.DurationVar(&timeout, "timeout", 5*time.Second, "deadline of the check")
-	lf.register(fs, true)
-	tf.register(fs)
+	lf.register(fs, true, DefaultBurst)
+	sf.register(fs)
 	return cmd
 }
 

@@ -105,6 +105,7 @@ unreachable address, unreadable log).`,
 	})
 	root.AddCommand(
 		newCheckCmd(),
+		newCertCmd(),
 		newMembersCmd(deps),
 		newBenchCmd(deps),
 		newReplayCmd(deps),

@@ -3,8 +3,11 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -15,9 +18,17 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
 	"github.com/ringlimit/ringlimit/transport"
+	"github.com/ringlimit/ringlimit/transport/pki"
 )
 
 // exactCluster is a fake cluster: one algo.State per key behind a lock, honouring
@@ -98,6 +109,7 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"replay", "--algorithm", "leaky"}, `--algorithm: algo: invalid limit: kind "leaky"`},
 		{[]string{"replay", "--limit", "0"}, "--limit/--period/--burst for gcra: algo: invalid limit: field Limit value 0"},
 		{[]string{"bench", "--period", "-1s"}, "field Period"},
+		{[]string{"check", "k", "--period", "10000000h"}, `"10000000h" is longer than the maximum 2562047h47m16.854775807s`},
 		{[]string{"bench", "--algorithm", "token_bucket", "--burst", "0"}, "field Burst value 0"},
 		{[]string{"bench", "--hits", "-1"}, "--hits"},
 		{[]string{"bench", "--dist", "pareto"}, "--dist"},
@@ -108,11 +120,16 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"bench", "--target", "k8s"}, `--target "k8s"`},
 		{[]string{"replay", "--nodes", "0"}, "--nodes 0"},
 		{[]string{"replay", "--log", "/nonexistent/log"}, "/nonexistent/log"},
-		{[]string{"replay", "--addr", "127.0.0.1:1", "--tls-cert", "x"}, "--tls-cert, --tls-key and --tls-ca go together"},
+		{[]string{"replay", "--addr", "127.0.0.1:1", "--insecure", "--token", "x"}, "--insecure excludes --token"},
+		{[]string{"replay", "--addr", "127.0.0.1:1", "--certs-dir", "/nonexistent"}, "--certs-dir: open /nonexistent/ca.crt"},
+		{[]string{"check", "k", "--addr", "127.0.0.1:1", "--certs-dir", "/nonexistent"}, "pass --insecure for a daemon run with --insecure"},
+		{[]string{"cert", "create-ca", "--certs-dir", "/tmp/x"}, "--ca-key: required"},
+		{[]string{"cert", "create-node", "n", "--ca-key", "k"}, "--host: at least one"},
+		{[]string{"cert", "create-node", "bad/name", "--host", "h", "--ca-key", "k"}, "NAME: pki: invalid input"},
 		{[]string{"demo", "--algorithm", "gcra"}, "unknown flag: --algorithm"},
 		{[]string{"check"}, "accepts 1 arg"},
 		{[]string{"check", "k", "--algorithm", "x"}, "--algorithm"},
-		{[]string{"members", "--addr", "ftp://x"}, "want host:port or an http(s) URL"},
+		{[]string{"members", "--insecure", "--addr", "ftp://x"}, "want host:port or an http(s) URL"},
 		{[]string{"bench", "--no-such-flag"}, "unknown flag"},
 	}
 	for _, tt := range tests {
@@ -221,13 +238,98 @@ func (f fakeLimiter) Check(ctx context.Context, c transport.Check) (transport.Re
 	return transport.Result{Decision: d, Route: transport.RouteForwarded}, nil
 }
 
-func startLimiter(t *testing.T, allowed bool) string {
+// secureDir is a certs directory made with `ringlimit cert`: ca.crt, a node
+// certificate for 127.0.0.1 (what a daemon serves), a client certificate
+// "root", and a token file.
+type secureDir struct {
+	dir, caKey, token, tokenFile string
+	serverTLS                    *tls.Config
+}
+
+func newSecureDir(t *testing.T) *secureDir {
+	t.Helper()
+	s := &secureDir{dir: t.TempDir(), token: "cli-test-token-0123456789"}
+	s.caKey = filepath.Join(t.TempDir(), "ca.key")
+	nodeDir := filepath.Join(s.dir, "node")
+	for _, args := range [][]string{
+		{"cert", "create-ca", "--certs-dir", s.dir, "--ca-key", s.caKey},
+		{"cert", "create-client", "root", "--certs-dir", s.dir, "--ca-key", s.caKey},
+	} {
+		if code, out, stderr := run(t, Deps{}, args...); code != ExitOK {
+			t.Fatalf("%q: exit %d %s%s", args, code, out, stderr)
+		}
+	}
+	if err := os.MkdirAll(nodeDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := os.ReadFile(filepath.Join(s.dir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(nodeDir, "ca.crt"), ca, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, stderr := run(t, Deps{}, "cert", "create-node", "d1", "--host", "127.0.0.1,localhost", "--certs-dir", nodeDir, "--ca-key", s.caKey); code != ExitOK {
+		t.Fatalf("create-node: exit %d %s%s", code, out, stderr)
+	}
+	read := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join(nodeDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if s.serverTLS, err = pki.ServerTLS(read("ca.crt"), read("node.crt"), read("node.key")); err != nil {
+		t.Fatal(err)
+	}
+	s.tokenFile = filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(s.tokenFile, []byte("# mine\n"+s.token+",cli\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// authorized reports whether a caller presented the client certificate
+// "root" (verified by the TLS handshake) or the bearer token.
+func (s *secureDir) authorized(cs *tls.ConnectionState, authz string) bool {
+	if cs != nil && len(cs.VerifiedChains) > 0 {
+		if name, ok := pki.ClientName(cs.VerifiedChains[0][0]); ok && name == "root" {
+			return true
+		}
+	}
+	return authz == "Bearer "+s.token
+}
+
+// startLimiter serves fakeLimiter over gRPC: TLS with the node certificate of
+// sec and its caller check when sec is not nil, plaintext otherwise.
+func startLimiter(t *testing.T, allowed bool, sec *secureDir) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := transport.NewServer(transport.ServerConfig{}, nil, fakeLimiter{allowed: allowed})
+	cfg := transport.ServerConfig{}
+	if sec != nil {
+		cfg.TLS = sec.serverTLS
+		cfg.ServerOptions = []grpc.ServerOption{grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			var cs *tls.ConnectionState
+			if p, ok := peer.FromContext(ctx); ok {
+				if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+					cs = &ti.State
+				}
+			}
+			md, _ := metadata.FromIncomingContext(ctx)
+			var authz string
+			if v := md.Get("authorization"); len(v) > 0 {
+				authz = v[0]
+			}
+			if !sec.authorized(cs, authz) {
+				return nil, status.Error(codes.Unauthenticated, "who are you")
+			}
+			return h(ctx, req)
+		})}
+	}
+	s := transport.NewLimiterServer(cfg, fakeLimiter{allowed: allowed})
 	go s.Serve(lis)
 	t.Cleanup(s.Stop)
 	return lis.Addr().String()
@@ -235,12 +337,13 @@ func startLimiter(t *testing.T, allowed bool) string {
 
 func TestCheckOverGRPC(t *testing.T) {
 	t.Parallel()
-	yes, deny := startLimiter(t, true), startLimiter(t, false)
-	code, out, _ := run(t, Deps{}, "check", "--addr", yes, "user:1")
+	sec := newSecureDir(t)
+	yes, deny := startLimiter(t, true, sec), startLimiter(t, false, sec)
+	code, out, stderr := run(t, Deps{}, "check", "--addr", yes, "--certs-dir", sec.dir, "user:1")
 	if code != ExitOK || !strings.HasPrefix(out, "allowed  key=user:1 algorithm=gcra limit=6 remaining=5") || !strings.Contains(out, "route=forwarded") {
-		t.Errorf("allowed: got exit %d, output %q", code, out)
+		t.Errorf("allowed: got exit %d, output %q %s", code, out, stderr)
 	}
-	code, out, _ = run(t, Deps{}, "check", "--addr", deny, "--json", "--algorithm", "fixed_window", "user:1")
+	code, out, _ = run(t, Deps{}, "check", "--addr", deny, "--certs-dir", sec.dir, "--json", "--algorithm", "fixed_window", "user:1")
 	var got checkJSON
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("--json output %q: %v", out, err)
@@ -249,42 +352,83 @@ func TestCheckOverGRPC(t *testing.T) {
 	if code != ExitNo || got != want {
 		t.Errorf("denied: got exit %d, %+v; want %d, %+v", code, got, ExitNo, want)
 	}
+	// A token instead of the certificate: a certs dir with only ca.crt.
+	caOnly := t.TempDir()
+	ca, _ := os.ReadFile(filepath.Join(sec.dir, "ca.crt"))
+	os.WriteFile(filepath.Join(caOnly, "ca.crt"), ca, 0o644)
+	for _, args := range [][]string{{"--token-file", sec.tokenFile}, {"--token", sec.token}} {
+		if code, out, stderr := run(t, Deps{}, append([]string{"check", "--addr", yes, "--certs-dir", caOnly, "k"}, args...)...); code != ExitOK {
+			t.Errorf("token %q: got exit %d %s%s, want 0", args[0], code, out, stderr)
+		}
+	}
+	if code, _, stderr := run(t, Deps{}, "check", "--addr", yes, "--certs-dir", caOnly, "k"); code != ExitError || !strings.Contains(stderr, "no credential") {
+		t.Errorf("no credential: got exit %d %q, want 2 naming the missing credential", code, stderr)
+	}
+	if code, _, stderr := run(t, Deps{}, "check", "--addr", yes, "--certs-dir", caOnly, "--token", "wrong-token-xxxxxxxxxx", "k"); code != ExitError || !strings.Contains(stderr, "Unauthenticated") {
+		t.Errorf("wrong token: got exit %d %q, want 2 and Unauthenticated", code, stderr)
+	}
+	if code, _, _ := run(t, Deps{}, "check", "--addr", yes, "--insecure", "--timeout", "2s", "k"); code != ExitError {
+		t.Errorf("--insecure against a TLS daemon: got exit %d, want 2", code)
+	}
+	plain := startLimiter(t, true, nil)
+	if code, out, stderr := run(t, Deps{}, "check", "--addr", plain, "--insecure", "k"); code != ExitOK {
+		t.Errorf("--insecure against an insecure daemon: got exit %d %s%s", code, out, stderr)
+	}
 	lis, _ := net.Listen("tcp", "127.0.0.1:0")
 	dead := lis.Addr().String()
 	lis.Close()
-	if code, _, stderr := run(t, Deps{}, "check", "--addr", dead, "--timeout", "2s", "k"); code != ExitError || !strings.Contains(stderr, "unavailable") {
+	if code, _, stderr := run(t, Deps{}, "check", "--addr", dead, "--insecure", "--timeout", "2s", "k"); code != ExitError || !strings.Contains(stderr, "unavailable") {
 		t.Errorf("unreachable: got exit %d, stderr %q; want %d and an unavailable error", code, stderr, ExitError)
 	}
 }
 
 func TestMembers(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	sec := newSecureDir(t)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !sec.authorized(r.TLS, r.Header.Get("Authorization")) {
+			http.Error(w, `{"error":"unauthenticated"}`, http.StatusUnauthorized)
+			return
+		}
 		if r.URL.Path != "/v1/members" {
 			http.NotFound(w, r)
 			return
 		}
-		w.Write([]byte(`[{"name":"a","addr":"10.0.0.1:8081","gossip_addr":"10.0.0.1:7946","id":"x1","self":true},{"name":"b","addr":"10.0.0.2:8081","gossip_addr":"10.0.0.2:7946","id":"x2","self":false}]`))
+		w.Write([]byte(`[{"name":"a","addr":"10.0.0.1:7947","gossip_addr":"10.0.0.1:7946","id":"x1","self":true,"state":"alive"},` +
+			`{"name":"b","addr":"10.0.0.2:7947","gossip_addr":"10.0.0.2:7946","id":"x2","self":false,"state":"refused","reason":"certificate from another CA"}]`))
 	}))
+	srv.TLS = sec.serverTLS
+	srv.StartTLS()
 	defer srv.Close()
-	code, out, stderr := run(t, Deps{}, "members", "--addr", strings.TrimPrefix(srv.URL, "http://"))
+	addr := strings.TrimPrefix(srv.URL, "https://")
+	code, out, stderr := run(t, Deps{}, "members", "--addr", addr, "--certs-dir", sec.dir)
 	if code != ExitOK {
 		t.Fatalf("got exit %d: %s", code, stderr)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 3 || !strings.HasPrefix(lines[0], "NAME") || !strings.Contains(lines[1], "10.0.0.1:7946") || !strings.HasSuffix(lines[1], "*") {
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "NAME") || !strings.Contains(lines[1], "10.0.0.1:7946") || !strings.Contains(lines[1], "*") ||
+		!strings.Contains(lines[2], "refused") || !strings.Contains(lines[2], "certificate from another CA") {
 		t.Errorf("got table:\n%s", out)
 	}
-	code, out, _ = run(t, Deps{}, "members", "--addr", srv.URL+"/", "--json")
+	code, out, _ = run(t, Deps{}, "members", "--addr", srv.URL+"/", "--certs-dir", sec.dir, "--user", "root", "--json")
 	var ms []member
-	if code != ExitOK || json.Unmarshal([]byte(out), &ms) != nil || len(ms) != 2 || ms[1].Name != "b" {
+	if code != ExitOK || json.Unmarshal([]byte(out), &ms) != nil || len(ms) != 2 || ms[1].Name != "b" || ms[1].State != "refused" {
 		t.Errorf("--json: got exit %d, %q", code, out)
+	}
+	caOnly := t.TempDir()
+	ca, _ := os.ReadFile(filepath.Join(sec.dir, "ca.crt"))
+	os.WriteFile(filepath.Join(caOnly, "ca.crt"), ca, 0o644)
+	if code, _, stderr := run(t, Deps{}, "members", "--addr", addr, "--certs-dir", caOnly, "--token", "wrong-token-xxxxxxxxxx"); code != ExitError || !strings.Contains(stderr, "401") {
+		t.Errorf("wrong token: got exit %d, stderr %q, want 2 naming 401", code, stderr)
+	}
+	if code, _, stderr := run(t, Deps{}, "members", "--addr", addr, "--certs-dir", caOnly, "--token-file", sec.tokenFile); code != ExitOK {
+		t.Errorf("token file: got exit %d, stderr %q", code, stderr)
 	}
 	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not ready", http.StatusServiceUnavailable)
 	}))
 	defer bad.Close()
-	if code, _, stderr := run(t, Deps{}, "members", "--addr", bad.URL); code != ExitError || !strings.Contains(stderr, "503") {
+	if code, _, stderr := run(t, Deps{}, "members", "--insecure", "--addr", bad.URL); code != ExitError || !strings.Contains(stderr, "503") {
 		t.Errorf("503: got exit %d, stderr %q", code, stderr)
 	}
 }
@@ -303,6 +447,150 @@ func TestHelpListsOnlyAcceptedFlags(t *testing.T) {
 	for _, c := range []string{"replay", "bench", "check"} {
 		if _, out, _ := run(t, Deps{}, c, "--help"); !strings.Contains(out, "--algorithm") {
 			t.Errorf("%s --help: got no --algorithm, want it listed", c)
+		}
+	}
+}
+
+// TestCert runs `ringlimit cert` as an operator would: the files it writes,
+// their modes, what the certificates name, and the refusal to replace files.
+func TestCert(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "certs")
+	caKey := filepath.Join(t.TempDir(), "safe", "ca.key")
+	ok := func(args ...string) string {
+		t.Helper()
+		code, out, stderr := run(t, Deps{}, args...)
+		if code != ExitOK {
+			t.Fatalf("%q: exit %d %s", args, code, stderr)
+		}
+		return out
+	}
+	ok("cert", "create-ca", "--certs-dir", dir, "--ca-key", caKey)
+	ok("cert", "create-node", "ringlimit-1", "--host", "ringlimit-1, 10.1.2.3", "--certs-dir", dir, "--ca-key", caKey)
+	ok("cert", "create-client", "ops", "--certs-dir", dir, "--ca-key", caKey)
+	ok("cert", "create-gossip-key", "--certs-dir", dir)
+	for name, mode := range map[string]os.FileMode{
+		caKey: 0o600, filepath.Join(dir, "ca.crt"): 0o644, filepath.Join(dir, "node.crt"): 0o644, filepath.Join(dir, "node.key"): 0o600,
+		filepath.Join(dir, "client.ops.crt"): 0o644, filepath.Join(dir, "client.ops.key"): 0o600, filepath.Join(dir, "gossip.key"): 0o600,
+	} {
+		fi, err := os.Stat(name)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if fi.Mode().Perm() != mode {
+			t.Errorf("%s: mode %v, want %v", name, fi.Mode().Perm(), mode)
+		}
+	}
+	read := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	nodeCert, err := pki.ParseCertificate(read("node.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, ok := pki.MemberName(nodeCert); !ok || name != "ringlimit-1" || len(nodeCert.DNSNames) != 1 || nodeCert.DNSNames[0] != "ringlimit-1" ||
+		len(nodeCert.IPAddresses) != 1 || nodeCert.IPAddresses[0].String() != "10.1.2.3" {
+		t.Errorf("node.crt: member %q %v, DNS %v, IP %v", name, ok, nodeCert.DNSNames, nodeCert.IPAddresses)
+	}
+	if _, _, err := pki.PeerTLS(read("ca.crt"), read("node.crt"), read("node.key")); err != nil {
+		t.Errorf("node.crt does not serve a peer port: %v", err)
+	}
+	clientCert, err := pki.ParseCertificate(read("client.ops.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, ok := pki.ClientName(clientCert); !ok || name != "ops" {
+		t.Errorf("client.ops.crt names client %q %v, want ops", name, ok)
+	}
+	if _, isMember := pki.MemberName(clientCert); isMember {
+		t.Errorf("client certificate names a member")
+	}
+	if key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(read("gossip.key")))); err != nil || len(key) != 32 {
+		t.Errorf("gossip.key: %d bytes of base64 (%v), want 32", len(key), err)
+	}
+
+	// Existing files are refused, and left as they were; --overwrite replaces.
+	before := read("node.key")
+	for _, args := range [][]string{
+		{"cert", "create-ca", "--certs-dir", dir, "--ca-key", caKey},
+		{"cert", "create-node", "ringlimit-1", "--host", "h", "--certs-dir", dir, "--ca-key", caKey},
+		{"cert", "create-client", "ops", "--certs-dir", dir, "--ca-key", caKey},
+		{"cert", "create-gossip-key", "--certs-dir", dir},
+	} {
+		code, _, stderr := run(t, Deps{}, args...)
+		if code != ExitError || !strings.Contains(stderr, "exists: refusing to replace it (pass --overwrite") {
+			t.Errorf("%q again: got exit %d %q, want 2 refusing to replace", args[1], code, stderr)
+		}
+	}
+	if !bytes.Equal(before, read("node.key")) {
+		t.Errorf("a refused create-node changed node.key")
+	}
+	ok("cert", "create-node", "ringlimit-1", "--host", "h", "--certs-dir", dir, "--ca-key", caKey, "--overwrite")
+	if bytes.Equal(before, read("node.key")) {
+		t.Errorf("--overwrite kept the old node.key")
+	}
+	if fi, _ := os.Stat(filepath.Join(dir, "node.key")); fi.Mode().Perm() != 0o600 {
+		t.Errorf("overwritten node.key: mode %v, want 0600", fi.Mode().Perm())
+	}
+	// A certificate of another CA's key is refused.
+	otherKey := filepath.Join(t.TempDir(), "other.key")
+	ok("cert", "create-ca", "--certs-dir", t.TempDir(), "--ca-key", otherKey)
+	if code, _, stderr := run(t, Deps{}, "cert", "create-client", "x", "--certs-dir", dir, "--ca-key", otherKey); code != ExitError || !strings.Contains(stderr, "CA key pair") {
+		t.Errorf("CA key of another CA: got exit %d %q, want 2", code, stderr)
+	}
+}
+
+// recordingLimiter answers every check allowed and records it.
+type recordingLimiter struct {
+	mu     sync.Mutex
+	checks []transport.Check
+}
+
+func (r *recordingLimiter) Check(_ context.Context, c transport.Check) (transport.Result, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.checks = append(r.checks, c)
+	return transport.Result{Decision: algo.Decision{Allowed: true, Limit: 1}, Route: transport.RouteOwner}, nil
+}
+
+// TestDefaultBurst checks that a check without --burst carries DefaultBurst
+// (0), as a missing "burst" over HTTP and burst 0 over gRPC do, and that a
+// token bucket without a burst is refused naming the burst.
+func TestDefaultBurst(t *testing.T) {
+	t.Parallel()
+	rec := &recordingLimiter{}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := transport.NewLimiterServer(transport.ServerConfig{}, rec)
+	go s.Serve(lis)
+	t.Cleanup(s.Stop)
+	if code, out, stderr := run(t, Deps{}, "check", "--addr", lis.Addr().String(), "--insecure", "k"); code != ExitOK {
+		t.Fatalf("check: exit %d %s%s", code, out, stderr)
+	}
+	rec.mu.Lock()
+	got := rec.checks
+	rec.mu.Unlock()
+	if len(got) != 1 || got[0].Limit.Burst != DefaultBurst || DefaultBurst != 0 {
+		t.Errorf("check without --burst sent %+v, want burst %d (= 0, the HTTP and gRPC default)", got, DefaultBurst)
+	}
+	if code, _, stderr := run(t, Deps{}, "check", "--addr", lis.Addr().String(), "--insecure", "--algorithm", "token_bucket", "k"); code != ExitError || !strings.Contains(stderr, "field Burst value 0") {
+		t.Errorf("token_bucket without --burst: got exit %d %q, want 2 naming the burst", code, stderr)
+	}
+	for _, cmd := range []string{"bench", "replay"} {
+		c := NewRoot(io.Discard, io.Discard, Deps{})
+		sub, _, err := c.Find([]string{cmd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if def := sub.Flags().Lookup("burst").DefValue; def != "0" {
+			t.Errorf("%s --burst default: got %s, want 0", cmd, def)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,8 +10,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/cmd/internal/duration"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
-	"github.com/ringlimit/ringlimit/transport"
 )
 
 // limitFlags are the flags that describe an algo.Limit and the hits per check.
@@ -24,15 +23,28 @@ type limitFlags struct {
 	hits      int64
 }
 
-// register adds the limit flags to fs; --algorithm only when withAlgorithm (demo
-// runs every algorithm and must not list a flag it cannot take).
-func (f *limitFlags) register(fs *pflag.FlagSet, withAlgorithm bool) {
+// DefaultBurst is the burst of a check that does not give one, on every front
+// door: HTTP (a missing "burst"), gRPC (burst 0, proto3's zero value) and the
+// CLI's check, bench and replay (--burst). GCRA with burst 0 admits one hit
+// at a time, one per emission interval; a token bucket needs a burst of at
+// least 1, so it must be given. demo alone uses its own scenario's burst
+// (demoBurst).
+const DefaultBurst = 0
+
+// demoBurst is the burst of the demo's scenario (limit 10 per minute, burst 5).
+const demoBurst = 5
+
+// register declares the limit flags with burst as --burst's default, and
+// --algorithm only when withAlgorithm (demo runs every algorithm and must not
+// list a flag it cannot take).
+func (f *limitFlags) register(fs *pflag.FlagSet, withAlgorithm bool, burst int64) {
 	if withAlgorithm {
 		fs.StringVar(&f.algorithm, "algorithm", "gcra", "algorithm: sliding_window_log, sliding_window_counter, fixed_window, gcra, token_bucket or bucketed_sliding_window")
 	}
 	fs.Int64Var(&f.limit, "limit", 10, "hits per period (the rate for gcra and token_bucket)")
-	fs.DurationVar(&f.period, "period", time.Minute, "window length or refill period")
-	fs.Int64Var(&f.burst, "burst", 5, "gcra: max_burst (capacity burst+1); token_bucket: capacity (>= 1); ignored by window algorithms")
+	f.period = time.Minute
+	fs.Var(duration.Value{D: &f.period}, "period", "window length or refill period, a Go duration (at most 2562047h47m16.854775807s)")
+	fs.Int64Var(&f.burst, "burst", burst, "gcra: max_burst (capacity burst+1); token_bucket: capacity (>= 1, so give it); ignored by window algorithms")
 	fs.Int64Var(&f.hits, "hits", 1, "hits taken by each check (0 peeks)")
 }
 
@@ -56,49 +68,19 @@ func (f *limitFlags) parse(kind algo.Kind) (algo.Limit, int64, error) {
 	return l, f.hits, nil
 }
 
-// tlsFlags are the client side of the daemons' mTLS.
-type tlsFlags struct {
-	cert, key, ca string
-}
-
-func (f *tlsFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&f.cert, "tls-cert", "", "client certificate (PEM) for mTLS to the daemons; with --tls-key and --tls-ca")
-	fs.StringVar(&f.key, "tls-key", "", "client private key (PEM) for mTLS")
-	fs.StringVar(&f.ca, "tls-ca", "", "CA certificate (PEM) the daemons' certificates are signed by")
-}
-
-// config returns nil (plaintext) when no flag is set, the client config when
-// all three are, and an error otherwise.
-func (f *tlsFlags) config() (*tls.Config, error) {
-	set := 0
-	for _, s := range []string{f.cert, f.key, f.ca} {
-		if s != "" {
-			set++
-		}
-	}
-	switch set {
-	case 0:
-		return nil, nil
-	case 3:
-		_, client, err := transport.LoadMutualTLS(f.cert, f.key, f.ca)
-		return client, err
-	}
-	return nil, errors.New("--tls-cert, --tls-key and --tls-ca go together: set all three or none")
-}
-
 // targetFlags choose where checks go: an in-process cluster or daemons.
 type targetFlags struct {
 	target string
 	nodes  int
 	addrs  []string
-	tls    tlsFlags
+	sec    secFlags
 }
 
 func (f *targetFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.target, "target", "inprocess", "where checks go when --addr is not set: inprocess (a cluster of --nodes nodes started in this process on loopback)")
 	fs.IntVar(&f.nodes, "nodes", 3, "nodes of the in-process cluster")
 	fs.StringSliceVar(&f.addrs, "addr", nil, "comma-separated gRPC addresses (host:port) of ringlimitd daemons; checks are spread over them")
-	f.tls.register(fs)
+	f.sec.register(fs)
 }
 
 func (f *targetFlags) validate(fs *pflag.FlagSet) error {
@@ -122,33 +104,34 @@ func (f *targetFlags) validate(fs *pflag.FlagSet) error {
 	return nil
 }
 
-// open starts or dials the targets. stop releases them.
-func (f *targetFlags) open(ctx context.Context, deps Deps, acceptCallerTimestamps bool) (targets []target.Target, stop func() error, err error) {
+// open starts or dials the targets. stop releases them. fs is the command's
+// flag set (which security flags were given).
+func (f *targetFlags) open(ctx context.Context, fs *pflag.FlagSet, deps Deps, acceptCallerTimestamps bool) (targets []target.Target, stop func() error, err error) {
 	if len(f.addrs) == 0 {
 		if deps.InProcess == nil {
 			return nil, nil, errors.New("in-process clusters are not available in this build")
 		}
 		return deps.InProcess(ctx, f.nodes, acceptCallerTimestamps)
 	}
-	tlsCfg, err := f.tls.config()
+	sec, err := f.sec.resolve(fs)
 	if err != nil {
 		return nil, nil, err
 	}
-	var clients []*transport.Client
+	var closers []func() error
 	stop = func() error {
 		var errs []error
-		for _, c := range clients {
-			errs = append(errs, c.Close())
+		for _, c := range closers {
+			errs = append(errs, c())
 		}
 		return errors.Join(errs...)
 	}
 	for _, a := range f.addrs {
-		c, err := transport.Dial(strings.TrimSpace(a), tlsCfg)
+		c, closeFn, err := sec.dial(strings.TrimSpace(a))
 		if err != nil {
 			stop()
 			return nil, nil, err
 		}
-		clients = append(clients, c)
+		closers = append(closers, closeFn)
 		targets = append(targets, target.Target{Name: strings.TrimSpace(a), Checker: c})
 	}
 	return targets, stop, nil

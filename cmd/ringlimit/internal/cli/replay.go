@@ -124,7 +124,7 @@ mismatch), 2 on error.`,
 			if err != nil {
 				return err
 			}
-			targets, stop, err := tf.open(cmd.Context(), deps, true)
+			targets, stop, err := tf.open(cmd.Context(), cmd.Flags(), deps, true)
 			if err != nil {
 				return err
 			}
@@ -154,7 +154,7 @@ mismatch), 2 on error.`,
 		},
 	}
 	fs := cmd.Flags()
-	lf.register(fs, true)
+	lf.register(fs, true, DefaultBurst)
 	tf.register(fs)
 	logf.register(fs)
 	fs.StringVar(&prefix, "prefix", "", `key prefix (default "replay:<unix ns>:", fresh per run so earlier runs' state is never met)`)
@@ -248,7 +248,7 @@ any replay differs from the single-node reference.`,
 		},
 	}
 	fs := cmd.Flags()
-	lf.register(fs, false)
+	lf.register(fs, false, demoBurst)
 	logf.register(fs)
 	fs.IntVar(&nodes, "nodes", 3, "nodes of the in-process cluster")
 	fs.IntVar(&workers, "workers", 0, "concurrent senders per replay (0 = 8 per CPU, at least 16)")

@@ -15,24 +15,43 @@ package config
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 
+	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/auth"
 	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/transport/pki"
 )
 
 // ErrInvalid is wrapped by every error of this package: a flag, variable or file
 // whose value the daemon cannot use.
 var ErrInvalid = errors.New("config: invalid")
+
+// ErrInsecure is returned, wrapping ErrInvalid, when the secure-mode material
+// (--certs-dir, --gossip-key-file) is missing and --insecure is not set, or
+// when --insecure is set together with any of it.
+var ErrInsecure = fmt.Errorf("%w: security", ErrInvalid)
+
+// File names in CertsDir, as CockroachDB names them.
+const (
+	// CACertFile is the cluster CA certificate.
+	CACertFile = "ca.crt"
+	// NodeCertFile is this member's certificate (pki.CreateNode).
+	NodeCertFile = "node.crt"
+	// NodeKeyFile is this member's private key.
+	NodeKeyFile = "node.key"
+)
 
 // EnvPrefix prefixes the environment variable of every flag.
 const EnvPrefix = "RINGLIMIT_"
@@ -64,12 +83,27 @@ type Config struct {
 	// GossipPort is the memberlist TCP+UDP port (--gossip-port). Default 7946; 0
 	// picks a free port.
 	GossipPort int
-	// GRPCPort serves the gRPC Limiter and Peer services (--grpc-port). Default
-	// 8081; 0 picks a free port.
+	// GRPCPort serves the public gRPC Limiter service (--grpc-port): TLS and
+	// caller authentication in secure mode; the Peer service is never served
+	// there. Default 8081; 0 picks a free port.
 	GRPCPort int
-	// HTTPPort serves the HTTP/JSON API, /metrics, /healthz and /readyz
-	// (--http-port). Default 8080; 0 picks a free port.
+	// PeerPort serves the internal gRPC Peer service, for cluster members only
+	// (--peer-port): mutual TLS with the cluster CA in secure mode. Default
+	// 7947; 0 picks a free port.
+	PeerPort int
+	// HTTPPort serves the HTTP/JSON client API: POST /v1/check, GET
+	// /v1/members (--http-port): HTTPS and caller authentication in secure
+	// mode. Default 8080; 0 picks a free port.
 	HTTPPort int
+	// AdminPort serves the read-only admin API: GET /metrics, /healthz, /readyz
+	// (--admin-port). It authenticates nobody and changes nothing: expose it to
+	// the scraper and the orchestrator's probes only. Default 8082; 0 picks a
+	// free port.
+	AdminPort int
+	// RedisPort serves the Redis protocol (--redis-port: redis-cell's
+	// CL.THROTTLE, RL.CHECK, RL.POLICY; TLS and AUTH with a client token unless
+	// --insecure). Default -1: off; 0 picks a free port.
+	RedisPort int
 	// Join lists the seeds' gossip addresses, "host:port" or "host" for port 7946
 	// (--join, comma-separated). Default none: a cluster of one until others join.
 	Join []string
@@ -78,15 +112,33 @@ type Config struct {
 	ClusterLabel string
 	// GossipKeyFile names a file holding the gossip encryption key
 	// (--gossip-key-file): either the key in standard base64 (surrounding
-	// whitespace ignored, as printed by `head -c 32 /dev/urandom | base64`) or the
-	// raw key bytes; the key is 16, 24 or 32 bytes (AES-128/192/256). Content
-	// that is valid base64 is read as base64 (see ReadGossipKey). Every node
-	// needs the same key. Default empty: gossip in clear.
+	// whitespace ignored, as written by `ringlimit cert create-gossip-key` or
+	// `head -c 32 /dev/urandom | base64`) or the raw key bytes; the key is 16,
+	// 24 or 32 bytes (AES-128/192/256). Content that is valid base64 is read as
+	// base64 (see ReadGossipKey). Every node needs the same key. Required unless
+	// Insecure.
 	GossipKeyFile string
-	// TLSCertFile, TLSKeyFile and TLSCAFile turn on mutual TLS between peers when
-	// all three are set (--tls-cert-file, --tls-key-file, --tls-ca-file; PEM).
-	// Default empty: plaintext gRPC.
-	TLSCertFile, TLSKeyFile, TLSCAFile string
+	// CertsDir is the directory of this node's TLS material (--certs-dir), named
+	// as CockroachDB names it: ca.crt (the cluster CA), node.crt (this member's
+	// certificate, naming NodeName; `ringlimit cert create-node`) and node.key.
+	// The peer port uses them for mutual TLS; the gRPC and HTTP client ports
+	// serve node.crt and verify client certificates against ca.crt. Required
+	// unless Insecure.
+	CertsDir string
+	// ClientTokenFile names a file of bearer tokens accepted on the client
+	// ports besides client certificates (--client-token-file): one token per
+	// line, optionally "token,name" (see auth.ParseTokens). Default empty: client
+	// certificates only. Not allowed with Insecure.
+	ClientTokenFile string
+	// Insecure runs without TLS and authentication (--insecure): no TLS or
+	// caller authentication on the client ports, no TLS or admission handshake
+	// between peers (secure members refuse to admit an insecure one); gossip is
+	// encrypted only if GossipKeyFile is also given. The daemon logs a WARN at
+	// start, /healthz and /readyz say "insecure": true, and ringlimit_insecure
+	// is 1. Without it the daemon refuses to start unless CertsDir and
+	// GossipKeyFile are set; with it, CertsDir and ClientTokenFile are refused.
+	// Default false.
+	Insecure bool
 	// OwnerUnreachable is the policy for checks whose owner cannot be reached
 	// (--owner-unreachable: local, fail-open or fail-closed). Default local.
 	OwnerUnreachable string
@@ -132,8 +184,11 @@ func Default() Config {
 		NodeName:         d.Name,
 		BindAddr:         d.BindAddr,
 		GossipPort:       d.GossipPort,
-		GRPCPort:         d.GRPCPort,
+		GRPCPort:         8081,
+		PeerPort:         d.PeerPort,
 		HTTPPort:         8080,
+		AdminPort:        8082,
+		RedisPort:        -1,
 		ClusterLabel:     d.ClusterLabel,
 		OwnerUnreachable: d.OwnerUnreachable.String(),
 		MaxKeys:          d.MaxKeys,
@@ -154,14 +209,17 @@ func (c *Config) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.BindAddr, "bind-addr", c.BindAddr, "IP address the gossip, gRPC and HTTP listeners bind to")
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", c.AdvertiseAddr, "IP address peers use to reach this node (default: bind address, or the first private IP when binding 0.0.0.0)")
 	fs.IntVar(&c.GossipPort, "gossip-port", c.GossipPort, "memberlist TCP+UDP port (0 = any free port)")
-	fs.IntVar(&c.GRPCPort, "grpc-port", c.GRPCPort, "gRPC Limiter and Peer port (0 = any free port)")
-	fs.IntVar(&c.HTTPPort, "http-port", c.HTTPPort, "HTTP port for /v1/check, /v1/members, /metrics, /healthz, /readyz (0 = any free port)")
+	fs.IntVar(&c.GRPCPort, "grpc-port", c.GRPCPort, "public gRPC Limiter port; TLS + client certificate or bearer token unless --insecure (0 = any free port)")
+	fs.IntVar(&c.PeerPort, "peer-port", c.PeerPort, "internal gRPC Peer port, cluster members only; mutual TLS unless --insecure (0 = any free port)")
+	fs.IntVar(&c.HTTPPort, "http-port", c.HTTPPort, "HTTP client API port: POST /v1/check, GET /v1/members; HTTPS + client certificate or bearer token unless --insecure (0 = any free port)")
+	fs.IntVar(&c.RedisPort, "redis-port", c.RedisPort, "Redis-protocol port (CL.THROTTLE); TLS + AUTH <client token> unless --insecure (-1 = off, 0 = any free port)")
+	fs.IntVar(&c.AdminPort, "admin-port", c.AdminPort, "read-only admin HTTP port: GET /metrics, /healthz, /readyz; no authentication (0 = any free port)")
 	fs.StringSliceVar(&c.Join, "join", c.Join, "comma-separated seed gossip addresses host[:port]")
 	fs.StringVar(&c.ClusterLabel, "cluster-label", c.ClusterLabel, "cluster label; gossip from another label is dropped")
-	fs.StringVar(&c.GossipKeyFile, "gossip-key-file", c.GossipKeyFile, "file with the gossip encryption key: base64 or raw, 16/24/32 bytes (default: no encryption)")
-	fs.StringVar(&c.TLSCertFile, "tls-cert-file", c.TLSCertFile, "PEM certificate for mutual TLS between peers (with --tls-key-file and --tls-ca-file)")
-	fs.StringVar(&c.TLSKeyFile, "tls-key-file", c.TLSKeyFile, "PEM private key for mutual TLS between peers")
-	fs.StringVar(&c.TLSCAFile, "tls-ca-file", c.TLSCAFile, "PEM CA that signs the peers' certificates")
+	fs.StringVar(&c.GossipKeyFile, "gossip-key-file", c.GossipKeyFile, "file with the gossip encryption key: base64 or raw, 16/24/32 bytes (required unless --insecure)")
+	fs.StringVar(&c.CertsDir, "certs-dir", c.CertsDir, "directory with ca.crt, node.crt and node.key, made by 'ringlimit cert' (required unless --insecure)")
+	fs.StringVar(&c.ClientTokenFile, "client-token-file", c.ClientTokenFile, "file of bearer tokens accepted on the client ports besides client certificates: one \"token[,name]\" per line")
+	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "no TLS and no authentication on any port (gossip encrypted only with --gossip-key-file): for a laptop, never a deployment")
 	fs.StringVar(&c.OwnerUnreachable, "owner-unreachable", c.OwnerUnreachable, "policy when a key's owner is unreachable: local, fail-open or fail-closed")
 	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "maximum keys held by this node")
 	fs.BoolVar(&c.AcceptCallerTimestamps, "accept-caller-timestamps", c.AcceptCallerTimestamps, "honour caller timestamps (created_at_unix_ns); needed for replays")
@@ -255,15 +313,16 @@ func (c *Config) Validate() error {
 	for _, p := range []struct {
 		flag string
 		v    int
-	}{{"gossip-port", c.GossipPort}, {"grpc-port", c.GRPCPort}, {"http-port", c.HTTPPort}} {
+	}{{"gossip-port", c.GossipPort}, {"grpc-port", c.GRPCPort}, {"peer-port", c.PeerPort}, {"http-port", c.HTTPPort}, {"admin-port", c.AdminPort}} {
 		if p.v < 0 || p.v > 65535 {
 			return bad(p.flag, p.v, "want 0..65535")
 		}
 	}
-	if c.HTTPPort != 0 && (c.HTTPPort == c.GRPCPort || c.HTTPPort == c.GossipPort) ||
-		c.GRPCPort != 0 && c.GRPCPort == c.GossipPort {
-		return fmt.Errorf("%w: --gossip-port %d, --grpc-port %d and --http-port %d must differ",
-			ErrInvalid, c.GossipPort, c.GRPCPort, c.HTTPPort)
+	if c.RedisPort < -1 || c.RedisPort > 65535 {
+		return bad("redis-port", c.RedisPort, "want -1 (off) or 0..65535")
+	}
+	if err := c.distinctPorts(); err != nil {
+		return err
 	}
 	seeds := c.Join[:0:0]
 	for _, s := range c.Join {
@@ -286,16 +345,6 @@ func (c *Config) Validate() error {
 	c.Join = seeds
 	if c.ClusterLabel == "" {
 		return bad("cluster-label", `""`, "must not be empty")
-	}
-	tls := 0
-	for _, f := range []string{c.TLSCertFile, c.TLSKeyFile, c.TLSCAFile} {
-		if f != "" {
-			tls++
-		}
-	}
-	if tls != 0 && tls != 3 {
-		return fmt.Errorf("%w: --tls-cert-file, --tls-key-file and --tls-ca-file must be set together (got %q, %q, %q)",
-			ErrInvalid, c.TLSCertFile, c.TLSKeyFile, c.TLSCAFile)
 	}
 	if _, err := node.ParsePolicy(c.OwnerUnreachable); err != nil {
 		return bad("owner-unreachable", strconv.Quote(c.OwnerUnreachable), "want local, fail-open or fail-closed")
@@ -321,6 +370,50 @@ func (c *Config) Validate() error {
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		return bad("log-format", strconv.Quote(c.LogFormat), "want json or text")
 	}
+	return c.validateSecurity()
+}
+
+// validateSecurity requires the secure-mode material unless Insecure, and
+// refuses Insecure together with certificates or client tokens (ambiguous:
+// which was meant?). Insecure with a gossip key is allowed, as node allows it:
+// gossip stays encrypted, everything else is open.
+func (c *Config) validateSecurity() error {
+	set := []struct{ flag, v string }{{"certs-dir", c.CertsDir}, {"gossip-key-file", c.GossipKeyFile}, {"client-token-file", c.ClientTokenFile}}
+	for _, f := range set {
+		if c.Insecure && f.v != "" && f.flag != "gossip-key-file" {
+			return fmt.Errorf("%w: --insecure with --%s: drop one or the other", ErrInsecure, f.flag)
+		}
+	}
+	if c.Insecure {
+		return nil
+	}
+	var missing []string
+	for _, f := range set[:2] {
+		if f.v == "" {
+			missing = append(missing, "--"+f.flag+" ("+EnvName(f.flag)+")")
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: ringlimitd runs secure unless told otherwise and needs %s; create the material with "+
+			"`ringlimit cert create-ca`, `create-node`, `create-gossip-key`, or pass --insecure (no TLS, no authentication: laptops only)",
+			ErrInsecure, strings.Join(missing, " and "))
+	}
+	return nil
+}
+
+// distinctPorts refuses two listeners on one non-zero port.
+func (c *Config) distinctPorts() error {
+	ports := []struct {
+		flag string
+		v    int
+	}{{"gossip-port", c.GossipPort}, {"grpc-port", c.GRPCPort}, {"peer-port", c.PeerPort}, {"http-port", c.HTTPPort}, {"admin-port", c.AdminPort}, {"redis-port", c.RedisPort}}
+	for i, a := range ports {
+		for _, b := range ports[i+1:] {
+			if a.v > 0 && a.v == b.v {
+				return fmt.Errorf("%w: --%s and --%s are both %d: every listener needs its own port", ErrInvalid, a.flag, b.flag, a.v)
+			}
+		}
+	}
 	return nil
 }
 
@@ -342,9 +435,28 @@ func (c *Config) Level() (slog.Level, error) {
 	return l, nil
 }
 
-// HTTPAddr returns the host:port the HTTP server listens on.
+// HTTPAddr returns the host:port the HTTP client API listens on.
 func (c *Config) HTTPAddr() string {
 	return net.JoinHostPort(c.BindAddr, strconv.Itoa(c.HTTPPort))
+}
+
+// GRPCAddr returns the host:port the gRPC Limiter service listens on.
+func (c *Config) GRPCAddr() string {
+	return net.JoinHostPort(c.BindAddr, strconv.Itoa(c.GRPCPort))
+}
+
+// RedisAddr returns the host:port of the Redis-protocol listener, "" when
+// --redis-port is off (-1).
+func (c *Config) RedisAddr() string {
+	if c.RedisPort < 0 {
+		return ""
+	}
+	return net.JoinHostPort(c.BindAddr, strconv.Itoa(c.RedisPort))
+}
+
+// AdminAddr returns the host:port the admin API listens on.
+func (c *Config) AdminAddr() string {
+	return net.JoinHostPort(c.BindAddr, strconv.Itoa(c.AdminPort))
 }
 
 // NodeConfig returns the node.Config this Config describes, starting from
@@ -364,10 +476,13 @@ func (c *Config) NodeConfig(logger *slog.Logger, metrics node.Metrics) (node.Con
 	nc.BindAddr = c.BindAddr
 	nc.AdvertiseAddr = c.AdvertiseAddr
 	nc.GossipPort = c.GossipPort
-	nc.GRPCPort = c.GRPCPort
+	nc.PeerPort = c.PeerPort
+	nc.Insecure = c.Insecure
 	nc.Join = append([]string(nil), c.Join...)
 	nc.ClusterLabel = c.ClusterLabel
-	nc.TLSCertFile, nc.TLSKeyFile, nc.TLSCAFile = c.TLSCertFile, c.TLSKeyFile, c.TLSCAFile
+	if c.CertsDir != "" {
+		nc.TLSCAFile, nc.TLSCertFile, nc.TLSKeyFile = c.certFiles()
+	}
 	nc.OwnerUnreachable = policy
 	nc.MaxKeys = c.MaxKeys
 	nc.AcceptCallerTimestamps = c.AcceptCallerTimestamps
@@ -384,6 +499,68 @@ func (c *Config) NodeConfig(logger *slog.Logger, metrics node.Metrics) (node.Con
 		nc.SecretKey = key
 	}
 	return nc, nil
+}
+
+// certFiles returns the paths of ca.crt, node.crt and node.key in CertsDir.
+func (c *Config) certFiles() (ca, cert, key string) {
+	return filepath.Join(c.CertsDir, CACertFile), filepath.Join(c.CertsDir, NodeCertFile), filepath.Join(c.CertsDir, NodeKeyFile)
+}
+
+// Security is what the client listeners need in secure mode.
+type Security struct {
+	// TLS is the server configuration of the gRPC and HTTP client ports
+	// (pki.ServerTLS: node.crt, client certificates verified against ca.crt
+	// when given).
+	TLS *tls.Config
+	// Tokens are the bearer tokens of ClientTokenFile; nil when unset.
+	Tokens *auth.Tokens
+	// Warnings name secret files that group or others may read (node.key, the
+	// token file): the daemon logs them at WARN. `ringlimit cert` writes 0600.
+	Warnings []string
+}
+
+// Security reads the TLS material of CertsDir and the token file. It returns
+// the zero Security when Insecure. Errors wrap ErrInvalid and name the file.
+func (c *Config) Security() (Security, error) {
+	if c.Insecure {
+		return Security{}, nil
+	}
+	caFile, certFile, keyFile := c.certFiles()
+	var pems [3][]byte
+	for i, f := range []string{caFile, certFile, keyFile} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return Security{}, fmt.Errorf("%w: --certs-dir: %v", ErrInvalid, err)
+		}
+		pems[i] = b
+	}
+	cfg, err := pki.ServerTLS(pems[0], pems[1], pems[2])
+	if err != nil {
+		return Security{}, fmt.Errorf("%w: --certs-dir %s: %w", ErrInvalid, c.CertsDir, err)
+	}
+	if cert, err := pki.ParseCertificate(pems[1]); err == nil {
+		if name, ok := pki.MemberName(cert); !ok || name != c.NodeName {
+			return Security{}, fmt.Errorf("%w: --certs-dir %s: node.crt names member %q, not --node-name %q (make it with `ringlimit cert create-node %s`)",
+				ErrInvalid, c.CertsDir, name, c.NodeName, c.NodeName)
+		}
+	}
+	sec := Security{TLS: cfg}
+	secrets := []string{keyFile}
+	if c.ClientTokenFile != "" {
+		secrets = append(secrets, c.ClientTokenFile)
+	}
+	for _, f := range secrets {
+		if fi, err := os.Stat(f); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			sec.Warnings = append(sec.Warnings, fmt.Sprintf("%s is readable by group or others (mode %v): chmod 600 it", f, fi.Mode().Perm()))
+		}
+	}
+	if c.ClientTokenFile != "" {
+		sec.Tokens, err = auth.LoadTokens(c.ClientTokenFile)
+		if err != nil {
+			return Security{}, fmt.Errorf("%w: --client-token-file: %w", ErrInvalid, err)
+		}
+	}
+	return sec, nil
 }
 
 // ReadGossipKey reads a gossip encryption key from path: standard base64 of 16,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,7 +15,20 @@ import (
 	"github.com/ringlimit/ringlimit/node"
 )
 
+// env looks variables up in m, with RINGLIMIT_INSECURE=true unless m sets it,
+// so that tests of unrelated settings need no security material.
 func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		v, ok := m[k]
+		if !ok && k == "RINGLIMIT_INSECURE" {
+			return "true", true
+		}
+		return v, ok
+	}
+}
+
+// envOnly looks variables up in m alone.
+func envOnly(m map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) {
 		v, ok := m[k]
 		return v, ok
@@ -25,15 +39,52 @@ func TestDefaults(t *testing.T) {
 	t.Parallel()
 	c, err := Load(nil, env(nil))
 	if err != nil {
-		t.Fatalf("Load with nothing set: %v", err)
+		t.Fatalf("Load with nothing set but RINGLIMIT_INSECURE: %v", err)
 	}
 	want := Default()
+	want.Insecure = true
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
 	if c.HTTPPort != 8080 || c.GossipPort != 7946 || c.GRPCPort != 8081 || c.OwnerUnreachable != "local" ||
 		c.ShutdownTimeout != 10*time.Second || c.LogLevel != "info" || c.AcceptCallerTimestamps {
 		t.Errorf("defaults: got %+v", c)
+	}
+	if d := Default(); d.Insecure || d.PeerPort != 7947 || d.AdminPort != 8082 {
+		t.Errorf("Default: got insecure %v, peer port %d, admin port %d; want false, 7947, 8082", d.Insecure, d.PeerPort, d.AdminPort)
+	}
+}
+
+// TestSecureByDefault checks that the daemon refuses to start without the
+// security material unless --insecure, and refuses --insecure together with
+// any of it.
+func TestSecureByDefault(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		env  map[string]string
+		want string // "" = valid
+	}{
+		{nil, nil, "needs --certs-dir (RINGLIMIT_CERTS_DIR) and --gossip-key-file (RINGLIMIT_GOSSIP_KEY_FILE)"},
+		{[]string{"--certs-dir", "c"}, nil, "needs --gossip-key-file"},
+		{nil, map[string]string{"RINGLIMIT_GOSSIP_KEY_FILE": "k"}, "needs --certs-dir"},
+		{[]string{"--certs-dir", "c", "--gossip-key-file", "k"}, nil, ""},
+		{[]string{"--certs-dir", "c", "--gossip-key-file", "k", "--client-token-file", "t"}, nil, ""},
+		{[]string{"--insecure"}, nil, ""},
+		{nil, map[string]string{"RINGLIMIT_INSECURE": "true"}, ""},
+		{[]string{"--insecure", "--certs-dir", "c"}, nil, "--insecure with --certs-dir"},
+		{[]string{"--insecure", "--client-token-file", "t"}, nil, "--insecure with --client-token-file"},
+		// Insecure with a gossip key: encrypted gossip, nothing else (node allows it too).
+		{[]string{"--gossip-key-file", "k"}, map[string]string{"RINGLIMIT_INSECURE": "1"}, ""},
+	}
+	for _, tt := range tests {
+		_, err := Load(tt.args, envOnly(tt.env))
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("Load(%q, %v): %v, want no error", tt.args, tt.env, err)
+		case tt.want != "" && (!errors.Is(err, ErrInsecure) || !errors.Is(err, ErrInvalid) || !strings.Contains(fmt.Sprint(err), tt.want)):
+			t.Errorf("Load(%q, %v): got %v, want ErrInsecure with %q", tt.args, tt.env, err, tt.want)
+		}
 	}
 }
 
@@ -95,7 +146,8 @@ func TestInvalid(t *testing.T) {
 		{"env port not a number", nil, map[string]string{"RINGLIMIT_GOSSIP_PORT": "many"}, `RINGLIMIT_GOSSIP_PORT="many"`},
 		{"port range", []string{"--grpc-port", "70000"}, nil, "--grpc-port (RINGLIMIT_GRPC_PORT) = 70000"},
 		{"negative port", nil, map[string]string{"RINGLIMIT_HTTP_PORT": "-1"}, "--http-port"},
-		{"same ports", []string{"--http-port", "8081"}, nil, "must differ"},
+		{"same ports", []string{"--http-port", "8081"}, nil, "--grpc-port and --http-port are both 8081"},
+		{"admin on http", []string{"--admin-port", "8080"}, nil, "--http-port and --admin-port are both 8080"},
 		{"empty name", []string{"--node-name", " "}, nil, "--node-name"},
 		{"bind not ip", []string{"--bind-addr", "localhost"}, nil, "--bind-addr"},
 		{"advertise not ip", nil, map[string]string{"RINGLIMIT_ADVERTISE_ADDR": "host.example"}, "--advertise-addr"},
@@ -103,7 +155,8 @@ func TestInvalid(t *testing.T) {
 		{"bad seed", []string{"--join", "http://a:1"}, nil, "--join"},
 		{"empty seed host", []string{"--join", ":7946"}, nil, "empty host"},
 		{"empty label", []string{"--cluster-label="}, nil, "--cluster-label"},
-		{"partial tls", []string{"--tls-cert-file", "c.pem"}, nil, "must be set together"},
+		{"old tls flag", []string{"--tls-cert-file", "c.pem"}, nil, "unknown flag: --tls-cert-file"},
+		{"peer on grpc", []string{"--peer-port", "8081"}, nil, "--grpc-port and --peer-port are both 8081"},
 		{"policy", nil, map[string]string{"RINGLIMIT_OWNER_UNREACHABLE": "fail-sometimes"}, `--owner-unreachable (RINGLIMIT_OWNER_UNREACHABLE) = "fail-sometimes"`},
 		{"max keys", []string{"--max-keys", "0"}, nil, "--max-keys"},
 		{"forward timeout", []string{"--forward-timeout", "0s"}, nil, "--forward-timeout"},
@@ -174,7 +227,7 @@ func TestGossipKey(t *testing.T) {
 	}
 
 	// The key reaches node.Config; an unreadable key is a config error.
-	c, err := Load([]string{"--gossip-key-file", filepath.Join(dir, "b64"), "--node-name", "n"}, env(nil))
+	c, err := Load([]string{"--gossip-key-file", filepath.Join(dir, "b64"), "--certs-dir", dir, "--node-name", "n"}, envOnly(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,14 +243,19 @@ func TestGossipKey(t *testing.T) {
 
 func TestNodeConfig(t *testing.T) {
 	t.Parallel()
+	key := bytes.Repeat([]byte{7}, 32)
+	keyFile := filepath.Join(t.TempDir(), "gossip.key")
+	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(key)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	c, err := Load([]string{
 		"--node-name", "n1", "--bind-addr", "127.0.0.1", "--advertise-addr", "127.0.0.2",
-		"--gossip-port", "0", "--grpc-port", "0", "--http-port", "0", "--join", "a:1,b:2",
+		"--gossip-port", "0", "--grpc-port", "0", "--peer-port", "0", "--http-port", "0", "--join", "a:1,b:2",
 		"--cluster-label", "test", "--owner-unreachable", "fail-open", "--max-keys", "42",
 		"--accept-caller-timestamps", "--forward-timeout", "300ms", "--rejoin-interval", "2s",
 		"--gossip-profile", "fast", "--shutdown-timeout", "4s",
-		"--tls-cert-file", "c", "--tls-key-file", "k", "--tls-ca-file", "ca",
-	}, env(nil))
+		"--certs-dir", "/certs", "--gossip-key-file", keyFile,
+	}, envOnly(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +266,7 @@ func TestNodeConfig(t *testing.T) {
 	want := node.DefaultConfig()
 	want.Gossip = node.TestConfig().Gossip
 	want.Name, want.BindAddr, want.AdvertiseAddr = "n1", "127.0.0.1", "127.0.0.2"
-	want.GossipPort, want.GRPCPort = 0, 0
+	want.GossipPort, want.PeerPort = 0, 0
 	want.Join = []string{"a:1", "b:2"}
 	want.ClusterLabel = "test"
 	want.OwnerUnreachable = node.FailOpen
@@ -217,7 +275,8 @@ func TestNodeConfig(t *testing.T) {
 	want.ForwardTimeout = 300 * time.Millisecond
 	want.RejoinInterval = 2 * time.Second
 	want.CloseTimeout = 4 * time.Second
-	want.TLSCertFile, want.TLSKeyFile, want.TLSCAFile = "c", "k", "ca"
+	want.TLSCertFile, want.TLSKeyFile, want.TLSCAFile = "/certs/node.crt", "/certs/node.key", "/certs/ca.crt"
+	want.SecretKey = key
 	if !reflect.DeepEqual(nc, want) {
 		t.Errorf("got  %+v\nwant %+v", nc, want)
 	}
@@ -229,5 +288,50 @@ func TestEnvName(t *testing.T) {
 		if got := EnvName(flag); got != want {
 			t.Errorf("EnvName(%q): got %q, want %q", flag, got, want)
 		}
+	}
+}
+
+// TestSecurityFiles reads a certs directory made by pki: the server TLS, the
+// tokens, a WARN for a key readable by others, and refusals naming the file.
+func TestSecurityFiles(t *testing.T) {
+	t.Parallel()
+	ca, err := node.NewTestCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cert, key, err := ca.NodePEM("n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, b []byte, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	write("ca.crt", ca.CertPEM, 0o644)
+	write("node.crt", cert, 0o644)
+	write("node.key", key, 0o600)
+	tokens := write("tokens", []byte("0123456789abcdef0123,ops\n"), 0o600)
+	c := Config{NodeName: "n1", CertsDir: dir, ClientTokenFile: tokens}
+	sec, err := c.Security()
+	if err != nil || sec.TLS == nil || sec.Tokens.Len() != 1 || len(sec.Warnings) != 0 {
+		t.Fatalf("Security: got %+v, %v; want TLS, 1 token, no warnings", sec, err)
+	}
+	write("node.key", key, 0o644)
+	if sec, err := c.Security(); err != nil || len(sec.Warnings) != 1 || !strings.Contains(sec.Warnings[0], "node.key is readable by group or others") {
+		t.Errorf("node.key 0644: got %v, %v; want one warning naming node.key", sec.Warnings, err)
+	}
+	c.NodeName = "n2"
+	if _, err := c.Security(); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `node.crt names member "n1", not --node-name "n2"`) {
+		t.Errorf("certificate of another member: got %v", err)
+	}
+	if sec, err := (&Config{Insecure: true}).Security(); err != nil || sec.TLS != nil {
+		t.Errorf("insecure: got %+v, %v; want nothing", sec, err)
 	}
 }

@@ -3,12 +3,22 @@
 // healthcheck subcommand used by container healthchecks.
 //
 // Data flow: Main parses flags and RINGLIMIT_* variables into a config.Config,
-// Start builds the metrics registry, starts the node (which serves the gRPC
-// Limiter and Peer services and joins the seeds) and serves the HTTP API on its
-// own listener. When the context given to Main ends (SIGTERM or SIGINT in the
-// binary), Shutdown stops the HTTP server, then closes the node (leave the
-// cluster, hand its keys to their new owners), all within
-// config.Config.ShutdownTimeout.
+// Start reads the security material (--certs-dir, --gossip-key-file,
+// --client-token-file; refused start without it unless --insecure), builds
+// the metrics registry, starts the node (which serves the internal Peer
+// service on --peer-port and joins the seeds), and serves four listeners of
+// its own: the gRPC Limiter service (--grpc-port) and the HTTP/JSON client API
+// (--http-port), both TLS with the node certificate and caller authentication
+// (client certificate or bearer token, package auth) in secure mode; and the
+// read-only admin API (--admin-port: /metrics, /healthz, /readyz). The gRPC port
+// also serves Envoy's RateLimitService (package rls) from --policy-file, and
+// --redis-port, when set, serves the Redis protocol (package resp: redis-cell's
+// CL.THROTTLE), TLS and AUTH with a client token in secure mode. With
+// --redis-primary the checks of every client port are decided on Redis first
+// and on the cluster while Redis fails (node/failover). When the
+// context given to Main ends (SIGTERM or SIGINT in the binary), Shutdown stops
+// the client and admin servers, then closes the node (leave the cluster, hand
+// its keys to their new owners), all within config.Config.ShutdownTimeout.
 package daemon
 
 import (
@@ -21,18 +31,26 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
-	"sync/atomic"
+	"strings"
 	"syscall"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 
+	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/auth"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/config"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/httpapi"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/metrics"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/policyfile"
+	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/resp"
+	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/rls"
 	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/node/policy"
 	"github.com/ringlimit/ringlimit/transport"
 )
 
@@ -85,16 +103,20 @@ func newRootCommand(ctx context.Context, lookupEnv func(string) (string, bool), 
 	root := &cobra.Command{
 		Use:   "ringlimitd",
 		Short: "ringlimit daemon: a distributed rate-limiter cluster member",
-		Long: `ringlimitd runs one member of a ringlimit cluster. It serves the gRPC Limiter and
-Peer services on --grpc-port, and on --http-port:
+		Long: `ringlimitd runs one member of a ringlimit cluster. Listeners:
 
-  POST /v1/check    {"key","algorithm","limit","period"|"period_ns","burst","hits","created_at_unix_ns"}
-  POST /v1/check_descriptors {"domain","descriptors":[{"entries":[{"key","value"}],"hits"}],"hits"}
-                    (with --policy-file; reloaded on change and on SIGHUP)
-  GET  /v1/members  the members this node sees
-  GET  /metrics     Prometheus metrics
-  GET  /healthz     200 while the process runs
-  GET  /readyz      200 once the node serves checks, 503 otherwise
+  --grpc-port   gRPC Limiter service (Check, CheckBatch)       TLS + client cert or bearer token
+  --http-port   POST /v1/check, GET /v1/members                TLS + client cert or bearer token
+  --peer-port   gRPC Peer service, cluster members only        mutual TLS, member certificates
+  --gossip-port memberlist (TCP+UDP)                           encrypted with --gossip-key-file
+  --admin-port  GET /metrics, /healthz, /readyz (read-only)    none: firewall it
+
+  POST /v1/check {"key"|"key_base64","algorithm","limit","period"|"period_ns","burst","hits","created_at_unix_ns"}
+
+It runs secure unless --insecure: --certs-dir (ca.crt, node.crt, node.key; made
+by 'ringlimit cert') and --gossip-key-file are required, and callers present a
+client certificate (ringlimit cert create-client) or a token listed in
+--client-token-file. --insecure turns every one of those checks off.
 
 Every flag can also be set by an environment variable: RINGLIMIT_ followed by the
 flag name upper-cased with dashes as underscores (--gossip-port: RINGLIMIT_GOSSIP_PORT).
@@ -161,7 +183,7 @@ wait:
 			logger.Info("stopping", "cause", context.Cause(ctx), "timeout", cfg.ShutdownTimeout.String())
 			break wait
 		case serveErr = <-d.Err():
-			logger.Error("http server failed, stopping", "error", serveErr)
+			logger.Error("a server failed, stopping", "error", serveErr)
 			break wait
 		case <-hup:
 			_ = d.ReloadPolicy() // a failure is logged and counted; the old policy stays
@@ -182,29 +204,42 @@ wait:
 	return nil
 }
 
-// Daemon is a running node with its HTTP server.
+// Daemon is a running node with its client and admin servers.
 type Daemon struct {
 	cfg     config.Config
 	log     *slog.Logger
 	node    *node.Node
 	metrics *metrics.Metrics
-	ln      net.Listener
+	ln      net.Listener // client HTTP API
+	adminLn net.Listener // admin HTTP API
+	grpcLn  net.Listener // gRPC Limiter service
 	srv     *http.Server
+	admin   *http.Server
+	grpcSrv *transport.Server
+	tls     bool
 	errc    chan error
 	// closeRedis closes the --redis-primary client, nil without it.
 	closeRedis func() error
 	// policy is the --policy-file watcher, nil without one.
 	policy *policyfile.Watcher
+	// respSrv and respLn serve --redis-port, nil without it.
+	respSrv *resp.Server
+	respLn  net.Listener
 }
 
 // Start starts a node configured by cfg (which must have passed Validate) and
-// serves the HTTP API. It returns once both listen; the node joins its seeds
-// before New returns. On error nothing is left running.
+// serves the gRPC Limiter service and the HTTP client and admin APIs. It
+// returns once all listen; the node joins its seeds before New returns. On
+// error nothing is left running.
 func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	d := &Daemon{cfg: cfg, log: logger, errc: make(chan error, 1)}
+	d := &Daemon{cfg: cfg, log: logger, errc: make(chan error, 3)}
+	sec, err := cfg.Security()
+	if err != nil {
+		return nil, err
+	}
 	var n *node.Node
 	d.metrics = metrics.New(func() node.Stats {
 		if n == nil {
@@ -216,50 +251,147 @@ func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", cfg.HTTPAddr())
-	if err != nil {
-		return nil, fmt.Errorf("http listener: %w", err)
+	var lns []net.Listener
+	closeAll := func() {
+		for _, l := range lns {
+			l.Close()
+		}
 	}
-	var desc *descriptorHandler
-	if cfg.PolicyFile != "" {
-		desc = &descriptorHandler{}
-		nc.Descriptors = desc
+	for _, l := range []struct {
+		name, addr string
+		dst        *net.Listener
+	}{{"http", cfg.HTTPAddr(), &d.ln}, {"admin", cfg.AdminAddr(), &d.adminLn}, {"grpc", cfg.GRPCAddr(), &d.grpcLn}, {"redis", cfg.RedisAddr(), &d.respLn}} {
+		if l.addr == "" {
+			continue // --redis-port not set
+		}
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("%s listener: %w", l.name, err)
+		}
+		*l.dst = ln
+		lns = append(lns, ln)
 	}
 	n, err = node.New(nc)
 	if err != nil {
-		ln.Close()
+		closeAll()
 		return nil, fmt.Errorf("start node: %w", err)
 	}
-	d.node, d.ln = n, ln
-	extra := map[string]http.Handler{"/metrics": d.metrics.Handler()}
+	d.node = n
+	fail := func(err error) (*Daemon, error) {
+		closeAll()
+		n.Abort()
+		return nil, err
+	}
+
+	// Descriptors: the policy file, or an empty policy (every domain unknown:
+	// OK with no limit, as envoyproxy/ratelimit answers).
+	var lim *policy.Limiter
+	var descHandler transport.DescriptorHandler
 	if cfg.PolicyFile != "" {
 		d.policy, err = policyfile.Start(cfg.PolicyFile, n, d.metrics.Registry(), logger.With("component", "policy"))
 		if err != nil {
-			ln.Close()
-			n.Abort()
-			return nil, fmt.Errorf("%w: policy file: %w", config.ErrInvalid, err)
+			return fail(fmt.Errorf("%w: policy file: %w", config.ErrInvalid, err))
 		}
-		extra["/v1/check_descriptors"] = d.policy.Handler()
-		desc.w.Store(d.policy)
+		lim, descHandler = d.policy.Limiter(), d.policy
+	} else if lim, err = policy.NewLimiter(n, nil, nil); err != nil {
+		return fail(err)
 	}
-	var chk httpapi.Limiter = limiter{n}
+	rlsSrv, err := rls.New(lim)
+	if err != nil {
+		return fail(err)
+	}
+	// Checks: the cluster, or Redis first with --redis-primary.
+	var chk checker = limiter{n}
 	if cfg.RedisPrimary != "" {
 		fc, err := newFailoverChecker(n, cfg.RedisPrimary, cfg.RedisBudget)
 		if err == nil {
 			err = d.metrics.Registry().Register(fc.f.Collector())
 		}
 		if err != nil {
-			ln.Close()
-			n.Abort()
-			return nil, fmt.Errorf("--redis-primary: %w", err)
+			return fail(fmt.Errorf("--redis-primary: %w", err))
 		}
 		chk, d.closeRedis = fc, fc.client.Close
 	}
-	h := httpapi.NewHandler(chk, httpapi.Options{
-		Logger: logger.With("component", "http"),
-		Extra:  extra,
-	})
-	d.srv = &http.Server{
+
+	// Client ports: TLS and authentication unless insecure.
+	extra := map[string]http.Handler{}
+	if d.policy != nil {
+		extra["/v1/check_descriptors"] = d.policy.Handler()
+	}
+	var client http.Handler = httpapi.NewHandler(chk, httpapi.Options{Logger: logger.With("component", "http"), Extra: extra})
+	var grpcOpts []grpc.ServerOption
+	if !cfg.Insecure {
+		d.tls = true
+		authLog := logger.With("component", "auth")
+		authn := auth.New(sec.Tokens, func(listener string, err error) {
+			d.metrics.AuthFailure(listener)
+			authLog.Debug("caller refused", "listener", listener, "error", err)
+		})
+		client = authn.HTTP(client, func(w http.ResponseWriter, _ *http.Request, err error) {
+			httpapi.WriteError(w, http.StatusUnauthorized, strings.TrimPrefix(err.Error(), "auth: "))
+		})
+		grpcOpts = append(grpcOpts, grpc.ChainUnaryInterceptor(authn.UnaryInterceptor()), grpc.ChainStreamInterceptor(authn.StreamInterceptor()))
+	}
+	// The public Limiter service only: Peer RPCs here answer Unimplemented.
+	d.grpcSrv = transport.NewLimiterServer(transport.ServerConfig{TLS: sec.TLS, MaxKeyLen: nc.MaxKeyLen, ServerOptions: grpcOpts, Descriptors: descHandler}, chk)
+	ratelimitv3.RegisterRateLimitServiceServer(d.grpcSrv.GRPCServer(), rlsSrv)
+	if d.respLn != nil {
+		rc := resp.Config{Checker: respChecker{chk}, Policy: lim, Logger: logger.With("component", "resp"), Version: version()}
+		if !cfg.Insecure {
+			rc.TLS = sec.TLS
+			rc.Authenticate = func(_, password string) bool {
+				if _, ok := sec.Tokens.Lookup(password); ok {
+					return true
+				}
+				d.metrics.AuthFailure("redis")
+				return false
+			}
+		}
+		if d.respSrv, err = resp.New(rc); err != nil {
+			return fail(err)
+		}
+		go func() {
+			if err := d.respSrv.Serve(d.respLn); err != nil {
+				d.report(fmt.Errorf("redis server: %w", err))
+			}
+		}()
+	}
+	go func() {
+		if err := d.grpcSrv.Serve(d.grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			d.report(fmt.Errorf("grpc server: %w", err))
+		}
+	}()
+	d.srv = newHTTPServer(client, logger)
+	d.srv.TLSConfig = sec.TLS
+	d.admin = newHTTPServer(httpapi.NewAdminHandler(n, httpapi.AdminOptions{
+		Logger:   logger.With("component", "admin"),
+		Extra:    map[string]http.Handler{"/metrics": d.metrics.Handler()},
+		Insecure: cfg.Insecure,
+	}), logger)
+	d.serve(d.srv, d.ln, d.tls)
+	d.serve(d.admin, d.adminLn, false)
+	for _, w := range sec.Warnings {
+		logger.Warn("secret file too open", "problem", w)
+	}
+	if cfg.Insecure {
+		logger.Warn("running INSECURE (--insecure): no TLS and no caller authentication on the gRPC and HTTP ports, "+
+			"no TLS or admission handshake between peers; anyone who reaches a port can check keys, read the members, "+
+			"or forward checks and hand off key states to this node",
+			"grpc", d.grpcLn.Addr().String(), "http", d.ln.Addr().String(), "peer", n.PeerAddr(), "gossip", n.GossipAddr(),
+			"gossip_encrypted", cfg.GossipKeyFile != "")
+	}
+	logger.Info("started",
+		"node", n.Name(), "grpc", d.grpcLn.Addr().String(), "http", d.ln.Addr().String(), "admin", d.adminLn.Addr().String(),
+		"redis", d.RedisAddr(), "policy_file", cfg.PolicyFile, "redis_primary", cfg.RedisPrimary != "",
+		"peer", n.PeerAddr(), "gossip", n.GossipAddr(), "insecure", cfg.Insecure, "client_tokens", sec.Tokens.Len(),
+		"join", cfg.Join, "cluster_label", cfg.ClusterLabel, "owner_unreachable", cfg.OwnerUnreachable,
+		"accept_caller_timestamps", cfg.AcceptCallerTimestamps, "gossip_profile", cfg.GossipProfile)
+	return d, nil
+}
+
+func newHTTPServer(h http.Handler, logger *slog.Logger) *http.Server {
+	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
@@ -267,27 +399,48 @@ func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
-	go func() {
-		if err := d.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			d.errc <- err
-		}
-	}()
-	logger.Info("started",
-		"node", n.Name(), "http", ln.Addr().String(), "grpc", n.GRPCAddr(), "gossip", n.GossipAddr(),
-		"join", cfg.Join, "cluster_label", cfg.ClusterLabel, "owner_unreachable", cfg.OwnerUnreachable,
-		"accept_caller_timestamps", cfg.AcceptCallerTimestamps, "gossip_encrypted", cfg.GossipKeyFile != "",
-		"mtls", cfg.TLSCertFile != "", "gossip_profile", cfg.GossipProfile, "redis_primary", cfg.RedisPrimary != "")
-	return d, nil
 }
 
-// HTTPAddr returns the address the HTTP server listens on (host:port).
+// serve runs srv on ln (with srv.TLSConfig when useTLS) until it is shut
+// down; any other end is reported on Err.
+func (d *Daemon) serve(srv *http.Server, ln net.Listener, useTLS bool) {
+	go func() {
+		var err error
+		if useTLS {
+			err = srv.ServeTLS(ln, "", "")
+		} else {
+			err = srv.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.report(err)
+		}
+	}()
+}
+
+func (d *Daemon) report(err error) {
+	select {
+	case d.errc <- err:
+	default:
+	}
+}
+
+// GRPCAddr returns the address the gRPC Limiter server listens on (host:port).
+func (d *Daemon) GRPCAddr() string { return d.grpcLn.Addr().String() }
+
+// TLS reports whether the gRPC and HTTP client ports serve TLS (secure mode).
+func (d *Daemon) TLS() bool { return d.tls }
+
+// HTTPAddr returns the address the HTTP client API listens on (host:port).
 func (d *Daemon) HTTPAddr() string { return d.ln.Addr().String() }
 
-// Node returns the daemon's node.
-func (d *Daemon) Node() *node.Node { return d.node }
-
-// Metrics returns the daemon's metrics.
-func (d *Daemon) Metrics() *metrics.Metrics { return d.metrics }
+// RedisAddr returns the address the Redis-protocol server listens on
+// (host:port), "" without --redis-port.
+func (d *Daemon) RedisAddr() string {
+	if d.respLn == nil {
+		return ""
+	}
+	return d.respLn.Addr().String()
+}
 
 // ReloadPolicy reloads --policy-file (what SIGHUP does); without one it does
 // nothing. A file that fails to load keeps the previous policy and is returned.
@@ -301,7 +454,16 @@ func (d *Daemon) ReloadPolicy() error {
 // Policy returns the --policy-file watcher, nil without one.
 func (d *Daemon) Policy() *policyfile.Watcher { return d.policy }
 
-// Err delivers the HTTP server's error if it stops serving on its own.
+// AdminAddr returns the address the admin API listens on (host:port).
+func (d *Daemon) AdminAddr() string { return d.adminLn.Addr().String() }
+
+// Node returns the daemon's node.
+func (d *Daemon) Node() *node.Node { return d.node }
+
+// Metrics returns the daemon's metrics.
+func (d *Daemon) Metrics() *metrics.Metrics { return d.metrics }
+
+// Err delivers a server's error if one stops serving on its own.
 func (d *Daemon) Err() <-chan error { return d.errc }
 
 // Shutdown stops the HTTP server (in-flight requests finish), then closes the
@@ -312,10 +474,26 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	if d.policy != nil {
 		_ = d.policy.Close()
 	}
-	httpErr := d.srv.Shutdown(ctx)
-	if httpErr != nil {
-		httpErr = fmt.Errorf("http shutdown: %w", httpErr)
-		_ = d.srv.Close()
+	if d.respSrv != nil {
+		_ = d.respSrv.Close()
+	}
+	var httpErr error
+	for _, s := range []struct {
+		name string
+		srv  *http.Server
+	}{{"http", d.srv}, {"admin", d.admin}} {
+		if err := s.srv.Shutdown(ctx); err != nil {
+			httpErr = errors.Join(httpErr, fmt.Errorf("%s shutdown: %w", s.name, err))
+			_ = s.srv.Close()
+		}
+	}
+	grpcDone := make(chan struct{})
+	go func() { d.grpcSrv.GracefulStop(); close(grpcDone) }()
+	select {
+	case <-grpcDone:
+	case <-ctx.Done():
+		d.grpcSrv.Stop()
+		<-grpcDone
 	}
 	if d.closeRedis != nil {
 		_ = d.closeRedis()
@@ -333,19 +511,31 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	}
 }
 
-// descriptorHandler serves the gRPC CheckDescriptors RPC with the policy file
-// watcher, which can only start once the node (its Checker) exists: until
-// then the RPC answers Unavailable.
-type descriptorHandler struct {
-	w atomic.Pointer[policyfile.Watcher]
+// version is the module version the binary was built from ("(devel)" for a
+// build from a checkout).
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		return bi.Main.Version
+	}
+	return "unknown"
 }
 
-func (h *descriptorHandler) CheckDescriptors(ctx context.Context, c transport.DescriptorCheck) (transport.DescriptorResult, error) {
-	w := h.w.Load()
-	if w == nil {
-		return transport.DescriptorResult{}, fmt.Errorf("%w: policy file not loaded yet", transport.ErrUnavailable)
+// checker decides the checks of every client port: limiter (the cluster) or
+// failoverChecker (Redis first).
+type checker interface {
+	httpapi.Limiter
+	transport.LimiterHandler
+}
+
+// respChecker adapts a checker to resp.Checker.
+type respChecker struct{ c checker }
+
+func (r respChecker) AllowN(ctx context.Context, key string, l algo.Limit, hits int64) (node.Decision, error) {
+	res, err := r.c.Check(ctx, transport.Check{Key: key, Limit: l, Hits: hits})
+	if err != nil {
+		return node.Decision{}, err
 	}
-	return w.CheckDescriptors(ctx, c)
+	return node.Decision{Decision: res.Decision, Route: res.Route, Owner: res.Owner}, nil
 }
 
 // limiter adapts *node.Node to httpapi.Limiter.
@@ -359,20 +549,18 @@ func (l limiter) Check(ctx context.Context, c transport.Check) (transport.Result
 	return r, err
 }
 
-func (l limiter) Ready() bool { return l.n.Ready() }
-
 func (l limiter) Members() []httpapi.Member {
 	ms := l.n.Members()
 	out := make([]httpapi.Member, len(ms))
 	for i, m := range ms {
-		out[i] = httpapi.Member{Name: m.Name, Addr: m.Addr, GossipAddr: m.GossipAddr, ID: m.ID, Self: m.Self}
+		out[i] = httpapi.Member{Name: m.Name, Addr: m.Addr, GossipAddr: m.GossipAddr, ID: m.ID, Self: m.Self, State: m.State, Reason: m.Reason}
 	}
 	return out
 }
 
 func newHealthcheckCommand(lookupEnv func(string) (string, bool)) *cobra.Command {
-	url := "http://127.0.0.1:8080/readyz"
-	if p, ok := lookupEnv(config.EnvName("http-port")); ok && p != "" {
+	url := "http://127.0.0.1:" + strconv.Itoa(config.Default().AdminPort) + "/readyz"
+	if p, ok := lookupEnv(config.EnvName("admin-port")); ok && p != "" {
 		url = "http://127.0.0.1:" + p + "/readyz"
 	}
 	if u, ok := lookupEnv(config.EnvName("healthcheck-url")); ok && u != "" {
@@ -383,8 +571,8 @@ func newHealthcheckCommand(lookupEnv func(string) (string, bool)) *cobra.Command
 		Use:   "healthcheck",
 		Short: "exit 0 iff --url answers 200 (for container healthchecks; the image has no curl)",
 		Long: `healthcheck GETs --url and exits 0 if it answers 200, 1 otherwise.
-The default URL is http://127.0.0.1:$RINGLIMIT_HTTP_PORT/readyz (port 8080 when
-unset); RINGLIMIT_HEALTHCHECK_URL overrides it.`,
+The default URL is the admin port's http://127.0.0.1:$RINGLIMIT_ADMIN_PORT/readyz
+(port 8082 when unset); RINGLIMIT_HEALTHCHECK_URL overrides it.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,

@@ -17,12 +17,13 @@ import (
 func TestRedisPrimary(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	d := startDaemon(t, testConfig(t, "redisfirst", "--redis-primary", srv.URL(), "--redis-budget", "200ms"))
-	base := "http://" + d.HTTPAddr()
-	waitUntil(t, 5*time.Second, "readyz", func() bool { c, _ := httpDo(t, "GET", base+"/readyz", ""); return c == 200 })
+	p := newTestPKI(t)
+	d := startDaemon(t, testConfig(t, p, "redisfirst", "--redis-primary", srv.URL(), "--redis-budget", "200ms"))
+	base, admin := "https://"+d.HTTPAddr(), "http://"+d.AdminAddr()
+	waitUntil(t, 5*time.Second, "readyz", func() bool { c, _ := httpDo(t, "GET", admin+"/readyz", ""); return c == 200 })
 	check := func() (owner string, remaining int64) {
 		t.Helper()
-		code, body := httpDo(t, "POST", base+"/v1/check", `{"key":"user123","algorithm":"gcra","limit":30,"period":"60s","burst":15}`)
+		code, body := httpDoWith(t, p.certClient, "POST", base+"/v1/check", `{"key":"user123","algorithm":"gcra","limit":30,"period":"60s","burst":15}`, "")
 		if code != 200 {
 			t.Fatalf("check: got %d %s, want 200", code, body)
 		}
@@ -41,14 +42,14 @@ func TestRedisPrimary(t *testing.T) {
 	if n, err := srv.Client().Exists(t.Context(), "ringlimit:user123").Result(); err != nil || n != 1 {
 		t.Errorf("redis key ringlimit:user123: exists %d %v, want 1", n, err)
 	}
-	if code, body := httpDo(t, "POST", base+"/v1/check", `{"key":"","algorithm":"gcra","limit":30,"period":"60s"}`); code != 400 {
+	if code, body := httpDoWith(t, p.certClient, "POST", base+"/v1/check", `{"key":"","algorithm":"gcra","limit":30,"period":"60s"}`, ""); code != 400 {
 		t.Errorf("empty key: got %d %s, want 400", code, body)
 	}
 	srv.Kill()
 	if owner, rem := check(); owner != "redisfirst" || rem != 15 {
 		t.Errorf("redis down: got owner %q remaining %d, want the node (redisfirst), a fresh key (15)", owner, rem)
 	}
-	_, body := httpDo(t, "GET", base+"/metrics", "")
+	_, body := httpDo(t, "GET", admin+"/metrics", "")
 	for _, m := range []string{`ringlimit_failover_checks_total{side="redis"} 1`, `ringlimit_failover_checks_total{side="cluster"} 1`} {
 		if !strings.Contains(body, m) {
 			t.Errorf("/metrics lacks %s", m)

@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/algo"
@@ -61,9 +61,9 @@ func counterValue(t *testing.T, reg prometheus.Gatherer, name, label, value stri
 	return 0
 }
 
-func checkDescriptors(t *testing.T, d *Daemon, body string) (int, policyfile.CheckResponse) {
+func checkDescriptors(t *testing.T, p *testPKI, d *Daemon, body string) (int, policyfile.CheckResponse) {
 	t.Helper()
-	code, out := httpDo(t, http.MethodPost, "http://"+d.HTTPAddr()+"/v1/check_descriptors", body)
+	code, out := httpDoWith(t, p.certClient, http.MethodPost, "https://"+d.HTTPAddr()+"/v1/check_descriptors", body, "")
 	var resp policyfile.CheckResponse
 	if code == http.StatusOK {
 		if err := json.Unmarshal([]byte(out), &resp); err != nil {
@@ -87,10 +87,11 @@ func TestPolicyFileReload(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "policy.yaml")
 	writeAtomic(t, path, policyV1)
-	d := startDaemon(t, testConfig(t, "policy-node", "--policy-file", path))
+	p := newTestPKI(t)
+	d := startDaemon(t, testConfig(t, p, "policy-node", "--policy-file", path))
 	const body = `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"ann"}]}]}`
 	for i, want := range []bool{true, true, false} {
-		code, resp := checkDescriptors(t, d, body)
+		code, resp := checkDescriptors(t, p, d, body)
 		if code != http.StatusOK || resp.Allowed != want || len(resp.Descriptors) != 1 || resp.Descriptors[0].Rule != "v1" || resp.PolicyVersion != 1 {
 			t.Fatalf("check %d: got %d %+v, want allowed=%v by v1, version 1", i, code, resp, want)
 		}
@@ -101,10 +102,10 @@ func TestPolicyFileReload(t *testing.T) {
 	waitUntil(t, 10*time.Second, "reload error counted", func() bool {
 		return counterValue(t, reg, "ringlimit_policy_reloads_total", "result", "error") >= 1
 	})
-	if code, _ := httpDo(t, http.MethodGet, "http://"+d.HTTPAddr()+"/readyz", ""); code != http.StatusOK {
+	if code, _ := httpDo(t, http.MethodGet, "http://"+d.AdminAddr()+"/readyz", ""); code != http.StatusOK {
 		t.Fatalf("readyz after a bad reload: got %d, want 200", code)
 	}
-	if code, resp := checkDescriptors(t, d, body); code != http.StatusOK || resp.PolicyVersion != 1 || resp.Allowed {
+	if code, resp := checkDescriptors(t, p, d, body); code != http.StatusOK || resp.PolicyVersion != 1 || resp.Allowed {
 		t.Fatalf("after a bad reload: got %d %+v, want the old policy (version 1, still denied)", code, resp)
 	}
 	if err := d.ReloadPolicy(); !errors.Is(err, policy.ErrInvalidPolicy) {
@@ -113,14 +114,14 @@ func TestPolicyFileReload(t *testing.T) {
 
 	writeAtomic(t, path, strings.ReplaceAll(strings.ReplaceAll(policyV1, "v1", "v2"), "requests_per_unit: 2", "requests_per_unit: 5"))
 	waitUntil(t, 10*time.Second, "new policy in force", func() bool {
-		_, resp := checkDescriptors(t, d, `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"bob"}]}],"hits":0}`)
+		_, resp := checkDescriptors(t, p, d, `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"bob"}]}],"hits":0}`)
 		return resp.PolicyVersion >= 2 && len(resp.Descriptors) == 1 && resp.Descriptors[0].Rule == "v2"
 	})
-	if code, resp := checkDescriptors(t, d, body); code != http.StatusOK || !resp.Allowed || resp.Descriptors[0].Limit != 5 {
+	if code, resp := checkDescriptors(t, p, d, body); code != http.StatusOK || !resp.Allowed || resp.Descriptors[0].Limit != 5 {
 		t.Fatalf("under v2: got %d %+v, want allowed with limit 5", code, resp)
 	}
 	for _, bad := range []string{`{"domain":""}`, `{"domain":"api","descriptors":[]}`, `{"domain":"api","descriptors":[{"entries":[{"key":"","value":"x"}]}]}`, `{"bogus":1}`, `{}{}`} {
-		if code, _ := checkDescriptors(t, d, bad); code != http.StatusBadRequest {
+		if code, _ := checkDescriptors(t, p, d, bad); code != http.StatusBadRequest {
 			t.Errorf("body %s: got %d, want 400", bad, code)
 		}
 	}
@@ -132,7 +133,7 @@ func TestPolicyFileInvalidAtStart(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "policy.yaml")
 	writeAtomic(t, path, "domain: api\ndescriptors:\n  - key: user\n    rate_limt: {}\n")
-	_, err := Start(testConfig(t, "bad-policy", "--policy-file", path), nil)
+	_, err := Start(testConfig(t, newTestPKI(t), "bad-policy", "--policy-file", path), nil)
 	if !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "policy.yaml:4:") {
 		t.Fatalf("got %v, want a config error naming policy.yaml:4", err)
 	}
@@ -174,8 +175,9 @@ func TestPolicyFileGRPC(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "policy.yaml")
 	writeAtomic(t, path, policyV1)
-	d := startDaemon(t, testConfig(t, "policy-grpc", "--policy-file", path))
-	conn, err := grpc.NewClient(d.Node().GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	p := newTestPKI(t)
+	d := startDaemon(t, testConfig(t, p, "policy-grpc", "--policy-file", path))
+	conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(credentials.NewTLS(p.clientTLS)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,8 +200,9 @@ func TestPolicyFileGRPC(t *testing.T) {
 		t.Fatalf("empty domain: got %v, want InvalidArgument", err)
 	}
 
-	plain := startDaemon(t, testConfig(t, "no-policy-grpc"))
-	conn2, err := grpc.NewClient(plain.Node().GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	p2 := newTestPKI(t)
+	plain := startDaemon(t, testConfig(t, p2, "no-policy-grpc"))
+	conn2, err := grpc.NewClient(plain.GRPCAddr(), grpc.WithTransportCredentials(credentials.NewTLS(p2.clientTLS)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,13 +20,15 @@ func TestSIGHUPReloadsPolicy(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "policy.yaml")
 	writeAtomic(t, path, policyV1)
 	none := func(string) (string, bool) { return "", false }
+	p := newTestPKI(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- Main(ctx, []string{"--node-name", "hup", "--bind-addr", "127.0.0.1", "--gossip-port", "0", "--grpc-port", "0",
-			"--http-port", "0", "--gossip-profile", "fast", "--policy-file", path}, none, io.Discard, &stderr)
+		args := append([]string{"--node-name", "hup", "--bind-addr", "127.0.0.1", "--gossip-port", "0", "--grpc-port", "0", "--peer-port", "0",
+			"--http-port", "0", "--admin-port", "0", "--gossip-profile", "fast", "--policy-file", path}, p.args("hup")...)
+		done <- Main(ctx, args, none, io.Discard, &stderr)
 	}()
 	waitUntil(t, 10*time.Second, "started log line", func() bool { return strings.Contains(stderr.String(), `"msg":"started"`) })
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {

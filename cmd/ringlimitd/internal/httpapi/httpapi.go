@@ -1,44 +1,62 @@
-// Package httpapi is ringlimitd's HTTP/JSON interface: POST /v1/check,
-// GET /v1/members, /healthz and /readyz, plus whatever extra handlers (such as
-// Prometheus' /metrics) the daemon mounts next to them.
+// Package httpapi is ringlimitd's HTTP/JSON interface, as two handlers for two
+// listeners: NewHandler serves the client API (POST /v1/check, GET
+// /v1/members), which the daemon puts behind TLS and caller authentication in
+// secure mode; NewAdminHandler serves the read-only admin API (GET /healthz,
+// /readyz and extra handlers such as Prometheus' /metrics) for probes and
+// scrapers, and changes nothing. A wrong method on any path is 405 with an
+// Allow header; an unknown path is 404.
 //
 // Data flow: a request to /v1/check is read through http.MaxBytesReader (MaxBody),
-// decoded strictly (unknown fields and trailing data are errors), turned into a
-// transport.Check and passed to the Limiter, which routes it to the key's owner.
-// The Result comes back as a CheckResponse. Being over the limit is an answer, not
-// an error: a denied check is 200 with "allowed": false. Every failure is a JSON
-// Error with a 4xx status naming the problem (the request) or a 5xx status (the
-// node could not decide); nothing a client sends stops the server.
+// checked to be text encoding/json will not rewrite (valid UTF-8, no unpaired
+// surrogate escape), decoded strictly (unknown fields and trailing data are
+// errors), turned into a transport.Check and passed to the Limiter, which routes
+// it to the key's owner. The Result comes back as a CheckResponse. Being over
+// the limit is an answer, not an error: a denied check is 200 with "allowed":
+// false. Every failure is a JSON Error with a 4xx status naming the problem (the
+// request) or a 5xx status (the node could not decide); nothing a client sends
+// stops the server.
 package httpapi
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/cmd/internal/duration"
 	"github.com/ringlimit/ringlimit/transport"
 )
+
+// MaxKeyLen is the longest key accepted, in bytes (1024, the node's default
+// transport.DefaultMaxKeyLen). Keys are compared byte for byte.
+const MaxKeyLen = transport.DefaultMaxKeyLen
 
 // MaxBody is the largest request body accepted, in bytes (64 KiB). Larger bodies
 // are answered 413.
 const MaxBody = 64 << 10
 
-// Limiter is what the HTTP API needs from a node. *node.Node provides Check and
-// Ready; the daemon adapts its Members.
+// Limiter is what the client API needs from a node. *node.Node provides Check;
+// the daemon adapts its Members.
 type Limiter interface {
 	// Check routes c to its owner and returns the decision (see
 	// transport.LimiterHandler). The error is for invalid input (wrapping
 	// algo.ErrInvalidLimit or transport.ErrInvalidCheck) or a stopped node.
 	Check(ctx context.Context, c transport.Check) (transport.Result, error)
-	// Members lists the cluster as this node sees it.
+	// Members lists the cluster as this node sees it, refused members included.
 	Members() []Member
+}
+
+// Health is what the admin API needs from a node.
+type Health interface {
 	// Ready reports whether the node serves checks.
 	Ready() bool
 }
@@ -47,7 +65,7 @@ type Limiter interface {
 type Member struct {
 	// Name is the member name, unique in the cluster.
 	Name string `json:"name"`
-	// Addr is the gRPC address.
+	// Addr is the peer gRPC address.
 	Addr string `json:"addr"`
 	// GossipAddr is the memberlist address.
 	GossipAddr string `json:"gossip_addr"`
@@ -55,12 +73,28 @@ type Member struct {
 	ID string `json:"id"`
 	// Self marks the member that answered.
 	Self bool `json:"self"`
+	// State is the member's standing in this node's ring: "admitted" (it owns
+	// keys), or a state in which it owns none, such as "pending" (handshake not
+	// done yet) or "refused" (handshake failed; Reason says why). Empty when the
+	// node does not report it.
+	State string `json:"state,omitempty"`
+	// Reason says why a member is not admitted; empty when it is.
+	Reason string `json:"reason,omitempty"`
 }
 
 // CheckRequest is the body of POST /v1/check.
 type CheckRequest struct {
-	// Key is the limited subject; required.
-	Key string `json:"key"`
+	// Key is the limited subject as a JSON string: 1..1024 bytes once decoded
+	// (transport.DefaultMaxKeyLen), compared byte for byte. The body must be
+	// valid UTF-8 and may not hold an unpaired surrogate escape ("\ud800"):
+	// encoding/json would rewrite either to U+FFFD and make distinct keys
+	// collide, so both are refused with a 400 naming the byte offset. Exactly
+	// one of Key and KeyBase64 is required.
+	Key string `json:"key,omitempty"`
+	// KeyBase64 is the key as standard, padded base64 (RFC 4648 §4, canonical:
+	// unused trailing bits must be zero), for keys that are arbitrary bytes. The
+	// decoded key follows the same 1..1024-byte rule as Key.
+	KeyBase64 string `json:"key_base64,omitempty"`
 	// Algorithm is an algo.Kind name: sliding_window_log, sliding_window_counter,
 	// fixed_window, gcra, token_bucket or bucketed_sliding_window; required.
 	Algorithm string `json:"algorithm"`
@@ -71,7 +105,9 @@ type CheckRequest struct {
 	Period string `json:"period,omitempty"`
 	// PeriodNS is the period in nanoseconds.
 	PeriodNS int64 `json:"period_ns,omitempty"`
-	// Burst is GCRA's max_burst or TokenBucket's capacity; default 0.
+	// Burst is GCRA's max_burst or TokenBucket's capacity. Default 0, the same
+	// on every front door (gRPC's zero value, the CLI's --burst): GCRA then
+	// admits one hit per emission interval; a token bucket needs >= 1.
 	Burst int64 `json:"burst,omitempty"`
 	// Hits to take; default 1 when absent; 0 peeks.
 	Hits *int64 `json:"hits,omitempty"`
@@ -107,12 +143,13 @@ type Error struct {
 	Error string `json:"error"`
 }
 
-// Options configure a Handler.
+// Options configure the client handler.
 type Options struct {
 	// Logger receives one line per failed request (debug for 4xx, warn for 5xx).
 	// nil discards.
 	Logger *slog.Logger
-	// Extra handlers mounted on the same mux, by pattern (for example "/metrics").
+	// Extra client handlers by path (the daemon's POST /v1/check_descriptors);
+	// they answer on the same port behind the same authentication.
 	Extra map[string]http.Handler
 }
 
@@ -121,7 +158,8 @@ type api struct {
 	log *slog.Logger
 }
 
-// NewHandler returns the daemon's HTTP handler serving lim.
+// NewHandler returns the client API serving lim: POST /v1/check and GET (or
+// HEAD) /v1/members. It authenticates nobody: the daemon wraps it.
 func NewHandler(lim Limiter, opts Options) http.Handler {
 	a := &api{lim: lim, log: opts.Logger}
 	if a.log == nil {
@@ -130,44 +168,89 @@ func NewHandler(lim Limiter, opts Options) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/check", a.check)
 	mux.HandleFunc("/v1/members", a.members)
-	mux.HandleFunc("/healthz", a.healthz)
-	mux.HandleFunc("/readyz", a.readyz)
-	for pattern, h := range opts.Extra {
-		mux.Handle(pattern, h)
+	for path, h := range opts.Extra {
+		mux.Handle(path, h)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		a.fail(w, r, http.StatusNotFound, fmt.Sprintf("no such path %q (want /v1/check, /v1/members, /metrics, /healthz or /readyz)", r.URL.Path))
+		fail(a.log, w, r, http.StatusNotFound, fmt.Sprintf("no such path %q (want /v1/check or /v1/members; /metrics, /healthz and /readyz are on the admin port)", r.URL.Path))
+	})
+	return mux
+}
+
+// AdminOptions configure the admin handler.
+type AdminOptions struct {
+	// Logger receives one line per failed request. nil discards.
+	Logger *slog.Logger
+	// Extra read-only handlers by path (for example "/metrics"): each is served
+	// for GET and HEAD only; any other method is 405.
+	Extra map[string]http.Handler
+	// Insecure makes /healthz and /readyz say so in their body ("insecure":
+	// true), so that a probe or an operator sees a daemon running with
+	// --insecure.
+	Insecure bool
+}
+
+type admin struct {
+	h    Health
+	log  *slog.Logger
+	opts AdminOptions
+}
+
+// NewAdminHandler returns the admin API: GET (or HEAD) /healthz (200 while the
+// process runs), /readyz (200 once h is ready, 503 before) and opts.Extra. It
+// changes nothing: every path answers GET and HEAD only.
+func NewAdminHandler(h Health, opts AdminOptions) http.Handler {
+	ad := &admin{h: h, log: opts.Logger, opts: opts}
+	if ad.log == nil {
+		ad.log = slog.New(slog.DiscardHandler)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", ad.healthz)
+	mux.HandleFunc("/readyz", ad.readyz)
+	paths := []string{"/healthz", "/readyz"}
+	for path, h := range opts.Extra {
+		paths = append(paths, path)
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			if allow(ad.log, w, r, http.MethodGet, http.MethodHead) {
+				h.ServeHTTP(w, r)
+			}
+		})
+	}
+	slices.Sort(paths)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		fail(ad.log, w, r, http.StatusNotFound, fmt.Sprintf("no such path %q on the admin port (want %s)", r.URL.Path, strings.Join(paths, ", ")))
 	})
 	return mux
 }
 
 func (a *api) check(w http.ResponseWriter, r *http.Request) {
-	if !allow(a, w, r, http.MethodPost) {
+	if !allow(a.log, w, r, http.MethodPost) {
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
 	var req CheckRequest
-	if status, err := decode(r.Body, &req); err != nil {
-		a.fail(w, r, status, err.Error())
+	if status, err := decode(http.MaxBytesReader(w, r.Body, MaxBody), &req); err != nil {
+		fail(a.log, w, r, status, err.Error())
 		return
 	}
 	c, err := req.toCheck()
 	if err != nil {
-		a.fail(w, r, http.StatusBadRequest, err.Error())
+		fail(a.log, w, r, http.StatusBadRequest, err.Error())
 		return
 	}
 	res, err := a.lim.Check(r.Context(), c)
 	if err != nil {
-		a.fail(w, r, statusOf(err), err.Error())
+		status := statusOf(err)
+		a.log.Debug("check failed", "error", err) // the full chain, package prefixes included
+		fail(a.log, w, r, status, clientMessage(err.Error()))
 		return
 	}
 	switch res.Code {
 	case transport.CodeOK:
 	case transport.CodeInvalidArgument:
-		a.fail(w, r, http.StatusBadRequest, res.Message)
+		fail(a.log, w, r, http.StatusBadRequest, clientMessage(res.Message))
 		return
 	default: // CodeUnavailable, or CodeNotOwner leaking out of a failed re-resolve.
-		a.fail(w, r, http.StatusServiceUnavailable, fmt.Sprintf("cannot decide: %s", res.Message))
+		fail(a.log, w, r, http.StatusServiceUnavailable, "cannot decide: "+clientMessage(res.Message))
 		return
 	}
 	d := res.Decision
@@ -182,33 +265,44 @@ func (a *api) check(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// decode reads exactly one JSON object into v, refusing unknown fields and
-// trailing data. The status is 413 for a body over MaxBody, 400 otherwise.
+// decode reads exactly one JSON object into v, refusing unknown fields,
+// trailing data and text that encoding/json would rewrite (see checkText). The
+// status is 413 for a body over MaxBody, 400 otherwise.
 func decode(body io.Reader, v any) (int, error) {
-	dec := json.NewDecoder(body)
+	raw, err := io.ReadAll(body)
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return http.StatusRequestEntityTooLarge, fmt.Errorf("body larger than %d bytes", tooBig.Limit)
+	}
+	if err != nil {
+		return http.StatusBadRequest, fmt.Errorf("read body: %v", err)
+	}
+	if err := checkText(raw); err != nil {
+		return http.StatusBadRequest, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
+	err = dec.Decode(v)
 	if err == nil {
 		if _, terr := dec.Token(); terr != io.EOF {
 			err = errors.New("trailing data after the JSON object")
 		}
 	}
-	var tooBig *http.MaxBytesError
 	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
 	case err == nil:
 		return 0, nil
-	case errors.As(err, &tooBig):
-		return http.StatusRequestEntityTooLarge, fmt.Errorf("body larger than %d bytes", tooBig.Limit)
 	case errors.Is(err, io.EOF):
 		return http.StatusBadRequest, errors.New("empty body: want a JSON object")
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return http.StatusBadRequest, errors.New("malformed JSON: unexpected end of body")
 	case errors.As(err, &syntax):
 		return http.StatusBadRequest, fmt.Errorf("malformed JSON at byte %d: %v", syntax.Offset, err)
+	case errors.As(err, &typ) && typ.Field == "":
+		return http.StatusBadRequest, fmt.Errorf("body: want a JSON object, got JSON %s", typ.Value)
 	case errors.As(err, &typ):
-		return http.StatusBadRequest, fmt.Errorf("field %q: want %s, got JSON %s", typ.Field, typ.Type, typ.Value)
+		return http.StatusBadRequest, fmt.Errorf("field %q: want %s, got JSON %s", typ.Field, jsonType(typ.Type.String()), typ.Value)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		return http.StatusBadRequest, fmt.Errorf("unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
 	}
@@ -218,8 +312,9 @@ func decode(body io.Reader, v any) (int, error) {
 // toCheck validates the fields the HTTP layer owns (presence, algorithm name,
 // period syntax) and builds the check; algo and transport validate the values.
 func (req *CheckRequest) toCheck() (transport.Check, error) {
-	if req.Key == "" {
-		return transport.Check{}, errors.New(`field "key" is required`)
+	key, err := req.key()
+	if err != nil {
+		return transport.Check{}, err
 	}
 	if req.Algorithm == "" {
 		return transport.Check{}, errors.New(`field "algorithm" is required (sliding_window_log, sliding_window_counter, fixed_window, gcra, token_bucket or bucketed_sliding_window)`)
@@ -236,8 +331,11 @@ func (req *CheckRequest) toCheck() (transport.Check, error) {
 	case req.Period != "" && req.PeriodNS != 0:
 		return transport.Check{}, errors.New(`give "period" or "period_ns", not both`)
 	case req.Period != "":
-		period, err = time.ParseDuration(req.Period)
-		if err != nil {
+		period, err = duration.Parse(req.Period)
+		switch {
+		case errors.Is(err, duration.ErrOverflow):
+			return transport.Check{}, fmt.Errorf(`field "period" = %q: too long, the maximum is %v (%d ns)`, req.Period, duration.Max, int64(duration.Max))
+		case err != nil:
 			return transport.Check{}, fmt.Errorf(`field "period" = %q: want a Go duration such as "1m" or "250ms"`, req.Period)
 		}
 	case req.PeriodNS != 0:
@@ -262,11 +360,56 @@ func (req *CheckRequest) toCheck() (transport.Check, error) {
 		return transport.Check{}, fmt.Errorf(`field "created_at_unix_ns" = %d: must be >= 0`, req.CreatedAtUnixNS)
 	}
 	return transport.Check{
-		Key:       req.Key,
+		Key:       key,
 		Limit:     algo.Limit{Kind: kind, Limit: req.Limit, Period: period, Burst: req.Burst},
 		Hits:      hits,
 		CreatedAt: req.CreatedAtUnixNS,
 	}, nil
+}
+
+// key returns the key given by exactly one of Key and KeyBase64, checked
+// against the 1..MaxKeyLen rule.
+func (req *CheckRequest) key() (string, error) {
+	key := req.Key
+	switch {
+	case req.Key != "" && req.KeyBase64 != "":
+		return "", errors.New(`give "key" or "key_base64", not both`)
+	case req.KeyBase64 != "":
+		b, err := base64.StdEncoding.Strict().DecodeString(req.KeyBase64)
+		if err != nil {
+			return "", fmt.Errorf(`field "key_base64": not canonical standard base64 (RFC 4648 §4, padded): %v`, err)
+		}
+		key = string(b)
+		if key == "" {
+			return "", fmt.Errorf(`field "key_base64" decodes to an empty key: want 1..%d bytes`, MaxKeyLen)
+		}
+	case req.Key == "":
+		return "", errors.New(`field "key" (or "key_base64") is required`)
+	}
+	if len(key) > MaxKeyLen {
+		return "", fmt.Errorf("key of %d bytes: want 1..%d bytes", len(key), MaxKeyLen)
+	}
+	return key, nil
+}
+
+// jsonType names a Go field type of CheckRequest in JSON terms.
+func jsonType(goType string) string {
+	switch strings.TrimPrefix(goType, "*") {
+	case "int64":
+		return "an integer"
+	case "string":
+		return "a string"
+	}
+	return goType
+}
+
+// clientMessage is an error's text for a client: without the package prefixes
+// of transport's and algo's named errors, which stay in the logs.
+func clientMessage(msg string) string {
+	for _, prefix := range []error{transport.ErrInvalidCheck, transport.ErrUnavailable, algo.ErrInvalidLimit} {
+		msg = strings.ReplaceAll(msg, prefix.Error()+": ", "")
+	}
+	return msg
 }
 
 // statusOf maps an error from Limiter.Check to an HTTP status.
@@ -285,7 +428,7 @@ func statusOf(err error) int {
 }
 
 func (a *api) members(w http.ResponseWriter, r *http.Request) {
-	if !allow(a, w, r, http.MethodGet, http.MethodHead) {
+	if !allow(a.log, w, r, http.MethodGet, http.MethodHead) {
 		return
 	}
 	ms := a.lim.Members()
@@ -295,42 +438,56 @@ func (a *api) members(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ms)
 }
 
-func (a *api) healthz(w http.ResponseWriter, r *http.Request) {
-	if !allow(a, w, r, http.MethodGet, http.MethodHead) {
+func (ad *admin) healthz(w http.ResponseWriter, r *http.Request) {
+	if !allow(ad.log, w, r, http.MethodGet, http.MethodHead) {
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	writeJSON(w, http.StatusOK, Status{Status: "ok", Insecure: ad.opts.Insecure})
 }
 
-func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
-	if !allow(a, w, r, http.MethodGet, http.MethodHead) {
+func (ad *admin) readyz(w http.ResponseWriter, r *http.Request) {
+	if !allow(ad.log, w, r, http.MethodGet, http.MethodHead) {
 		return
 	}
-	if !a.lim.Ready() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready"})
+	if !ad.h.Ready() {
+		writeJSON(w, http.StatusServiceUnavailable, Status{Status: "not ready", Insecure: ad.opts.Insecure})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	writeJSON(w, http.StatusOK, Status{Status: "ready", Insecure: ad.opts.Insecure})
+}
+
+// Status is the body of /healthz and /readyz.
+type Status struct {
+	// Status is "ok" (healthz), "ready" or "not ready" (readyz).
+	Status string `json:"status"`
+	// Insecure is true when the daemon runs with --insecure: no TLS, no caller
+	// authentication, no peer authentication.
+	Insecure bool `json:"insecure,omitempty"`
 }
 
 // allow answers 405 with an Allow header unless r's method is one of methods.
-func allow(a *api, w http.ResponseWriter, r *http.Request, methods ...string) bool {
-	for _, m := range methods {
-		if r.Method == m {
-			return true
-		}
+func allow(log *slog.Logger, w http.ResponseWriter, r *http.Request, methods ...string) bool {
+	if slices.Contains(methods, r.Method) {
+		return true
 	}
 	w.Header().Set("Allow", strings.Join(methods, ", "))
-	a.fail(w, r, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s (want %s)", r.Method, r.URL.Path, strings.Join(methods, " or ")))
+	fail(log, w, r, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s (want %s)", r.Method, r.URL.Path, strings.Join(methods, " or ")))
 	return false
 }
 
-func (a *api) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
+// fail logs a failed request and answers status with a JSON Error.
+func fail(log *slog.Logger, w http.ResponseWriter, r *http.Request, status int, msg string) {
 	level := slog.LevelDebug
 	if status >= 500 {
 		level = slog.LevelWarn
 	}
-	a.log.Log(r.Context(), level, "http request failed", "method", r.Method, "path", r.URL.Path, "status", status, "error", msg)
+	log.Log(r.Context(), level, "http request failed", "method", r.Method, "path", r.URL.Path, "status", status, "error", msg)
+	WriteError(w, status, msg)
+}
+
+// WriteError answers status with the JSON Error{msg}: the body of every non-2xx
+// answer of the daemon's HTTP listeners (the auth middleware's 401 too).
+func WriteError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, Error{Error: msg})
 }
 
@@ -338,5 +495,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // JSON for programs: "<token>" stays readable
+	_ = enc.Encode(v)
 }

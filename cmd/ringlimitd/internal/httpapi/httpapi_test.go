@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -40,7 +41,8 @@ func (f *fake) Check(_ context.Context, c transport.Check) (transport.Result, er
 }
 
 func (f *fake) Members() []Member {
-	return []Member{{Name: "node-1", Addr: "127.0.0.1:1", GossipAddr: "127.0.0.1:2", ID: "a", Self: true}, {Name: "node-2"}}
+	return []Member{{Name: "node-1", Addr: "127.0.0.1:1", GossipAddr: "127.0.0.1:2", ID: "a", Self: true, State: "admitted"},
+		{Name: "node-2", State: "refused", Reason: "certificate names no member"}}
 }
 
 func (f *fake) Ready() bool { return f.ready }
@@ -107,6 +109,9 @@ func TestCheckDefaultsAndPeriodNS(t *testing.T) {
 		body string
 		want transport.Check
 	}{
+		// No "burst": 0, as over gRPC and in the CLI.
+		{`{"key":"k","algorithm":"gcra","limit":5,"period":"1s"}`,
+			transport.Check{Key: "k", Limit: algo.Limit{Kind: algo.GCRA, Limit: 5, Period: time.Second, Burst: 0}, Hits: 1}},
 		{`{"key":"k","algorithm":"token_bucket","limit":5,"period_ns":1000000000,"burst":5}`,
 			transport.Check{Key: "k", Limit: algo.Limit{Kind: algo.TokenBucket, Limit: 5, Period: time.Second, Burst: 5}, Hits: 1}},
 		{`{"key":"k","algorithm":"fixed_window","limit":5,"period":"250ms","hits":0}`,
@@ -160,17 +165,18 @@ func TestCheckBadRequests(t *testing.T) {
 		{"empty body", http.MethodPost, "", http.StatusBadRequest, "empty body"},
 		{"malformed", http.MethodPost, `{"key":`, http.StatusBadRequest, "malformed JSON"},
 		{"syntax", http.MethodPost, `{"key" "k"}`, http.StatusBadRequest, "malformed JSON"},
-		{"not an object", http.MethodPost, `[1,2]`, http.StatusBadRequest, "want httpapi.CheckRequest"},
+		{"not an object", http.MethodPost, `[1,2]`, http.StatusBadRequest, "body: want a JSON object, got JSON array"},
 		{"unknown field", http.MethodPost, `{` + good + `,"limt":3}`, http.StatusBadRequest, `unknown field "limt"`},
 		{"trailing data", http.MethodPost, `{` + good + `}{}`, http.StatusBadRequest, "trailing data"},
-		{"wrong type", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":"10","period":"1s"}`, http.StatusBadRequest, `field "limit"`},
-		{"missing key", http.MethodPost, `{"algorithm":"gcra","limit":10,"period":"1s"}`, http.StatusBadRequest, `"key" is required`},
+		{"wrong type", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":"10","period":"1s"}`, http.StatusBadRequest, `field "limit": want an integer, got JSON string`},
+		{"missing key", http.MethodPost, `{"algorithm":"gcra","limit":10,"period":"1s"}`, http.StatusBadRequest, `"key" (or "key_base64") is required`},
 		{"missing algorithm", http.MethodPost, `{"key":"k","limit":10,"period":"1s"}`, http.StatusBadRequest, `"algorithm" is required`},
 		{"unknown algorithm", http.MethodPost, `{"key":"k","algorithm":"leaky","limit":10,"period":"1s"}`, http.StatusBadRequest, `unknown algorithm "leaky"`},
 		{"zero limit", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":0,"period":"1s"}`, http.StatusBadRequest, `"limit" = 0`},
 		{"negative limit", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":-4,"period":"1s"}`, http.StatusBadRequest, `"limit" = -4`},
 		{"missing period", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":10}`, http.StatusBadRequest, `"period"`},
 		{"bad period", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":10,"period":"soon"}`, http.StatusBadRequest, `"period" = "soon"`},
+		{"overflowing period", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":10,"period":"10000000h"}`, http.StatusBadRequest, `"period" = "10000000h": too long, the maximum is 2562047h47m16.854775807s`},
 		{"negative period", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":10,"period":"-1s"}`, http.StatusBadRequest, "period = -1s"},
 		{"both periods", http.MethodPost, `{` + good + `,"period_ns":5}`, http.StatusBadRequest, "not both"},
 		{"negative burst", http.MethodPost, `{` + good + `,"burst":-1}`, http.StatusBadRequest, `"burst" = -1`},
@@ -213,7 +219,7 @@ func TestCheckNodeErrors(t *testing.T) {
 		status int
 		want   string
 	}{
-		{"invalid limit", transport.Result{}, fmt.Errorf("%w: %w: burst 0 for token_bucket", transport.ErrInvalidCheck, algo.ErrInvalidLimit), http.StatusBadRequest, "burst 0"},
+		{"invalid limit", transport.Result{}, fmt.Errorf("%w: %w: burst 0 for token_bucket", transport.ErrInvalidCheck, algo.ErrInvalidLimit), http.StatusBadRequest, `{"error":"burst 0 for token_bucket"}`},
 		{"invalid check", transport.Result{}, fmt.Errorf("%w: key is 2000 bytes", transport.ErrInvalidCheck), http.StatusBadRequest, "key is 2000 bytes"},
 		{"refused timestamp", transport.Result{Code: transport.CodeInvalidArgument, Message: "created_at refused"}, nil, http.StatusBadRequest, "created_at refused"},
 		{"unavailable code", transport.Result{Code: transport.CodeUnavailable, Message: "shutting down"}, nil, http.StatusServiceUnavailable, "shutting down"},
@@ -236,26 +242,41 @@ func TestCheckNodeErrors(t *testing.T) {
 	}
 }
 
-func TestMembersHealthReady(t *testing.T) {
+func TestMembers(t *testing.T) {
 	t.Parallel()
-	f := &fake{}
-	h := NewHandler(f, Options{Extra: map[string]http.Handler{
-		"/metrics": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "m 1\n") }),
-	}})
-
+	h := NewHandler(&fake{}, Options{})
 	code, _, body := do(t, h, http.MethodGet, "/v1/members", "")
 	var ms []Member
-	if code != http.StatusOK || json.Unmarshal([]byte(body), &ms) != nil || len(ms) != 2 || !ms[0].Self || ms[0].GossipAddr != "127.0.0.1:2" {
-		t.Errorf("/v1/members: got %d %s, want 200 and the two members", code, body)
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &ms) != nil || len(ms) != 2 || !ms[0].Self || ms[0].GossipAddr != "127.0.0.1:2" ||
+		ms[1].State != "refused" || ms[1].Reason == "" {
+		t.Errorf("/v1/members: got %d %s, want 200 and the two members with state and reason", code, body)
 	}
-	if code, _, _ := do(t, h, http.MethodPost, "/v1/members", "{}"); code != http.StatusMethodNotAllowed {
-		t.Errorf("POST /v1/members: got %d, want 405", code)
+	for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete} {
+		code, hdr, _ := do(t, h, m, "/v1/members", "{}")
+		if code != http.StatusMethodNotAllowed || hdr.Get("Allow") != "GET, HEAD" {
+			t.Errorf("%s /v1/members: got %d Allow %q, want 405 Allow \"GET, HEAD\"", m, code, hdr.Get("Allow"))
+		}
 	}
+	// The admin paths are not on the client API.
+	for _, p := range []string{"/metrics", "/healthz", "/readyz", "/nope"} {
+		if code, _, body := do(t, h, http.MethodGet, p, ""); code != http.StatusNotFound || !strings.Contains(body, p) {
+			t.Errorf("client API GET %s: got %d %s, want a 404 JSON error naming it", p, code, body)
+		}
+	}
+}
+
+func TestAdmin(t *testing.T) {
+	t.Parallel()
+	f := &fake{}
+	scraped := 0
+	h := NewAdminHandler(f, AdminOptions{Extra: map[string]http.Handler{
+		"/metrics": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { scraped++; io.WriteString(w, "m 1\n") }),
+	}})
 	if code, _, _ := do(t, h, http.MethodGet, "/healthz", ""); code != http.StatusOK {
 		t.Errorf("/healthz: got %d, want 200", code)
 	}
-	if code, _, body := do(t, h, http.MethodGet, "/readyz", ""); code != http.StatusServiceUnavailable {
-		t.Errorf("/readyz before ready: got %d %s, want 503", code, body)
+	if code, _, body := do(t, h, http.MethodGet, "/readyz", ""); code != http.StatusServiceUnavailable || strings.Contains(body, "insecure") {
+		t.Errorf("/readyz before ready: got %d %s, want 503 without insecure", code, body)
 	}
 	f.mu.Lock()
 	f.ready = true
@@ -266,8 +287,89 @@ func TestMembersHealthReady(t *testing.T) {
 	if code, _, body := do(t, h, http.MethodGet, "/metrics", ""); code != http.StatusOK || body != "m 1\n" {
 		t.Errorf("/metrics: got %d %q, want the extra handler", code, body)
 	}
-	if code, _, body := do(t, h, http.MethodGet, "/nope", ""); code != http.StatusNotFound || !strings.Contains(body, `/nope`) {
-		t.Errorf("/nope: got %d %s, want a 404 JSON error", code, body)
+	// Read-only: every other method is 405 on every path and reaches nothing.
+	before := scraped
+	for _, p := range []string{"/metrics", "/healthz", "/readyz"} {
+		for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch} {
+			code, hdr, body := do(t, h, m, p, "x")
+			if code != http.StatusMethodNotAllowed || hdr.Get("Allow") != "GET, HEAD" || !strings.Contains(body, `"error"`) {
+				t.Errorf("%s %s: got %d Allow %q %s, want 405 with Allow \"GET, HEAD\" and a JSON error", m, p, code, hdr.Get("Allow"), body)
+			}
+		}
+	}
+	if scraped != before {
+		t.Errorf("a refused method reached the metrics handler")
+	}
+	if code, _, body := do(t, h, http.MethodGet, "/v1/check", ""); code != http.StatusNotFound || !strings.Contains(body, "/metrics") {
+		t.Errorf("admin GET /v1/check: got %d %s, want 404 listing the admin paths", code, body)
+	}
+	hi := NewAdminHandler(f, AdminOptions{Insecure: true})
+	for _, p := range []string{"/healthz", "/readyz"} {
+		if code, _, body := do(t, hi, http.MethodGet, p, ""); code != http.StatusOK || !strings.Contains(body, `"insecure":true`) {
+			t.Errorf("insecure %s: got %d %s, want 200 saying insecure", p, code, body)
+		}
+	}
+}
+
+// TestKeyBytes checks that keys are taken byte for byte: bodies encoding/json
+// would rewrite to U+FFFD are refused naming the offset, key_base64 carries any
+// bytes, and the 1..1024-byte rule holds for both forms.
+func TestKeyBytes(t *testing.T) {
+	t.Parallel()
+	rest := `,"algorithm":"gcra","limit":10,"period":"1s"}`
+	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	tests := []struct {
+		name   string
+		body   string
+		status int
+		want   string // error substring, or the key for 200
+	}{
+		{"invalid byte ff", "{\"key\":\"utf\xff\"" + rest, 400, "byte offset 11"},
+		{"invalid byte fe", "{\"key\":\"utf\xfe\"" + rest, 400, "byte offset 11"},
+		{"truncated sequence", "{\"key\":\"\xe2\x82\"" + rest, 400, "byte offset 8"},
+		{"overlong encoding", "{\"key\":\"\xc0\xaf\"" + rest, 400, "byte offset 8"},
+		{"encoded surrogate", "{\"key\":\"\xed\xa0\x80\"" + rest, 400, "byte offset 8"},
+		{"lone high surrogate escape", `{"key":"a\ud800"` + rest, 400, `\ud800 at byte offset 9`},
+		{"lone low surrogate escape", `{"key":"a\uDC00b"` + rest, 400, `\udc00 at byte offset 9`},
+		{"high then non-low", `{"key":"a\ud800\u0041"` + rest, 400, "byte offset 9"},
+		{"invalid in another field", "{\"key\":\"k\",\"algorithm\":\"gc\xffra\",\"limit\":1,\"period\":\"1s\"}", 400, "byte offset 26"},
+		{"both forms", `{"key":"k","key_base64":"aw=="` + rest, 400, "not both"},
+		{"neither", `{"algorithm":"gcra","limit":10,"period":"1s"}`, 400, `"key" (or "key_base64") is required`},
+		{"bad base64", `{"key_base64":"***"` + rest, 400, `"key_base64"`},
+		{"non-canonical base64", `{"key_base64":"QR=="` + rest, 400, `"key_base64"`},
+		{"empty base64", `{"key_base64":""` + rest, 400, `required`},
+		{"too long", `{"key":"` + strings.Repeat("k", MaxKeyLen+1) + `"` + rest, 400, "key of 1025 bytes: want 1..1024"},
+		{"too long base64", `{"key_base64":"` + b64(strings.Repeat("k", MaxKeyLen+1)) + `"` + rest, 400, "key of 1025 bytes"},
+		// Accepted, byte for byte.
+		{"surrogate pair escape", `{"key":"\ud83d\ude00"` + rest, 200, "\U0001F600"},
+		{"escaped replacement char", `{"key":"\ufffd"` + rest, 200, "\uFFFD"},
+		{"literal replacement char", "{\"key\":\"\xef\xbf\xbd\"" + rest, 200, "\uFFFD"},
+		{"utf8 key", `{"key":"clé"` + rest, 200, "clé"},
+		{"base64 ff", `{"key_base64":"` + b64("utf\xff") + `"` + rest, 200, "utf\xff"},
+		{"base64 fe", `{"key_base64":"` + b64("utf\xfe") + `"` + rest, 200, "utf\xfe"},
+		{"base64 nul", `{"key_base64":"AA=="` + rest, 200, "\x00"},
+		{"longest", `{"key":"` + strings.Repeat("k", MaxKeyLen) + `"` + rest, 200, strings.Repeat("k", MaxKeyLen)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := &fake{}
+			code, _, body := do(t, NewHandler(f, Options{}), http.MethodPost, "/v1/check", tt.body)
+			if code != tt.status {
+				t.Fatalf("status: got %d, want %d (body %s)", code, tt.status, body)
+			}
+			got := f.got()
+			if tt.status != 200 {
+				var e Error
+				if err := json.Unmarshal([]byte(body), &e); err != nil || !strings.Contains(e.Error, tt.want) || len(got) != 0 {
+					t.Errorf("got %s and %d checks, want an error with %q and no check", body, len(got), tt.want)
+				}
+				return
+			}
+			if len(got) != 1 || got[0].Key != tt.want {
+				t.Errorf("checks: got %+v, want one with key %+q", got, tt.want)
+			}
+		})
 	}
 }
 

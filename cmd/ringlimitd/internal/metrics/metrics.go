@@ -47,6 +47,18 @@ const (
 	// EvictionsTotal counts key states dropped other than by handoff, by reason
 	// ("idle": back to full capacity; "refused": a new key refused at MaxKeys).
 	EvictionsTotal = "ringlimit_evictions_total"
+	// Insecure is 1 when the daemon runs with --insecure (no TLS, no
+	// authentication, no gossip encryption), 0 otherwise: alert on it.
+	Insecure = "ringlimit_insecure"
+	// MembersRefused is the number of gossip members that failed the admission
+	// handshake and own no key.
+	MembersRefused = "ringlimit_members_refused"
+	// PeerRefusedTotal counts what this node refused from peers, by what
+	// ("member", "state", "timestamp", "sender": node.SecurityMetrics).
+	PeerRefusedTotal = "ringlimit_peer_refused_total"
+	// AuthFailuresTotal counts callers refused on the client ports, by listener
+	// ("grpc", "http").
+	AuthFailuresTotal = "ringlimit_auth_failures_total"
 )
 
 // Metrics is a node.Metrics backed by Prometheus collectors. Its methods are safe
@@ -60,10 +72,15 @@ type Metrics struct {
 	handoffKeys  prometheus.Counter
 	handoffTime  prometheus.Histogram
 	evictions    *prometheus.CounterVec
+	peerRefused  *prometheus.CounterVec
+	authFailures *prometheus.CounterVec
 	checkCounter [2][4][7]prometheus.Counter // [allowed][route][kind], resolved once
 }
 
-var _ node.Metrics = (*Metrics)(nil)
+var (
+	_ node.Metrics         = (*Metrics)(nil)
+	_ node.SecurityMetrics = (*Metrics)(nil)
+)
 
 // New returns Metrics on a new registry. stats is called at every scrape for
 // the keys and members gauges (the daemon passes the node's Stats method, which
@@ -102,6 +119,14 @@ func New(stats func() node.Stats) *Metrics {
 			Name: EvictionsTotal,
 			Help: `Key states dropped other than by handoff, by reason ("idle": back to full capacity; "refused": new key refused at max keys).`,
 		}, []string{"reason"}),
+		peerRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: PeerRefusedTotal,
+			Help: `What this node refused from peers, by what ("member": failed admission; "state": invalid handed-off state; "timestamp": forwarded created_at not accepted; "sender": transfer from another member than its certificate names).`,
+		}, []string{"what"}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: AuthFailuresTotal,
+			Help: "Callers refused on the client ports (no or unknown credential), by listener.",
+		}, []string{"listener"}),
 	}
 	if stats == nil {
 		stats = func() node.Stats { return node.Stats{} }
@@ -118,7 +143,21 @@ func New(stats func() node.Stats) *Metrics {
 		Name: Members,
 		Help: "Cluster members seen by this node, itself included.",
 	}, func() float64 { return float64(stats().Members) })
+	insecure := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: Insecure,
+		Help: "1 when the daemon runs with --insecure: no TLS, no authentication, no gossip encryption.",
+	}, func() float64 {
+		if stats().Insecure {
+			return 1
+		}
+		return 0
+	})
+	refused := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: MembersRefused,
+		Help: "Gossip members that failed the admission handshake and own no key.",
+	}, func() float64 { return float64(stats().Refused) })
 	m.reg.MustRegister(m.checks, m.forward, m.batchSize, m.handoffs, m.handoffKeys, m.handoffTime, m.evictions, keys, fallbackKeys, members,
+		insecure, refused, m.peerRefused, m.authFailures,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Resolve the label combinations of the hot path once, so Check costs an
 	// atomic add and no map lookup; they also appear at 0 before the first check.
@@ -134,6 +173,12 @@ func New(stats func() node.Stats) *Metrics {
 	}
 	for _, result := range []string{"ok", "error"} {
 		m.handoffs.WithLabelValues(result)
+	}
+	for _, what := range []string{"member", "state", "timestamp", "sender"} {
+		m.peerRefused.WithLabelValues(what)
+	}
+	for _, l := range []string{"grpc", "http"} {
+		m.authFailures.WithLabelValues(l)
 	}
 	return m
 }
@@ -176,6 +221,12 @@ func (m *Metrics) Handoff(keys int, took time.Duration, err error) {
 func (m *Metrics) Eviction(reason string) {
 	m.evictions.WithLabelValues(reason).Inc()
 }
+
+// PeerRefused implements node.SecurityMetrics.
+func (m *Metrics) PeerRefused(what string) { m.peerRefused.WithLabelValues(what).Inc() }
+
+// AuthFailure counts a caller refused on listener ("grpc" or "http").
+func (m *Metrics) AuthFailure(listener string) { m.authFailures.WithLabelValues(listener).Inc() }
 
 func result(err error) string {
 	if err != nil {

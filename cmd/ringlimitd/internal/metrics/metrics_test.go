@@ -125,3 +125,39 @@ func TestRegistriesIndependent(t *testing.T) {
 		t.Errorf("second registry saw the first's eviction: got %v, want 0", got)
 	}
 }
+
+// TestSecurityMetrics checks the trust-boundary series: the insecure gauge and
+// the refused-members gauge follow Stats, and the refusal counters count by
+// label (present at 0 before the first refusal).
+func TestSecurityMetrics(t *testing.T) {
+	t.Parallel()
+	var insecure bool
+	var mu sync.Mutex
+	m := New(func() node.Stats {
+		mu.Lock()
+		defer mu.Unlock()
+		return node.Stats{Insecure: insecure, Refused: 2}
+	})
+	var sm node.SecurityMetrics = m // the node finds it by type assertion
+	body := scrape(t, m)
+	for _, line := range []string{"ringlimit_insecure 0", "ringlimit_members_refused 2",
+		`ringlimit_peer_refused_total{what="state"} 0`, `ringlimit_auth_failures_total{listener="grpc"} 0`} {
+		if !strings.Contains(body, line+"\n") {
+			t.Errorf("/metrics lacks %q", line)
+		}
+	}
+	sm.PeerRefused("member")
+	sm.PeerRefused("member")
+	sm.PeerRefused("timestamp")
+	m.AuthFailure("http")
+	mu.Lock()
+	insecure = true
+	mu.Unlock()
+	body = scrape(t, m)
+	for _, line := range []string{"ringlimit_insecure 1", `ringlimit_peer_refused_total{what="member"} 2`,
+		`ringlimit_peer_refused_total{what="timestamp"} 1`, `ringlimit_auth_failures_total{listener="http"} 1`} {
+		if !strings.Contains(body, line+"\n") {
+			t.Errorf("/metrics lacks %q", line)
+		}
+	}
+}

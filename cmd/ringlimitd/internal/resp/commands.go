@@ -1,7 +1,6 @@
 package resp
 
 import (
-	"crypto/subtle"
 	"fmt"
 	"os"
 	"strconv"
@@ -453,17 +452,4 @@ func (s *Server) info() reply {
 	fmt.Fprintf(&b, "uptime_in_seconds:%d\r\n", int64(time.Since(s.start)/time.Second))
 	fmt.Fprintf(&b, "connected_clients:%d\r\n", s.Conns())
 	return bulkString(b.String())
-}
-
-// TokenAuthenticator returns an Authenticate function over a list of tokens:
-// the password must equal one of them (constant-time compare against each); the
-// username is ignored.
-func TokenAuthenticator(tokens []string) func(user, password string) bool {
-	return func(_, password string) bool {
-		ok := 0
-		for _, t := range tokens {
-			ok |= subtle.ConstantTimeCompare([]byte(t), []byte(password))
-		}
-		return ok == 1
-	}
 }

@@ -220,7 +220,7 @@ func TestConnectHandshakes(t *testing.T) {
 // TestAuth: with client tokens, every command but AUTH/HELLO/QUIT needs AUTH.
 func TestAuth(t *testing.T) {
 	t.Parallel()
-	addrs := startCluster(t, 1, func(c *Config) { c.Authenticate = TokenAuthenticator([]string{"s3cret-token"}) })
+	addrs := startCluster(t, 1, func(c *Config) { c.Authenticate = func(_, p string) bool { return p == "s3cret-token" } })
 	ctx := context.Background()
 	anon := redis.NewClient(&redis.Options{Addr: addrs[0], DisableIdentity: true})
 	defer anon.Close()

@@ -1,0 +1,200 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/ringlimit/ringlimit/transport"
+)
+
+// admission is the handshake state of one gossip member (not this node), kept
+// under membersMu. It is for one instance at one address: a member that
+// restarts (new instance id) or moves starts over as joining.
+type admission struct {
+	id, addr string
+	state    string // StateJoining, StateAlive or StateRefused
+	reason   string
+	inflight bool
+	last     time.Time // end of the last attempt
+}
+
+// admitPending starts a handshake with every member that needs one: joining
+// members, and refused members whose last attempt is AdmissionRetry old. It
+// runs on the membership loop.
+func (n *Node) admitPending() {
+	now := time.Now()
+	n.membersMu.Lock()
+	defer n.membersMu.Unlock()
+	for name, a := range n.admit {
+		if a.inflight || a.state == StateAlive || (a.state == StateRefused && now.Sub(a.last) < n.cfg.AdmissionRetry) {
+			continue
+		}
+		a.inflight = true
+		n.wg.Add(1)
+		go n.hello(name, a.id, a.addr)
+	}
+}
+
+// admitNow runs the handshakes with the members the seeds told of and waits
+// for them (bounded by ForwardTimeout), so that New builds its first ring with
+// the admitted members: the ring change that adds this node then gates the
+// partitions it gains from them until their handoffs arrive.
+func (n *Node) admitNow() {
+	n.admitPending()
+	deadline := time.Now().Add(n.cfg.ForwardTimeout)
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	for time.Now().Before(deadline) {
+		n.membersMu.Lock()
+		busy := false
+		for _, a := range n.admit {
+			busy = busy || a.inflight
+		}
+		n.membersMu.Unlock()
+		if !busy {
+			return
+		}
+		<-t.C
+	}
+}
+
+// hello runs the admission handshake with one member and records the outcome:
+// the member enters the ring only when its answer has this node's cluster
+// label and protocol version, its own name and instance id, and (in secure
+// mode) comes over a connection whose certificate names it.
+func (n *Node) hello(name, id, addr string) {
+	defer n.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ForwardTimeout)
+	resp, cert, err := n.peers.Hello(ctx, addr, transport.Hello{
+		ClusterLabel: n.cfg.ClusterLabel, Member: n.cfg.Name, ProtocolVersion: transport.ProtocolVersion, InstanceID: n.id,
+	})
+	cancel()
+	var reason string
+	switch {
+	case err != nil:
+		reason = err.Error()
+	case resp.ClusterLabel != n.cfg.ClusterLabel:
+		reason = fmt.Sprintf("cluster label %q, want %q", resp.ClusterLabel, n.cfg.ClusterLabel)
+	case resp.ProtocolVersion != transport.ProtocolVersion:
+		reason = fmt.Sprintf("protocol version %d, want %d", resp.ProtocolVersion, transport.ProtocolVersion)
+	case resp.Member != name:
+		reason = fmt.Sprintf("answered as member %q", resp.Member)
+	case resp.InstanceID != id:
+		reason = fmt.Sprintf("instance id %q, gossip says %q", resp.InstanceID, id)
+	case n.secure && cert != name:
+		reason = fmt.Sprintf("its certificate names member %q", cert)
+	}
+	n.membersMu.Lock()
+	a := n.admit[name]
+	if a == nil || a.id != id || a.addr != addr {
+		n.membersMu.Unlock() // gone or restarted meanwhile: its new entry has its own attempt
+		return
+	}
+	a.inflight, a.last = false, time.Now()
+	newRefusal := reason != "" && (a.state != StateRefused || a.reason != reason)
+	if reason == "" {
+		a.state, a.reason = StateAlive, ""
+	} else {
+		a.state, a.reason = StateRefused, reason
+	}
+	n.membersMu.Unlock()
+	switch {
+	case reason == "":
+		n.log.Info("member admitted", "member", name, "addr", addr)
+		n.signalMembers()
+	case newRefusal:
+		n.refused("member")
+		n.log.Warn("member refused: it stays out of the ring", "member", name, "addr", addr, "reason", reason)
+	}
+}
+
+// Hello answers a member's admission handshake with this node's identity, or
+// refuses it (transport.ErrRefused) when its cluster label or protocol version
+// differ, when in secure mode its certificate does not name the member it
+// claims to be, or when it claims this node's own name.
+func (p peerService) Hello(_ context.Context, h transport.Hello, certMember string) (transport.Hello, error) {
+	n := p.n
+	var reason string
+	switch {
+	case h.ClusterLabel != n.cfg.ClusterLabel:
+		reason = fmt.Sprintf("cluster label %q, want %q", h.ClusterLabel, n.cfg.ClusterLabel)
+	case h.ProtocolVersion != transport.ProtocolVersion:
+		reason = fmt.Sprintf("protocol version %d, want %d", h.ProtocolVersion, transport.ProtocolVersion)
+	case n.secure && certMember != h.Member:
+		reason = fmt.Sprintf("member %q presented a certificate for member %q", h.Member, certMember)
+	case h.Member == n.cfg.Name && h.InstanceID != n.id:
+		reason = fmt.Sprintf("member name %q is this node's (instance %s)", h.Member, n.id)
+		n.log.Warn("another process claims this node's member name", "member", h.Member, "their_instance", h.InstanceID)
+	}
+	if reason != "" {
+		return transport.Hello{}, fmt.Errorf("%w: %s", transport.ErrRefused, reason)
+	}
+	return transport.Hello{ClusterLabel: n.cfg.ClusterLabel, Member: n.cfg.Name, ProtocolVersion: transport.ProtocolVersion, InstanceID: n.id}, nil
+}
+
+// memberAt returns the name of the gossip member whose peer address is addr,
+// for the pool's certificate check (transport.ClientConfig.ExpectMember).
+func (n *Node) memberAt(addr string) (string, bool) {
+	n.membersMu.Lock()
+	defer n.membersMu.Unlock()
+	for _, m := range n.members {
+		if m.Addr == addr {
+			return m.Name, true
+		}
+	}
+	return "", false
+}
+
+// refusedCount returns how many gossip members are refused.
+func (n *Node) refusedCount() int {
+	n.membersMu.Lock()
+	defer n.membersMu.Unlock()
+	k := 0
+	for _, a := range n.admit {
+		if a.state == StateRefused {
+			k++
+		}
+	}
+	return k
+}
+
+// NotifyConflict implements memberlist.ConflictDelegate: two live members
+// claim one name. On the newcomer (the name is ours) it records the other's
+// address for New to report; everywhere it logs a WARN.
+func (d delegate) NotifyConflict(existing, other *memberlist.Node) {
+	n := d.n
+	theirs := net.JoinHostPort(other.Addr.String(), strconv.Itoa(int(other.Port)))
+	peerAddr, _, _ := decodeMeta(other.Meta)
+	if existing.Name == n.cfg.Name {
+		n.conflictMu.Lock()
+		if n.conflict == "" {
+			n.conflict = fmt.Sprintf("gossip %s, peer %s", theirs, peerAddr)
+			n.conflictPeer = peerAddr
+		}
+		n.conflictMu.Unlock()
+	}
+	n.log.Warn("two live members claim one member name", "member", existing.Name,
+		"known_at", net.JoinHostPort(existing.Addr.String(), strconv.Itoa(int(existing.Port))), "other_at", theirs)
+}
+
+// nameConflict returns the address of another live member that uses this
+// node's name, "" if gossip saw none. When there is one, it also tells that
+// member (a Hello it refuses and logs at WARN), so both sides say why.
+func (n *Node) nameConflict() string {
+	n.conflictMu.Lock()
+	c, peer := n.conflict, n.conflictPeer
+	n.conflictMu.Unlock()
+	if c != "" && peer != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ForwardTimeout)
+		_, _, _ = n.peers.Hello(ctx, peer, transport.Hello{
+			ClusterLabel: n.cfg.ClusterLabel, Member: n.cfg.Name, ProtocolVersion: transport.ProtocolVersion, InstanceID: n.id,
+		})
+		cancel()
+	}
+	return c
+}

@@ -1,0 +1,89 @@
+package transport
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ringlimit/ringlimit/algo"
+	pb "github.com/ringlimit/ringlimit/transport/ringlimitv1"
+)
+
+// FuzzStreamRequest decodes arbitrary bytes as a ForwardStream message with
+// the stream codec, as the receiving peer does: no panic; a message it
+// accepts holds n items, each either a valid check or a rejection with its
+// reason (answered CodeInvalidArgument).
+func FuzzStreamRequest(f *testing.F) {
+	req := fwdRequest{id: 7, timeout: int64(time.Second), checks: []Check{validCheck("a", 1), {Key: "b", Limit: validCheck("b", 0).Limit, CreatedAt: 1}}}
+	f.Add(req.append(nil))
+	f.Add([]byte{0x0a, 0x02, 0x0a, 0x00})
+	f.Add([]byte{0x10, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m := fwdRequest{maxKeyLen: DefaultMaxKeyLen}
+		if err := m.decode(data); err != nil {
+			return
+		}
+		if len(m.checks)+len(m.invalid) != m.n {
+			t.Fatalf("decoded %d valid + %d invalid, want n = %d", len(m.checks), len(m.invalid), m.n)
+		}
+		for _, c := range m.checks {
+			if err := ValidateCheck(c, DefaultMaxKeyLen); err != nil {
+				t.Fatalf("accepted check fails ValidateCheck: %v", err)
+			}
+		}
+		for _, iv := range m.invalid {
+			if iv.err == nil {
+				t.Fatal("a rejected item carries no error")
+			}
+		}
+	})
+}
+
+// FuzzStreamResponse decodes arbitrary bytes as a ForwardStream answer, as
+// the forwarding peer does: no panic.
+func FuzzStreamResponse(f *testing.F) {
+	resp := fwdResponse{id: 3, results: []Result{{Code: CodeOK, Route: RouteOwner, Owner: "n"}, {Code: CodeNotOwner, Message: "x"}}}
+	f.Add(resp.append(nil))
+	f.Add([]byte{0x0a, 0x00})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var m fwdResponse
+		_ = m.decode(data)
+	})
+}
+
+// FuzzTransferRequest decodes arbitrary bytes as a Transfer request and
+// converts and validates its states as the server does before the handler
+// sees them: no panic, and every accepted state has a valid key and limit
+// and a state that algo.State.UnmarshalBinary can be asked to read.
+func FuzzTransferRequest(f *testing.F) {
+	var st algo.State
+	l := algo.Limit{Kind: algo.GCRA, Burst: 1, Limit: 10, Period: time.Second}
+	_, _ = st.Take(1e18, 1, l)
+	b, _ := st.MarshalBinary()
+	var m pb.KeyState
+	keyStateToWire(KeyState{Key: "k", Limit: l, State: b, LastNow: 1e18}, &m)
+	seed, _ := proto.Marshal(&pb.TransferRequest{States: []*pb.KeyState{&m}, From: "node-1", Done: true})
+	f.Add(seed)
+	f.Add([]byte{0x0a, 0x00})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var req pb.TransferRequest
+		if proto.Unmarshal(data, &req) != nil {
+			return
+		}
+		for _, w := range req.GetStates() {
+			ks, err := keyStateFromWire(w)
+			if err == nil {
+				err = validateKeyState(ks, DefaultMaxKeyLen)
+			}
+			if err != nil {
+				continue
+			}
+			if err := ks.Limit.Validate(); err != nil {
+				t.Fatalf("accepted state with an invalid limit: %v", err)
+			}
+			var s algo.State
+			_ = s.UnmarshalBinary(ks.State)
+		}
+	})
+}
