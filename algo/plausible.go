@@ -27,7 +27,9 @@ var ErrImplausibleState = errors.New("algo: implausible state")
 //   - FixedWindow: count <= Limit, window start <= now + skew;
 //   - SlidingWindowCounter: previous and current counts <= Limit, window start
 //     <= now + skew;
-//   - SlidingWindowLog: at most Limit entries, each <= now + skew.
+//   - SlidingWindowLog: at most Limit entries, each <= now + skew;
+//   - BucketedSlidingWindow: every bucket count >= 0, their sum <= Limit, the
+//     newest bucket starting no later than now + skew.
 //
 // Errors wrap ErrImplausibleState naming the field and both values, or
 // ErrInvalidLimit for an invalid l, or a negative skew or a now outside
@@ -98,6 +100,25 @@ func (s *State) Plausible(now, skew int64, l Limit) error {
 			if err := after("entry", lg.buf[(int(lg.head)+int(i))%len(lg.buf)]); err != nil {
 				return err
 			}
+		}
+		return nil
+	case BucketedSlidingWindow:
+		bw := s.bw
+		if bw == nil {
+			return nil
+		}
+		var sum int64
+		for _, c := range bw.counts {
+			if err := above("bucket count", c, l.Limit); err != nil {
+				return err
+			}
+			if c > l.Limit-sum { // sum+c > Limit, without overflowing
+				return fmt.Errorf("%w: %v hits in the window exceed the limit %d", ErrImplausibleState, s.kind, l.Limit)
+			}
+			sum += c
+		}
+		if bw.width < 0 || (bw.width > 0 && (bw.head < 0 || bw.head > latest/bw.width)) {
+			return fmt.Errorf("%w: %v newest bucket %d of width %d ns starts after now %d + skew %d", ErrImplausibleState, s.kind, bw.head, bw.width, now, skew)
 		}
 		return nil
 	}

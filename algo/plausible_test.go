@@ -119,3 +119,34 @@ func maxReset(l Limit) time.Duration {
 	}
 	return l.Period // FixedWindow, SlidingWindowLog
 }
+
+// TestPlausibleBucketedRefusesCraftedStates: a handed-off bucketed window whose
+// counts exceed the limit, or whose newest bucket lies in the future, would
+// deny the key past its period; it is refused.
+func TestPlausibleBucketedRefusesCraftedStates(t *testing.T) {
+	t.Parallel()
+	l := Limit{Kind: BucketedSlidingWindow, Limit: 10, Period: time.Minute}
+	now := int64(1_700_000_000) * int64(time.Second)
+	var s State
+	if _, err := s.Take(now, 10, l); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Plausible(now, 0, l); err != nil {
+		t.Fatalf("real state: got %v, want nil", err)
+	}
+	over := s
+	bw := *s.bw
+	bw.counts[0] += 5
+	bw.counts[1] += 5
+	over.bw = &bw
+	if err := over.Plausible(now, 0, l); !errors.Is(err, ErrImplausibleState) {
+		t.Errorf("counts above the limit: got %v, want ErrImplausibleState", err)
+	}
+	future := s
+	bw2 := *s.bw
+	bw2.head += 1_000_000
+	future.bw = &bw2
+	if err := future.Plausible(now, int64(time.Second), l); !errors.Is(err, ErrImplausibleState) {
+		t.Errorf("newest bucket in the future: got %v, want ErrImplausibleState", err)
+	}
+}
