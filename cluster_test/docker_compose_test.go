@@ -41,6 +41,7 @@ type composeCluster struct {
 	http    map[string]string // service -> host:port of its HTTPS client API on 127.0.0.1
 	grpc    map[string]string // service -> host:port of its gRPC API on 127.0.0.1
 	admin   map[string]string // service -> host:port of its admin API on 127.0.0.1
+	redis   map[string]string // service -> host:port of its Redis-protocol port on 127.0.0.1
 	certs   string            // directory of the per-node certs directories
 	caKey   string            // the CA key (never mounted)
 	client  *http.Client      // HTTPS with the client certificate "root"
@@ -143,12 +144,16 @@ func dockerMakeCerts(t *testing.T, bin, certs, caKey string, nodes ...string) *h
 	dockerRun(t, time.Minute, "", nil, cli, "cert", "create-ca", "--certs-dir", certs, "--ca-key", caKey)
 	dockerRun(t, time.Minute, "", nil, cli, "cert", "create-client", "root", "--certs-dir", certs, "--ca-key", caKey)
 	dockerRun(t, time.Minute, "", nil, cli, "cert", "create-gossip-key", "--certs-dir", certs)
+	// The client token of the Redis-protocol port (AUTH) and of bearer callers.
+	if err := os.WriteFile(filepath.Join(certs, "tokens"), []byte(dockerToken+",operator\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, n := range nodes {
 		dir := filepath.Join(certs, n)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		for _, f := range []string{"ca.crt", "gossip.key", "client.root.crt", "client.root.key"} {
+		for _, f := range []string{"ca.crt", "gossip.key", "tokens", "client.root.crt", "client.root.key"} {
 			b, err := os.ReadFile(filepath.Join(certs, f))
 			if err != nil {
 				t.Fatal(err)
@@ -248,6 +253,7 @@ func (c *composeCluster) up() {
 	c.http = map[string]string{}
 	c.grpc = map[string]string{}
 	c.admin = map[string]string{}
+	c.redis = map[string]string{}
 	for _, s := range dockerServices() {
 		c.ports(s)
 	}
@@ -260,7 +266,11 @@ func (c *composeCluster) ports(service string) {
 	c.http[service] = c.port(service, 8080)
 	c.grpc[service] = c.port(service, 8081)
 	c.admin[service] = c.port(service, 8082)
+	c.redis[service] = c.port(service, 6379)
 }
+
+// dockerToken is the client token the docker test writes into certs/tokens.
+const dockerToken = "docker-test-token-0123456789"
 
 // port returns the 127.0.0.1 host address published for a container port.
 func (c *composeCluster) port(service string, port int) string {

@@ -2,8 +2,10 @@ package cluster_test
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -66,7 +68,8 @@ func TestDockerCompose(t *testing.T) {
 	c.env = []string{"RINGLIMIT_IMAGE=" + c.image, "RINGLIMIT_SUBNET=" + c.subnet, "RINGLIMIT_CERTS=" + c.certs,
 		fmt.Sprintf("RINGLIMIT_UID=%d", os.Getuid()), fmt.Sprintf("RINGLIMIT_GID=%d", os.Getgid())}
 	for i := 1; i <= 3; i++ { // empty: Docker picks free host ports
-		c.env = append(c.env, fmt.Sprintf("RINGLIMIT_HOST_HTTP_%d=", i), fmt.Sprintf("RINGLIMIT_HOST_GRPC_%d=", i), fmt.Sprintf("RINGLIMIT_HOST_ADMIN_%d=", i))
+		c.env = append(c.env, fmt.Sprintf("RINGLIMIT_HOST_HTTP_%d=", i), fmt.Sprintf("RINGLIMIT_HOST_GRPC_%d=", i), fmt.Sprintf("RINGLIMIT_HOST_ADMIN_%d=", i),
+			fmt.Sprintf("RINGLIMIT_HOST_REDIS_%d=", i))
 	}
 	t.Cleanup(c.down) // (e), registered before up so a failed up is cleaned too
 	c.up()
@@ -76,6 +79,10 @@ func TestDockerCompose(t *testing.T) {
 	c.waitFor("all three list three members", 60*time.Second, c.membersAre(all, all...))
 
 	t.Run("replay", func(t *testing.T) { dockerReplay(t, c.on(t)) })
+	if t.Failed() {
+		return
+	}
+	t.Run("redis-cli", func(t *testing.T) { dockerRedisCLI(t, c.on(t)) })
 	if t.Failed() {
 		return
 	}
@@ -117,6 +124,24 @@ func dockerReplay(t *testing.T, c *composeCluster) {
 		t.Logf("replay %s: 0 mismatches in %v", alg, time.Since(began).Round(time.Millisecond))
 		if alg == "gcra" {
 			t.Logf("replay gcra summary:\n%s", out)
+		}
+	}
+}
+
+// dockerRedisCLI sends redis-cell's CL.THROTTLE with Debian's redis-cli (TLS,
+// AUTH with the client token) to two different nodes: the key is decided by
+// its owner whichever node answers, so the second call sees the first.
+func dockerRedisCLI(t *testing.T, c *composeCluster) {
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Fatalf("redis-cli not found (.ci/run installs Debian's redis-tools): %v", err)
+	}
+	for i, step := range []struct{ node, want string }{{"ringlimit-1", "0 1 0 -1 2"}, {"ringlimit-2", "1 1 0 2 2"}} {
+		host, port, _ := net.SplitHostPort(c.redis[step.node])
+		out, err := dockerTry(time.Minute, "", nil, cli, "-h", host, "-p", port, "--tls", "--cacert", filepath.Join(c.certs, "ca.crt"),
+			"-a", dockerToken, "--no-auth-warning", "CL.THROTTLE", "user123", "0", "1", "2", "1")
+		if got := strings.Join(strings.Fields(out), " "); err != nil || got != step.want {
+			t.Fatalf("call %d via %s: got %q (%v), want %q", i+1, step.node, got, err, step.want)
 		}
 	}
 }
