@@ -27,13 +27,36 @@ import (
 // cluster both are only cost. (With the 1 s scan, keys limited at 1000 per
 // second and checked about twice a second are dropped and re-created most of the
 // time.)
+//
+// Sub-benchmarks: secure (the default: mutual TLS 1.3 between peers, gossip
+// encrypted, as TestConfig makes it) and insecure (Config.Insecure, plaintext
+// peers): run both in one invocation, for example
+//
+//	go test -run '^$' -bench 'Cluster3' -benchtime 200000x -count 3 -cpu 2 ./cluster_test/
+//
+// so that the ratio of their checks/s and cpu-ns/check is measured side by
+// side (-count repeats the pair, alternating).
 func BenchmarkCluster3(b *testing.B) {
+	for _, mode := range []string{"secure", "insecure"} {
+		b.Run(mode, func(b *testing.B) {
+			benchCluster3(b, mode == "insecure")
+		})
+	}
+}
+
+func benchCluster3(b *testing.B, insecure bool) {
 	nodes := startCluster(b, 3, func(c *node.Config) {
 		// LAN timings; loopback, free ports and security from TestConfig.
 		def := node.DefaultConfig()
 		c.IdleScanInterval, c.ForwardTimeout, c.HandoffTimeout = def.IdleScanInterval, def.ForwardTimeout, def.HandoffTimeout
 		c.CloseTimeout, c.RejoinInterval, c.Gossip, c.AdmissionRetry = def.CloseTimeout, def.RejoinInterval, def.Gossip, def.AdmissionRetry
+		if insecure {
+			c.Insecure, c.SecretKey = true, nil
+		}
 	})
+	if nodes[0].Insecure() != insecure {
+		b.Fatalf("node runs insecure=%v, want %v", nodes[0].Insecure(), insecure)
+	}
 	const callers = 64
 	keys := make([]string, 100_000)
 	for i := range keys {

@@ -167,7 +167,7 @@ type Config struct {
 	MaxPeerClockSkew time.Duration
 	// AdmissionRetry is how often a member that failed the admission handshake
 	// is tried again (a member fixed meanwhile gets in). Default 5 s; TestConfig
-	// 200 ms.
+	// 1 s. Each attempt costs a TLS handshake (ECDSA) on both sides.
 	AdmissionRetry time.Duration
 	// OwnerUnreachable decides checks whose owner cannot be reached. Default Local.
 	OwnerUnreachable Policy
@@ -319,7 +319,7 @@ func TestConfig() Config {
 	c.BindAddr = "127.0.0.1"
 	c.GossipPort = 0
 	c.PeerPort = 0
-	c.AdmissionRetry = 200 * time.Millisecond
+	c.AdmissionRetry = time.Second
 	c.IdleScanInterval = time.Second
 	c.ForwardTimeout = 2 * time.Second // generous: tests run under -race on loaded machines
 	c.HandoffTimeout = time.Second

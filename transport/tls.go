@@ -15,6 +15,10 @@ import (
 // the address dialed (IP SANs for host:port addresses). Both require TLS 1.3.
 // The node's certificate therefore needs both server and client extended key
 // usages (or none). Errors name the file that could not be read or parsed.
+//
+// Deprecated: it checks the chain but not which member a certificate names, and
+// accepts any certificate the CA signed (a client's too). Nodes use
+// pki.PeerTLS, which requires the ringlimit://member/<name> identity.
 func LoadMutualTLS(certFile, keyFile, caFile string) (server, client *tls.Config, err error) {
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {

@@ -24,7 +24,8 @@ const ForwardTimeout = 5 * time.Second
 const StartTimeout = 30 * time.Second
 
 // Start starts a cluster of nodes nodes (>= 1) from node.TestConfig with
-// ForwardTimeout. acceptCallerTimestamps sets
+// ForwardTimeout: secure, with mutual TLS between the nodes and encrypted
+// gossip from an in-memory CA and key made for this cluster. acceptCallerTimestamps sets
 // node.Config.AcceptCallerTimestamps (replays need it). stop closes every node
 // gracefully. Errors: an invalid size or config (wrapping
 // node.ErrInvalidConfig), a listener that cannot bind, or a cluster that does not

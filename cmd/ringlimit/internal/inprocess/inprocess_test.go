@@ -10,6 +10,7 @@ import (
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/accesslog"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/bench"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/replay"
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // TestReplayBundledLog replays the real log through a 3-node cluster and wants
@@ -75,6 +76,28 @@ func TestBenchWithinBounds(t *testing.T) {
 		}
 		if r.Err() != nil || r.DeniedChecks == 0 {
 			t.Errorf("%v: got %v with %d denied, want within bounds and some denials", k, r.Err(), r.DeniedChecks)
+		}
+	}
+}
+
+// The in-process demo runs the secure profile: mutual TLS between its nodes
+// and encrypted gossip, with certificates made in memory.
+func TestDemoRunsSecure(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	targets, stop, err := Start(ctx, 2, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	for _, tg := range targets {
+		n, ok := tg.Checker.(*node.Node)
+		if !ok {
+			t.Fatalf("target %s is a %T, want *node.Node", tg.Name, tg.Checker)
+		}
+		if n.Insecure() {
+			t.Errorf("demo node %s runs insecure", tg.Name)
 		}
 	}
 }
