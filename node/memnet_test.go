@@ -363,3 +363,45 @@ func TestMemNetJoinHandsOffEveryAlgorithm(t *testing.T) {
 		t.Fatalf("node-3 holds %d states, want %d", got, want)
 	}
 }
+
+// A Transfer that hands a member the state of a key its ring gives to another
+// member (the sender's ring differed for a moment) does not strand the state:
+// the receiver hands it on to the owner.
+func TestStrayTransferReachesTheOwner(t *testing.T) {
+	t.Parallel()
+	var clock atomic.Int64
+	clock.Store(int64(20_000*24*time.Hour) + int64(12*time.Hour))
+	_, nodes := memCluster(t, 2, func(c *Config) { c.Clock = clock.Load })
+	a, b := nodes[0], nodes[1]
+	key := keyOwnedBy(t, a, b)
+	l := algo.Limit{Kind: algo.FixedWindow, Limit: 10, Period: 24 * time.Hour}
+	var st algo.State
+	if _, err := st.Take(clock.Load(), 4, l); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := st.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks := transport.KeyState{KeyHash: a.rs.Load().snap.Hash(key), Limit: l, State: raw, LastNow: clock.Load()}
+	if err := (peerService{a}).Transfer(context.Background(), transport.TransferBatch{From: "elsewhere", States: []transport.KeyState{ks}}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d, err := b.AllowN(context.Background(), key, l, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Remaining == 6 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("owner %s: remaining %d, want 6 (the stray state never reached it; %s holds %d keys)", b.Name(), d.Remaining, a.Name(), a.Stats().Keys)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := a.Stats().Keys; got != 0 {
+		t.Fatalf("%s still holds %d keys, want 0", a.Name(), got)
+	}
+}
