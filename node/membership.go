@@ -215,22 +215,8 @@ func (n *Node) membershipLoop() {
 		case <-n.memberSig:
 			if !n.leaving.Load() {
 				n.rebuild()
-				if n.stray.Swap(false) {
-					n.handOnStrays()
-				}
 			}
 		}
-	}
-}
-
-// handOnStrays hands the states of keys this node does not own in its current
-// ring (installed by a Transfer from a member whose ring differed) to their
-// owners. A leaving node's Close hands off everything itself.
-func (n *Node) handOnStrays() {
-	n.rebuildMu.Lock()
-	defer n.rebuildMu.Unlock()
-	if rs := n.rs.Load(); !rs.leaving && rs.snap.Len() > 0 {
-		n.handoff(rs, rs.snap)
 	}
 }
 

@@ -125,7 +125,6 @@ type Node struct {
 	marks      map[string]uint64 // handoff-complete markers: from -> ring digest
 	inbound    atomic.Int64      // Forward RPCs received, for the drain on Close
 	joinedPeer atomic.Bool       // has ever seen another member
-	stray      atomic.Bool       // a Transfer installed states of keys this node does not own
 	ready      atomic.Bool
 
 	leaving  atomic.Bool
@@ -576,8 +575,6 @@ func (p peerService) ForwardMayWait(checks []transport.Check) bool {
 func (p peerService) Transfer(ctx context.Context, b transport.TransferBatch) error {
 	n := p.n
 	wall := n.clock()
-	rs := n.rs.Load()
-	stray := false
 	for _, ks := range b.States {
 		var st algo.State
 		if err := st.UnmarshalBinary(ks.State); err != nil {
@@ -591,20 +588,6 @@ func (p peerService) Transfer(ctx context.Context, b transport.TransferBatch) er
 			h = n.owned.hash(ks.Key)
 		}
 		n.owned.install(h, ks.Limit, st, ks.LastNow, ks.CallerClock, wall)
-		if m, ok := rs.snap.OwnerOfHash(h); ok && m.Name != n.cfg.Name {
-			stray = true
-		}
-	}
-	if stray {
-		// The sender's ring gave us keys ours gives to another member (the two
-		// rings disagreed for a moment). Their owner may already have our
-		// "handoff complete" marker for its ring, so nothing else would move
-		// them: the membership loop hands them on.
-		n.stray.Store(true)
-		select {
-		case n.memberSig <- struct{}{}:
-		default:
-		}
 	}
 	if b.Done {
 		n.markHandoffDone(b.From, b.RingDigest)
