@@ -39,10 +39,15 @@ func (s *State) Pack(w []int64) {
 // PackedWords > 0; for any other k it returns the zero State (which Take
 // starts fresh). w must come from Pack for the same Kind: UnpackState does not
 // validate it (use MarshalBinary for state that crosses a trust boundary).
-func UnpackState(k Kind, w []int64) State {
+//
+// hint is, for GCRA, the emission interval Period/Limit (ns, rounded down) of
+// the Limit the next Take will get, or 0 if the caller does not know it: a
+// right hint saves Take a 64-bit division, a wrong one is detected (by a
+// multiplication) and costs only that division. Other Kinds ignore it.
+func UnpackState(k Kind, w []int64, hint int64) State {
 	switch k.PackedWords() {
 	case 1:
-		return State{kind: k, a: w[0]}
+		return State{kind: k, a: w[0], b: hint}
 	case 2:
 		return State{kind: k, a: w[0], b: w[1]}
 	case 3:

@@ -23,7 +23,14 @@ func TestPackRoundTrip(t *testing.T) {
 			var kept, packed State
 			var w [3]int64
 			for i, o := range randOps(r, l, 40) {
-				got, err1 := UnpackState(k, w[:]).take2(&packed, o, l)
+				hint := int64(0)
+				if i%2 == 1 {
+					hint = int64(l.Period) / l.Limit // right for GCRA, ignored by the others
+				}
+				if i%5 == 4 {
+					hint = 7 // wrong: must be detected
+				}
+				got, err1 := UnpackState(k, w[:], hint).take2(&packed, o, l)
 				want, err2 := kept.Take(o.t, o.hits, l)
 				if got != want || (err1 == nil) != (err2 == nil) {
 					t.Fatalf("%v %+v check %d %+v: packed %+v %v, kept %+v %v", k, l, i, o, got, err1, want, err2)

@@ -202,7 +202,9 @@ type anyKindTable interface {
 func (t *kindTable[W]) update(c *check, i int) (algo.Decision, error) {
 	sl := &t.slots[i]
 	var scratch algo.State
-	st, boxed := c.sh.load(c.l.Kind, sl.words(), &scratch)
+	// The hint is the emission interval of the key's last Limit: GCRA's Take
+	// skips its division when the Limit is the same.
+	st, boxed := c.sh.load(c.l.Kind, sl.words(), &scratch, c.sh.limits.ls[sl.lim].t)
 	d, err := st.Take(c.now, c.hits, c.l)
 	if err != nil {
 		return d, err
@@ -249,12 +251,13 @@ func setClock[W words](t *kindTable[W], sl *slot[W], lastNow, wall int64, caller
 
 // load returns the state of kind k held in w: for a packed state, unpacked
 // into *scratch (boxed false); for an algorithm without a packed form, the
-// boxed State itself (boxed true), which Take changes in place.
-func (sh *shard) load(k algo.Kind, w []int64, scratch *algo.State) (st *algo.State, boxed bool) {
+// boxed State itself (boxed true), which Take changes in place. hint is
+// passed to algo.UnpackState.
+func (sh *shard) load(k algo.Kind, w []int64, scratch *algo.State, hint int64) (st *algo.State, boxed bool) {
 	if k.PackedWords() == 0 {
 		return sh.boxes.at(w[0]), true
 	}
-	*scratch = algo.UnpackState(k, w)
+	*scratch = algo.UnpackState(k, w, hint)
 	return scratch, false
 }
 
@@ -302,7 +305,7 @@ func (t *kindTable[W]) idle(sh *shard, k algo.Kind, sl *slot[W], wall int64) boo
 		at = r.lastNow + elapsed
 	}
 	var scratch algo.State
-	st, _ := sh.load(k, sl.words(), &scratch)
+	st, _ := sh.load(k, sl.words(), &scratch, 0)
 	return st.Idle(at, l)
 }
 
@@ -334,7 +337,7 @@ func (t *kindTable[W]) extract(sh *shard, k algo.Kind, move func(h uint64) bool,
 			return
 		}
 		var scratch algo.State
-		st, _ := sh.load(k, sl.words(), &scratch)
+		st, _ := sh.load(k, sl.words(), &scratch, 0)
 		lastNow, _ := t.lastNow(sl, wall)
 		out = append(out, movedState{
 			h: sl.h, limit: sh.limits.at(sl.lim), st: *st,
@@ -352,7 +355,7 @@ func (t *kindTable[W]) install(sh *shard, m movedState, wall int64) bool {
 	if i := t.find(m.h); i >= 0 {
 		sl := &t.slots[i]
 		var scratch algo.State
-		st, boxed := sh.load(k, sl.words(), &scratch)
+		st, boxed := sh.load(k, sl.words(), &scratch, 0)
 		last, _ := t.lastNow(sl, wall)
 		at := max(last, m.lastNow)
 		st.Merge(&m.st, at, m.limit)
@@ -483,6 +486,7 @@ type limitTable struct {
 
 type limitRec struct {
 	l    algo.Limit
+	t    int64 // GCRA's emission interval Period/Limit, 0 for other Kinds
 	refs uint32
 }
 
@@ -500,16 +504,24 @@ func (t *limitTable) ref(l algo.Limit) uint32 {
 		if n := len(t.free); n > 0 {
 			i = t.free[n-1]
 			t.free = t.free[:n-1]
-			t.ls[i] = limitRec{l: l}
+			t.ls[i] = limitRec{l: l, t: interval(l)}
 		} else {
 			i = uint32(len(t.ls))
-			t.ls = append(t.ls, limitRec{l: l})
+			t.ls = append(t.ls, limitRec{l: l, t: interval(l)})
 		}
 		t.idx[l] = i
 	}
 	t.ls[i].refs++
 	t.last = i
 	return i
+}
+
+// interval returns GCRA's emission interval of a valid l, 0 for other Kinds.
+func interval(l algo.Limit) int64 {
+	if l.Kind != algo.GCRA {
+		return 0
+	}
+	return int64(l.Period) / l.Limit
 }
 
 // unref drops one reference to index i.
