@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"net/textproto"
 	"strconv"
 	"strings"
 
@@ -309,9 +308,10 @@ func (c *httpConfig) wrap(decide func(r *http.Request) (Verdict, bool, error)) f
 // The canonical (textproto) forms of the field names: assigning the header
 // map directly skips Set's canonicalization, which allocates for names that
 // are not canonical already ("RateLimit" is not).
-var (
-	keyRateLimitPolicy = textproto.CanonicalMIMEHeaderKey(HeaderRateLimitPolicy)
-	keyRateLimit       = textproto.CanonicalMIMEHeaderKey(HeaderRateLimit)
+// (TestHeaderKeysAreCanonical checks them against textproto.)
+const (
+	keyRateLimitPolicy = "Ratelimit-Policy"
+	keyRateLimit       = "Ratelimit"
 )
 
 // setFields sets (replaces) RateLimit-Policy and RateLimit for v.

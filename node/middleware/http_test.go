@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/textproto"
 	"sync"
 	"testing"
 	"time"
@@ -242,6 +243,15 @@ func TestSFString(t *testing.T) {
 	for in, want := range map[string]string{"a": `"a"`, `q"b\c`: `"q\"b\\c"`, "é\n": `"???"`} {
 		if got := sfString(in); got != want {
 			t.Errorf("sfString(%q): got %s, want %s", in, got, want)
+		}
+	}
+}
+
+func TestHeaderKeysAreCanonical(t *testing.T) {
+	t.Parallel()
+	for k, want := range map[string]string{HeaderRateLimitPolicy: keyRateLimitPolicy, HeaderRateLimit: keyRateLimit} {
+		if got := textproto.CanonicalMIMEHeaderKey(k); got != want {
+			t.Errorf("CanonicalMIMEHeaderKey(%q): got %q, want %q", k, got, want)
 		}
 	}
 }

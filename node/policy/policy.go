@@ -95,13 +95,35 @@ const (
 	Year
 )
 
-var unitNames = [...]string{"", "SECOND", "MINUTE", "HOUR", "DAY", "WEEK", "MONTH", "YEAR"}
+// unitName returns the name of u as Envoy spells it, "" for UnitNone, and
+// false for a Unit that has none.
+func unitName(u Unit) (string, bool) {
+	switch u {
+	case UnitNone:
+		return "", true
+	case Second:
+		return "SECOND", true
+	case Minute:
+		return "MINUTE", true
+	case Hour:
+		return "HOUR", true
+	case Day:
+		return "DAY", true
+	case Week:
+		return "WEEK", true
+	case Month:
+		return "MONTH", true
+	case Year:
+		return "YEAR", true
+	}
+	return "", false
+}
 
 // String returns the unit's name as Envoy spells it ("SECOND" .. "YEAR"), "" for
 // UnitNone.
 func (u Unit) String() string {
-	if int(u) < len(unitNames) {
-		return unitNames[u]
+	if name, ok := unitName(u); ok {
+		return name
 	}
 	return "unit(" + strconv.Itoa(int(u)) + ")"
 }
@@ -132,7 +154,7 @@ func (u Unit) Duration() time.Duration {
 func parseUnit(s string) (Unit, bool) {
 	up := strings.ToUpper(s)
 	for u := Second; u <= Year; u++ {
-		if unitNames[u] == up {
+		if name, _ := unitName(u); name == up {
 			return u, true
 		}
 	}

@@ -45,9 +45,23 @@ func Parse(s string) (time.Duration, error) {
 	return 0, fmt.Errorf("%w: %q (want a number and a unit such as \"1m\", \"250ms\" or \"1h30m\"; units ns, us, ms, s, m, h)", ErrSyntax, s)
 }
 
-// unitNanos are time.ParseDuration's units in ns.
-var unitNanos = map[string]int64{
-	"ns": 1, "us": 1e3, "µs": 1e3, "μs": 1e3, "ms": 1e6, "s": 1e9, "m": 60e9, "h": 3600e9,
+// unitNanos returns a time.ParseDuration unit in ns, false for another string.
+func unitNanos(u string) (int64, bool) {
+	switch u {
+	case "ns":
+		return 1, true
+	case "us", "µs", "μs":
+		return 1e3, true
+	case "ms":
+		return 1e6, true
+	case "s":
+		return 1e9, true
+	case "m":
+		return 60e9, true
+	case "h":
+		return 3600e9, true
+	}
+	return 0, false
 }
 
 // exactNanos returns the value of s in ns, exactly, if s has the syntax of a
@@ -79,7 +93,7 @@ func exactNanos(s string) (*big.Rat, bool) {
 		for j < len(s) && s[j] != '.' && (s[j] < '0' || s[j] > '9') {
 			j++
 		}
-		unit, ok := unitNanos[s[:j]]
+		unit, ok := unitNanos(s[:j])
 		if !ok {
 			return nil, false
 		}
