@@ -150,6 +150,15 @@ func (c *memClient) Close() error {
 // memCluster starts size nodes on one memNet, converged.
 func memCluster(t *testing.T, size int, mod func(*Config)) (*memNet, []*Node) {
 	t.Helper()
+	mn, nodes, _ := memClusterBase(t, size, mod)
+	return mn, nodes
+}
+
+// memClusterBase is memCluster that also returns the base Config of the
+// cluster: a node that joins later must be made from it (it carries the
+// cluster's test CA and gossip key).
+func memClusterBase(t *testing.T, size int, mod func(*Config)) (*memNet, []*Node, Config) {
+	t.Helper()
 	mn := newMemNet()
 	cfg := TestConfig()
 	cfg.peerNet = mn
@@ -167,7 +176,7 @@ func memCluster(t *testing.T, size int, mod func(*Config)) (*memNet, []*Node) {
 			n.Abort()
 		}
 	})
-	return mn, c.Nodes()
+	return mn, c.Nodes(), cfg
 }
 
 // keyOwnedBy returns a key that owner owns in n's ring.
@@ -325,7 +334,7 @@ func TestMemNetJoinHandsOffEveryAlgorithm(t *testing.T) {
 	t.Parallel()
 	var clock atomic.Int64
 	clock.Store(int64(20_000*24*time.Hour) + int64(12*time.Hour))
-	mn, nodes := memCluster(t, 3, func(c *Config) { c.Clock = clock.Load })
+	_, nodes, base := memClusterBase(t, 3, func(c *Config) { c.Clock = clock.Load })
 	ctx := context.Background()
 	const keys = 200
 	limit := func(k algo.Kind) algo.Limit {
@@ -338,9 +347,7 @@ func TestMemNetJoinHandsOffEveryAlgorithm(t *testing.T) {
 			}
 		}
 	}
-	cfg := TestConfig()
-	cfg.peerNet = mn
-	cfg.Clock = clock.Load
+	cfg := base // the cluster's CA, gossip key, memory network and clock
 	cfg.Name = "node-3"
 	cfg.Join = []string{nodes[0].GossipAddr()}
 	d, err := New(cfg)

@@ -698,6 +698,15 @@ func (p peerService) Transfer(ctx context.Context, b transport.TransferBatch) er
 			return err
 		}
 	}
+	for _, ps := range b.Penalties {
+		for _, t := range ps.Denials {
+			if t > wall+int64(n.cfg.MaxPeerClockSkew) {
+				n.refused("state")
+				n.log.Warn("refused handed-off ban state", "from", b.From, "key", ps.Key, "denial", t)
+				return fmt.Errorf("%w: ban state of key %q: a denial at %d ns is after now %d + skew %v", ErrRefusedState, ps.Key, t, wall, n.cfg.MaxPeerClockSkew)
+			}
+		}
+	}
 	for i, ks := range b.States {
 		h := ks.KeyHash
 		if ks.Key != "" {

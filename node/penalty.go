@@ -74,6 +74,12 @@ func (p *penalties) take(h uint64, key string, pen Penalty, hits, now int64, dec
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	st := sh.m[key]
+	if st != nil && st.banUntil-now > int64(pen.Ban) {
+		// A ban never outlasts the rule that checks it: the rule's ban was
+		// shortened since, or the state came from a peer that claimed more
+		// (handed-off ban states are untrusted input).
+		st.banUntil = now + int64(pen.Ban)
+	}
 	if st != nil && now < st.banUntil {
 		d, err := decide(0) // the limit's capacity and reset, nothing consumed
 		if err != nil {

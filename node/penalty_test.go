@@ -94,7 +94,7 @@ func TestPenaltyStateMovesWithHandoff(t *testing.T) {
 	if len(moved) != 1 || moved[0].Key != "k" {
 		t.Fatalf("extracted %+v, want the state of k", moved)
 	}
-	if err := (peerService{b}).Transfer(ctx, transport.TransferBatch{From: "solo", Penalties: moved}); err != nil {
+	if err := (peerService{b}).Transfer(ctx, transport.TransferBatch{From: "solo", Sender: "solo", Penalties: moved}); err != nil {
 		t.Fatal(err)
 	}
 	now.Add(int64(10 * time.Minute)) // the GCRA alone would admit again
@@ -111,5 +111,35 @@ func TestPenaltyValidated(t *testing.T) {
 		if _, err := n.AllowPenalized(context.Background(), "k", hourly, 1, p); !errors.Is(err, transport.ErrInvalidCheck) {
 			t.Errorf("penalty %+v: got %v, want ErrInvalidCheck", p, err)
 		}
+	}
+}
+
+// TestHandedOffBanNeverOutlastsTheRule: a ban state handed off by a peer that
+// claims a ban far longer than the rule's is capped to the rule's Ban at the
+// next check; a ban state with denials in the future is refused whole.
+func TestHandedOffBanNeverOutlastsTheRule(t *testing.T) {
+	t.Parallel()
+	var now atomic.Int64
+	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	n := testNode(t, func(c *Config) { c.Clock = now.Load })
+	ctx := context.Background()
+	year := int64(365 * 24 * time.Hour)
+	forged := transport.PenaltyState{Key: "victim", BanUntil: now.Load() + year, Expire: now.Load() + year}
+	if err := (peerService{n}).Transfer(ctx, transport.TransferBatch{From: "solo", Sender: "solo", Penalties: []transport.PenaltyState{forged}}); err != nil {
+		t.Fatal(err)
+	}
+	l := algo.Limit{Kind: algo.GCRA, Limit: 10, Period: time.Minute}
+	pen := Penalty{Denials: 3, Within: time.Minute, Ban: time.Minute}
+	d, err := n.AllowPenalized(ctx, "victim", l, 1, pen)
+	if err != nil || !d.Banned || d.RetryAfter > time.Minute {
+		t.Fatalf("right after the forged handoff: got %+v, %v; want banned for at most the rule's 1m", d, err)
+	}
+	now.Add(int64(time.Minute + time.Second))
+	if d, err := n.AllowPenalized(ctx, "victim", l, 1, pen); err != nil || d.Banned || !d.Allowed {
+		t.Errorf("after the rule's ban: got %+v, %v; want allowed (a forged year-long ban must not hold)", d, err)
+	}
+	future := transport.PenaltyState{Key: "other", Denials: []int64{now.Load() + int64(time.Hour)}}
+	if err := (peerService{n}).Transfer(ctx, transport.TransferBatch{From: "solo", Sender: "solo", Penalties: []transport.PenaltyState{future}}); !errors.Is(err, ErrRefusedState) {
+		t.Errorf("denials in the future: got %v, want ErrRefusedState", err)
 	}
 }

@@ -25,7 +25,7 @@ func BenchmarkTake(b *testing.B) {
 	if err := l.Load(ctx); err != nil {
 		b.Fatal(err)
 	}
-	for _, k := range algo.Kinds() {
+	for _, k := range redislimit.SupportedKinds() {
 		lim := algo.Limit{Kind: k, Limit: 100, Period: time.Second, Burst: 10}
 		b.Run(k.String(), func(b *testing.B) {
 			var n atomic.Int64

@@ -111,7 +111,7 @@ func TestScriptsEqualAlgo(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	for _, k := range algo.Kinds() {
+	for _, k := range redislimit.SupportedKinds() {
 		for seed := range uint64(5) {
 			t.Run(fmt.Sprintf("%v/seed%d", k, seed), func(t *testing.T) {
 				r := rand.New(rand.NewPCG(seed, uint64(k)))
@@ -121,7 +121,7 @@ func TestScriptsEqualAlgo(t *testing.T) {
 				}
 				kinds := []algo.Kind{k}
 				if seed >= 3 {
-					kinds = algo.Kinds() // keys also change Kind
+					kinds = redislimit.SupportedKinds() // keys also change Kind
 				}
 				ref := map[string]*algo.State{}
 				for i, s := range randSteps(r, 1000, kinds) {

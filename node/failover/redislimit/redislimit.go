@@ -163,6 +163,9 @@ func Validate(lim algo.Limit) error {
 	case lim.Burst > MaxCount:
 		return fmt.Errorf("%w: field Burst value %d: must be <= MaxCount (%d)", ErrUnsupportedLimit, lim.Burst, MaxCount)
 	}
+	if !Supported(lim.Kind) {
+		return fmt.Errorf("%w: field Kind value %v: no Lua script (supported: %v)", ErrUnsupportedLimit, lim.Kind, SupportedKinds())
+	}
 	// Period, Limit and Burst are below 2^51 here, so these products fit int64.
 	switch lim.Kind {
 	case algo.GCRA:
@@ -177,6 +180,23 @@ func Validate(lim algo.Limit) error {
 		}
 	}
 	return nil
+}
+
+// SupportedKinds returns the algorithms that have a Lua script: every
+// algo.Kind but BucketedSlidingWindow, which the failover limiter sends to the
+// cluster (as it does every limit Validate refuses).
+func SupportedKinds() []algo.Kind {
+	return []algo.Kind{algo.SlidingWindowLog, algo.SlidingWindowCounter, algo.FixedWindow, algo.GCRA, algo.TokenBucket}
+}
+
+// Supported reports whether k has a Lua script.
+func Supported(k algo.Kind) bool {
+	for _, s := range SupportedKinds() {
+		if s == k {
+			return true
+		}
+	}
+	return false
 }
 
 // Take applies a check of hits (0 peeks) of key at now (Unix ns) under lim on
