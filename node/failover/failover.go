@@ -283,6 +283,46 @@ func (l *Limiter) AllowN(ctx context.Context, key string, lim algo.Limit, hits i
 	return l.cluster(ctx, key, lim, hits)
 }
 
+// PenalizedCluster is a Cluster that also decides checks under a penalty
+// (*node.Node does).
+type PenalizedCluster interface {
+	Cluster
+	AllowPenalized(ctx context.Context, key string, l algo.Limit, hits int64, p node.Penalty) (node.Decision, error)
+}
+
+// ErrNoPenalties is returned by AllowPenalized for a check with a penalty when
+// the Cluster is not a PenalizedCluster.
+var ErrNoPenalties = errors.New("failover: the cluster does not decide penalties")
+
+// AllowPenalized makes a Limiter a policy.Checker, so that
+// policy.NewLimiter(l, p, m) checks descriptors Redis first. A check without a
+// penalty (the zero Penalty) is AllowN: Redis first, the cluster while Redis
+// fails; Owner is "redis" when Redis decided. A check with a penalty is always
+// decided by the cluster: the ban state lives with the key on its owner, and
+// the Lua scripts keep none. Errors: as AllowN (key and limit checked first),
+// and ErrNoPenalties when the Cluster does not implement PenalizedCluster.
+func (l *Limiter) AllowPenalized(ctx context.Context, key string, lim algo.Limit, hits int64, p node.Penalty) (node.Decision, error) {
+	if p.IsZero() {
+		d, err := l.AllowN(ctx, key, lim, hits)
+		if err == nil && d.Side == SideRedis {
+			d.Route, d.Owner = node.RouteOwner, "redis"
+		}
+		return d.Decision, err
+	}
+	pc, ok := l.c.(PenalizedCluster)
+	if !ok {
+		return node.Decision{}, ErrNoPenalties
+	}
+	if key == "" || len(key) > l.cfg.MaxKeyLen {
+		return node.Decision{}, fmt.Errorf("%w: %d bytes, want 1..%d", ErrInvalidKey, len(key), l.cfg.MaxKeyLen)
+	}
+	d, err := pc.AllowPenalized(ctx, key, lim, hits, p)
+	if err == nil {
+		l.clusterN.Add(1)
+	}
+	return d, err
+}
+
 // cluster decides on the cluster.
 func (l *Limiter) cluster(ctx context.Context, key string, lim algo.Limit, hits int64) (Decision, error) {
 	d, err := l.c.AllowN(ctx, key, lim, hits)

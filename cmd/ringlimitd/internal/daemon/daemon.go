@@ -284,25 +284,9 @@ func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 		return nil, err
 	}
 
-	// Descriptors: the policy file, or an empty policy (every domain unknown:
-	// OK with no limit, as envoyproxy/ratelimit answers).
-	var lim *policy.Limiter
-	var descHandler transport.DescriptorHandler
-	if cfg.PolicyFile != "" {
-		d.policy, err = policyfile.Start(cfg.PolicyFile, n, d.metrics.Registry(), logger.With("component", "policy"))
-		if err != nil {
-			return fail(fmt.Errorf("%w: policy file: %w", config.ErrInvalid, err))
-		}
-		lim, descHandler = d.policy.Limiter(), d.policy
-	} else if lim, err = policy.NewLimiter(n, nil, nil); err != nil {
-		return fail(err)
-	}
-	rlsSrv, err := rls.New(lim)
-	if err != nil {
-		return fail(err)
-	}
 	// Checks: the cluster, or Redis first with --redis-primary.
 	var chk checker = limiter{n}
+	var pchk policy.Checker = n // descriptors: the node, or Redis first
 	if cfg.RedisPrimary != "" {
 		fc, err := newFailoverChecker(n, cfg.RedisPrimary, cfg.RedisBudget)
 		if err == nil {
@@ -311,9 +295,26 @@ func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 		if err != nil {
 			return fail(fmt.Errorf("--redis-primary: %w", err))
 		}
-		chk, d.closeRedis = fc, fc.client.Close
+		chk, pchk, d.closeRedis = fc, fc.f, fc.client.Close
 	}
 
+	// Descriptors: the policy file, or an empty policy (every domain unknown:
+	// OK with no limit, as envoyproxy/ratelimit answers).
+	var lim *policy.Limiter
+	var descHandler transport.DescriptorHandler
+	if cfg.PolicyFile != "" {
+		d.policy, err = policyfile.Start(cfg.PolicyFile, pchk, d.metrics.Registry(), logger.With("component", "policy"))
+		if err != nil {
+			return fail(fmt.Errorf("%w: policy file: %w", config.ErrInvalid, err))
+		}
+		lim, descHandler = d.policy.Limiter(), d.policy
+	} else if lim, err = policy.NewLimiter(pchk, nil, nil); err != nil {
+		return fail(err)
+	}
+	rlsSrv, err := rls.New(lim)
+	if err != nil {
+		return fail(err)
+	}
 	// Client ports: TLS and authentication unless insecure.
 	extra := map[string]http.Handler{}
 	if d.policy != nil {
