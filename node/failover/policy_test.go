@@ -47,7 +47,9 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	one := func(k, v string) []policy.Descriptor { return []policy.Descriptor{{Entries: []policy.Entry{{Key: k, Value: v}}}} }
+	one := func(k, v string) []policy.Descriptor {
+		return []policy.Descriptor{{Entries: []policy.Entry{{Key: k, Value: v}}}}
+	}
 	for i, want := range []bool{true, true, false} {
 		res, err := lim.Check(ctx, "api", one("user", "u1"), 1)
 		if err != nil {
