@@ -510,21 +510,21 @@ type limiterServer struct {
 
 func (s *limiterServer) Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
 	if req.GetCheck() == nil {
-		return nil, status.Error(codes.InvalidArgument, ErrInvalidCheck.Error()+": check is missing")
+		return nil, status.Error(codes.InvalidArgument, "check is missing")
 	}
 	c, err := checkFromWire(req.GetCheck())
 	if err == nil {
 		err = ValidateCheck(c, s.cfg.MaxKeyLen)
 	}
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, clientStatus(fmt.Errorf("%w: %w", ErrInvalidCheck, err))
 	}
 	r, err := s.h.Check(ctx, c)
 	if err != nil {
-		return nil, statusFromError(err)
+		return nil, clientStatus(err)
 	}
 	if r.Code != CodeOK {
-		return nil, statusFromResult(r)
+		return nil, clientStatus(statusFromResult(r))
 	}
 	d := &pb.Decision{}
 	decisionToWire(r, d)
@@ -570,6 +570,9 @@ func (s *limiterServer) CheckBatch(ctx context.Context, req *pb.CheckBatchReques
 		wg.Wait()
 	}
 	results = mergeInvalid(results, invalid, len(in))
+	for i := range results {
+		results[i].Message = ClientMessage(results[i].Message)
+	}
 	return &pb.CheckBatchResponse{Results: resultsToWire(results)}, nil
 }
 

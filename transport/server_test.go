@@ -126,6 +126,10 @@ func TestLimiterCheckMapsHandlerErrors(t *testing.T) {
 		if got := status.Code(err); got != tc.code {
 			t.Errorf("%s: got code %v, want %v", tc.key, got, tc.code)
 		}
+		// Issue 13.4: a client sees no internal package prefixes.
+		if msg := status.Convert(err).Message(); strings.Contains(msg, "transport: ") || strings.Contains(msg, "algo: ") {
+			t.Errorf("%s: got message %q, want it without package prefixes", tc.key, msg)
+		}
 		_, err = c.Check(context.Background(), validCheck(tc.key, 1))
 		for _, want := range tc.is {
 			if !errors.Is(err, want) {

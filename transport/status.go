@@ -6,11 +6,59 @@ import (
 	"fmt"
 	"strings"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/algo"
 )
+
+// ClientMessage is an error's text as a client of the public front doors sees
+// it (gRPC Limiter, HTTP, the CLI): without the package prefixes of
+// transport's and algo's named errors ("transport: invalid check: ", "algo:
+// invalid limit: ", "transport: unavailable: "), which stay in the logs; what
+// remains names the field, its value and what is allowed. The Peer service
+// keeps the prefixes (its client maps them back to errors).
+func ClientMessage(msg string) string {
+	for _, prefix := range []error{ErrInvalidCheck, ErrUnavailable, algo.ErrInvalidLimit} {
+		msg = strings.ReplaceAll(msg, prefix.Error()+": ", "")
+	}
+	return msg
+}
+
+// reasonInvalidLimit is the google.rpc.ErrorInfo reason (domain
+// "ringlimit") of an InvalidArgument status whose cause is algo.ErrInvalidLimit,
+// so that a client can tell it apart once the message lost its prefixes.
+const reasonInvalidLimit = "INVALID_LIMIT"
+
+// clientStatus is statusFromError with ClientMessage's text, for the Limiter
+// service; an invalid limit also carries ErrorInfo{Reason: INVALID_LIMIT}.
+func clientStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	code, msg := codeOfError(err), err.Error()
+	if st, ok := status.FromError(err); ok {
+		code, msg = st.Code(), st.Message()
+	}
+	st := status.New(code, ClientMessage(msg))
+	if code == codes.InvalidArgument && (errors.Is(err, algo.ErrInvalidLimit) || strings.Contains(msg, algo.ErrInvalidLimit.Error())) {
+		if withInfo, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: reasonInvalidLimit, Domain: "ringlimit"}); derr == nil {
+			st = withInfo
+		}
+	}
+	return st.Err()
+}
+
+// hasReason reports whether st carries a google.rpc.ErrorInfo with reason.
+func hasReason(st *status.Status, reason string) bool {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == reason {
+			return true
+		}
+	}
+	return false
+}
 
 // statusFromError maps a handler or validation error to a gRPC status error:
 // invalid input -> InvalidArgument, ErrUnavailable -> Unavailable, context
@@ -70,7 +118,7 @@ func errorFromStatus(what string, err error) error {
 		msg := strings.TrimPrefix(st.Message(), ErrInvalidCheck.Error()+": ")
 		return &remoteInvalidError{
 			msg:          fmt.Sprintf("%v: %s: %s", ErrInvalidCheck, what, msg),
-			invalidLimit: strings.Contains(msg, algo.ErrInvalidLimit.Error()),
+			invalidLimit: strings.Contains(msg, algo.ErrInvalidLimit.Error()) || hasReason(st, reasonInvalidLimit),
 		}
 	}
 	return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ringlimit/ringlimit/transport"
 	"io"
 	"net/http"
 
@@ -75,11 +76,13 @@ func Execute(ctx context.Context, args []string, stdout, stderr io.Writer, deps 
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.code == ExitNo && ee.err != nil {
-			fmt.Fprintln(stderr, "ringlimit:", ee.err)
+			fmt.Fprintln(stderr, "ringlimit:", transport.ClientMessage(ee.err.Error()))
 		}
 		return ee.code
 	}
-	fmt.Fprintln(stderr, "ringlimit:", err)
+	// One error shape on every front door (issue 13.4): the field, its value and
+	// what is allowed, without internal package prefixes.
+	fmt.Fprintln(stderr, "ringlimit:", transport.ClientMessage(err.Error()))
 	return ExitError
 }
 

@@ -403,14 +403,8 @@ func jsonType(goType string) string {
 	return goType
 }
 
-// clientMessage is an error's text for a client: without the package prefixes
-// of transport's and algo's named errors, which stay in the logs.
-func clientMessage(msg string) string {
-	for _, prefix := range []error{transport.ErrInvalidCheck, transport.ErrUnavailable, algo.ErrInvalidLimit} {
-		msg = strings.ReplaceAll(msg, prefix.Error()+": ", "")
-	}
-	return msg
-}
+// clientMessage is transport.ClientMessage: one error text on every front door.
+func clientMessage(msg string) string { return transport.ClientMessage(msg) }
 
 // statusOf maps an error from Limiter.Check to an HTTP status.
 func statusOf(err error) int {
