@@ -113,7 +113,7 @@ func replayMismatches(out string) (string, bool) {
 func dockerReplay(t *testing.T, c *composeCluster) {
 	addrs := []string{c.grpc["ringlimit-1"], c.grpc["ringlimit-2"], c.grpc["ringlimit-3"]}
 	logPath := filepath.Join(c.root, "testdata", "apache_logs")
-	for _, alg := range []string{"gcra", "token_bucket", "sliding_window_log", "sliding_window_counter", "fixed_window"} {
+	for _, alg := range []string{"gcra", "token_bucket", "sliding_window_log", "sliding_window_counter", "fixed_window", "bucketed_sliding_window"} {
 		began := time.Now()
 		out, err := dockerTry(3*time.Minute, c.root, nil, filepath.Join(c.bin, "ringlimit"),
 			"replay", "--addr", strings.Join(addrs, ","), "--algorithm", alg, "--limit", "10", "--period", "1m", "--burst", "5", "--log", logPath, "--certs-dir", c.certs)
