@@ -11,10 +11,12 @@ import (
 
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/node/policy"
+	"github.com/ringlimit/ringlimit/transport"
 )
 
-// MaxKeyLen is the longest key accepted, in bytes (the daemon's key rule: 1..1024).
-const MaxKeyLen = 1024
+// MaxKeyLen is the longest key accepted, in bytes: the daemon's key rule
+// (1..transport.DefaultMaxKeyLen), the same on every front door.
+const MaxKeyLen = transport.DefaultMaxKeyLen
 
 // clUsage is redis-cell v0.5's arity error, wrapped as its harness wraps every
 // error ("Cell error: " around the CellError, whose generic Display adds
@@ -64,7 +66,7 @@ func parseCLThrottle(args [][]byte) (check, string) {
 	}
 	l, hits, err := algo.CLThrottle(v[0], v[1], v[2], v[3])
 	if err != nil {
-		return check{}, cellErr(limitMessage(err))
+		return check{}, cellErr(transport.ClientMessage(err.Error()))
 	}
 	return check{key: string(args[1]), limit: l, hits: hits}, ""
 }
@@ -111,10 +113,10 @@ func parseRLCheck(args [][]byte) (check, string) {
 	}
 	l := algo.Limit{Kind: kind, Limit: limit, Period: period, Burst: burst}
 	if err := l.Validate(); err != nil {
-		return check{}, "ERR " + limitMessage(err)
+		return check{}, "ERR " + transport.ClientMessage(err.Error())
 	}
 	if err := algo.ValidateHits(hits); err != nil {
-		return check{}, "ERR " + limitMessage(err)
+		return check{}, "ERR " + transport.ClientMessage(err.Error())
 	}
 	return check{key: string(args[1]), limit: l, hits: hits, ms: true}, ""
 }
@@ -160,12 +162,6 @@ func parsePeriod(s string) (time.Duration, string) {
 		return 0, fmt.Sprintf("period %q: want a duration such as 1m or 250ms, or an integer of ms", s)
 	}
 	return d, ""
-}
-
-// limitMessage strips the package prefix of an algo validation error so the
-// client sees the field, its value and what is allowed.
-func limitMessage(err error) string {
-	return strings.TrimPrefix(err.Error(), algo.ErrInvalidLimit.Error()+": ")
 }
 
 func kindNames() string {
