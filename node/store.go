@@ -399,10 +399,15 @@ func (t *kindTable[W]) extract(sh *shard, k algo.Kind, act func(h uint64) moveAc
 	return out, removed
 }
 
-// copyAt returns a copy of slot sl's state.
+// copyAt returns a copy of slot sl's state (a deep copy of a boxed state, whose
+// log or buckets keep changing in place after the shard lock is released).
 func (t *kindTable[W]) copyAt(sh *shard, k algo.Kind, sl *slot[W], wall int64) movedState {
 	var scratch algo.State
-	st, _ := sh.load(k, sl.words(), &scratch, 0)
+	st, boxed := sh.load(k, sl.words(), &scratch, 0)
+	if boxed {
+		c := st.Clone()
+		st = &c
+	}
 	lastNow, _ := t.lastNow(sl, wall)
 	return movedState{
 		h: sl.h, limit: sh.limits.at(sl.lim), st: *st,
