@@ -182,7 +182,7 @@ func dockerKill(t *testing.T, c *composeCluster) {
 					failures = append(failures, fmt.Sprintf("%s %s: %v", s, key, err))
 				case code != http.StatusOK:
 					failures = append(failures, fmt.Sprintf("%s %s: status %d: %s", s, key, code, d.Error))
-				case d.Route != "owner" && d.Route != "forwarded" && d.Route != "fallback":
+				case d.Route != "owner" && d.Route != "forwarded" && d.Route != "backup" && d.Route != "fallback":
 					failures = append(failures, fmt.Sprintf("%s %s: route %q", s, key, d.Route))
 				default:
 					routes[d.Route]++
@@ -214,7 +214,7 @@ func dockerKill(t *testing.T, c *composeCluster) {
 	if len(failures) > 0 {
 		t.Errorf("%d checks to survivors failed, first: %v", len(failures), failures[:min(5, len(failures))])
 	}
-	if routes["owner"]+routes["forwarded"]+routes["fallback"] == 0 {
+	if routes["owner"]+routes["forwarded"]+routes["backup"]+routes["fallback"] == 0 {
 		t.Errorf("no check was answered")
 	}
 	mu.Unlock()
