@@ -129,6 +129,21 @@ func (c *memClient) Handoff(ctx context.Context, addr string, b transport.Transf
 	return peerService{t}.Transfer(ctx, b)
 }
 
+// Replicate delivers a replication batch as Handoff delivers a handoff.
+func (c *memClient) Replicate(ctx context.Context, addr string, b transport.TransferBatch) ([]uint64, error) {
+	t, err := c.target(addr)
+	if err != nil {
+		return nil, err
+	}
+	b.States = append([]transport.KeyState(nil), b.States...)
+	for i := range b.States {
+		b.States[i].State = append([]byte(nil), b.States[i].State...)
+	}
+	b.Sender = c.from.Name()
+	b.Replica = true
+	return peerService{t}.Replicate(ctx, b)
+}
+
 // Hello delivers the admission handshake; the caller's certificate is taken
 // to name the calling node, and the answer's to name the node reached.
 func (c *memClient) Hello(ctx context.Context, addr string, h transport.Hello) (transport.Hello, string, error) {

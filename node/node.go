@@ -191,6 +191,7 @@ type Node struct {
 type peerClient interface {
 	Forward(ctx context.Context, addr string, c transport.Check) (transport.Result, error)
 	Handoff(ctx context.Context, addr string, b transport.TransferBatch) error
+	Replicate(ctx context.Context, addr string, b transport.TransferBatch) ([]uint64, error)
 	Hello(ctx context.Context, addr string, h transport.Hello) (transport.Hello, string, error)
 	Drop(addr string)
 	Close() error
@@ -800,9 +801,36 @@ func (p peerService) ForwardMayWait(checks []transport.Check) bool {
 // installed) with an error wrapping ErrRefusedState, and counted.
 func (p peerService) Transfer(ctx context.Context, b transport.TransferBatch) error {
 	n := p.n
+	states, wall, err := n.checkTransfer(b)
+	if err != nil {
+		return err
+	}
+	if b.Replica {
+		n.acceptReplica(b, states, wall)
+		return nil
+	}
+	return n.installHandoff(b, states, wall)
+}
+
+// Replicate implements transport.ReplicaHandler: it validates a replication
+// batch as Transfer does and keeps its states as replicas (see acceptReplica),
+// returning the key hashes whose log deltas it could not apply.
+func (p peerService) Replicate(ctx context.Context, b transport.TransferBatch) ([]uint64, error) {
+	n := p.n
+	states, wall, err := n.checkTransfer(b)
+	if err != nil {
+		return nil, err
+	}
+	return n.acceptReplica(b, states, wall), nil
+}
+
+// checkTransfer validates a transfer batch as untrusted peer input (see
+// Transfer) and returns its decoded states and the owner clock it was checked
+// at.
+func (n *Node) checkTransfer(b transport.TransferBatch) ([]algo.State, int64, error) {
 	if n.secure && b.Sender != b.From {
 		n.refused("sender")
-		return fmt.Errorf("%w: from %q, but the sender's certificate names %q", ErrRefusedState, b.From, b.Sender)
+		return nil, 0, fmt.Errorf("%w: from %q, but the sender's certificate names %q", ErrRefusedState, b.From, b.Sender)
 	}
 	wall := n.clock()
 	states := make([]algo.State, len(b.States))
@@ -810,13 +838,14 @@ func (p peerService) Transfer(ctx context.Context, b transport.TransferBatch) er
 		if err := n.checkKeyState(ks, &states[i], wall); err != nil {
 			n.refused("state")
 			n.log.Warn("refused handed-off state", "from", b.From, "key", ks.Key, "err", err)
-			return err
+			return nil, 0, err
 		}
 	}
-	if b.Replica {
-		n.acceptReplica(b, states, wall)
-		return nil
-	}
+	return states, wall, nil
+}
+
+// installHandoff installs a validated handoff batch (see Transfer).
+func (n *Node) installHandoff(b transport.TransferBatch, states []algo.State, wall int64) error {
 	for _, ps := range b.Penalties {
 		for _, t := range ps.Denials {
 			if t > wall+int64(n.cfg.MaxPeerClockSkew) {

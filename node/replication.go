@@ -221,7 +221,10 @@ func (n *Node) replicate() {
 			to[b.Name] = d
 		}
 		d.moved = append(d.moved, m)
-		d.states = append(d.states, transport.KeyState{KeyHash: m.h, Limit: m.limit, State: st, LastNow: m.lastNow, CallerClock: m.callerClock})
+		d.states = append(d.states, transport.KeyState{
+			KeyHash: m.h, Limit: m.limit, State: st, LastNow: m.lastNow, CallerClock: m.callerClock,
+			LogDelta: m.delta, LogAfter: m.after, LogAfterCount: m.afterN,
+		})
 	}
 	if len(to) == 0 {
 		return
@@ -238,7 +241,18 @@ func (n *Node) replicate() {
 			continue
 		}
 		wg.Go(func() {
-			err := n.peers.Handoff(ctx, d.addr, transport.TransferBatch{From: self, Replica: true, States: d.states})
+			needFull, err := n.peers.Replicate(ctx, d.addr, transport.TransferBatch{From: self, Replica: true, States: d.states})
+			if len(needFull) > 0 {
+				kinds := make(map[uint64]algo.Kind, len(d.moved))
+				for _, m := range d.moved {
+					kinds[m.h] = m.limit.Kind
+				}
+				for _, h := range needFull {
+					if k, ok := kinds[h]; ok {
+						n.owned.sendWhole(h, k)
+					}
+				}
+			}
 			if errors.Is(err, transport.ErrUnavailable) {
 				n.breakers.trip(name)
 			}
@@ -306,10 +320,9 @@ func (n *Node) awaitReplicated(ctx context.Context) {
 // owner: merged, the more restrictive state wins). Others are skipped (the
 // rings disagree for a moment; the owner sends again after the next ring
 // change).
-func (n *Node) acceptReplica(b transport.TransferBatch, states []algo.State, wall int64) int {
+func (n *Node) acceptReplica(b transport.TransferBatch, states []algo.State, wall int64) (needFull []uint64) {
 	rs := n.rs.Load()
 	self := n.cfg.Name
-	kept := 0
 	for i, ks := range b.States {
 		h := ks.KeyHash
 		if ks.Key != "" {
@@ -320,12 +333,17 @@ func (n *Node) acceptReplica(b transport.TransferBatch, states []algo.State, wal
 			continue
 		}
 		bk, hasB := rs.backupOfHash(h)
-		if owner.Name == self || hasB && bk.Name == self && owner.Name == b.From {
+		switch {
+		case !(owner.Name == self || hasB && bk.Name == self && owner.Name == b.From):
+		case ks.LogDelta:
+			if !n.owned.appendLog(h, ks.Limit, states[i], ks.LogAfter, ks.LogAfterCount, ks.LastNow, ks.CallerClock, wall) {
+				needFull = append(needFull, h)
+			}
+		default:
 			n.owned.install(h, ks.Limit, states[i], ks.LastNow, ks.CallerClock, wall, owner.Name == self)
-			kept++
 		}
 	}
-	return kept
+	return needFull
 }
 
 // share returns this node's share of l when the members of the ring fall back

@@ -261,3 +261,81 @@ func TestCrashKeepsReplicatedState(t *testing.T) {
 		t.Fatalf("after the crash the key admitted %d more hits, want exactly the 1 left", admitted)
 	}
 }
+
+// A sliding-window log is replicated whole once, then by the entries appended
+// since (O(new hits) per send, not O(Limit)); the replica stays equal to the
+// owner's log; a replica that cannot apply a delta gets the whole log next.
+func TestLogReplicationSendsDeltas(t *testing.T) {
+	t.Parallel()
+	owner := newStore(1000, func(k string) uint64 { return uint64(len(k)) * 0x9e3779b97f4a7c15 }, nil)
+	owner.track = true
+	backup := newStore(1000, owner.hash, nil)
+	l := algo.Limit{Kind: algo.SlidingWindowLog, Limit: 1000, Period: time.Hour}
+	h := owner.hash("k")
+	now := int64(1_700_000_000_000_000_000)
+	take := func(hits int64) {
+		t.Helper()
+		now += int64(time.Millisecond)
+		if _, err := owner.take(h, l, hits, now, now, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send := func(wantDelta bool, wantEntries, wantSent int) {
+		t.Helper()
+		ms := owner.takeDirty(now)
+		if len(ms) != 1 {
+			t.Fatalf("takeDirty sent %d states, want 1", len(ms))
+		}
+		m := ms[0]
+		if m.delta != wantDelta {
+			t.Fatalf("delta %v, want %v", m.delta, wantDelta)
+		}
+		if tt, _ := m.st.LogTail(); tt == 0 && wantEntries > 0 {
+			t.Fatal("empty log sent")
+		}
+		b, _ := m.st.MarshalBinary()
+		var got algo.State
+		if err := got.UnmarshalBinary(b); err != nil {
+			t.Fatal(err)
+		}
+		if d, _ := got.Take(now, 0, l); 1000-d.Remaining != int64(wantSent) {
+			t.Fatalf("%d log entries sent, want %d", 1000-d.Remaining, wantSent)
+		}
+		if m.delta {
+			if !backup.appendLog(m.h, m.limit, got, m.after, m.afterN, m.lastNow, false, now) {
+				t.Fatal("the backup could not apply the delta")
+			}
+		} else {
+			backup.install(m.h, m.limit, got, m.lastNow, false, now, false)
+		}
+		for _, s := range []*store{owner, backup} {
+			d, err := s.take(h, l, 0, now, now, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := int64(1000 - wantEntries); d.Remaining != want {
+				t.Fatalf("remaining %d, want %d", d.Remaining, want)
+			}
+		}
+	}
+	take(1)
+	take(3)
+	send(false, 4, 4) // first send: whole
+	take(2)
+	take(1)
+	send(true, 7, 3) // then the 3 new entries only
+	ms := owner.takeDirty(now)
+	if len(ms) != 0 {
+		t.Fatalf("nothing changed, but %d states were sent", len(ms))
+	}
+	take(5)
+	// The backup lost its replica (say it restarted): it asks for the whole log.
+	backup = newStore(1000, owner.hash, nil)
+	m := owner.takeDirty(now)[0]
+	if !m.delta || backup.appendLog(m.h, m.limit, m.st, m.after, m.afterN, m.lastNow, false, now) {
+		t.Fatal("a delta applied to a missing replica")
+	}
+	owner.sendWhole(m.h, m.limit.Kind)
+	take(1)
+	send(false, 13, 13)
+}

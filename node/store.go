@@ -222,6 +222,8 @@ type anyKindTable interface {
 	copyDirty(sh *shard, k algo.Kind, h uint64, wall int64) (movedState, bool)
 	markWhere(sh *shard, k algo.Kind, pred func(h uint64) bool)
 	mark(sh *shard, k algo.Kind, h uint64)
+	sendWhole(sh *shard, k algo.Kind, h uint64)
+	appendLog(sh *shard, m movedState, wall int64) bool
 }
 
 // moveAction is what a ring change does with one stored state (see
@@ -441,16 +443,74 @@ func (t *kindTable[W]) copyDirty(sh *shard, k algo.Kind, h uint64, wall int64) (
 	}
 	sl := &t.slots[i]
 	sl.flags &^= flagDirty
-	return t.copyAt(sh, k, sl, wall), true
+	if k != algo.SlidingWindowLog {
+		return t.copyAt(sh, k, sl, wall), true
+	}
+	// A log: send the entries appended since the tail last sent when the
+	// replica holds that tail, the whole log otherwise.
+	box := sl.words()[0]
+	st, mark := sh.boxes.at(box), &sh.boxes.sent[box]
+	var m movedState
+	if delta, ok := st.LogSince(mark.t, mark.n); mark.valid && ok {
+		lastNow, _ := t.lastNow(sl, wall)
+		m = movedState{
+			h: sl.h, limit: sh.limits.at(sl.lim), st: delta, lastNow: lastNow,
+			callerClock: sl.flags&flagCaller != 0, delta: true, after: mark.t, afterN: mark.n,
+		}
+	} else {
+		m = t.copyAt(sh, k, sl, wall)
+	}
+	mark.t, mark.n = st.LogTail()
+	mark.valid = true
+	return m, true
 }
 
-// markWhere lists as dirty every key whose hash satisfies pred.
+// sendWhole makes the next replication send of the key with hash h carry its
+// whole state (its replica is missing or behind) and lists it as changed.
+func (t *kindTable[W]) sendWhole(sh *shard, k algo.Kind, h uint64) {
+	i := t.find(h)
+	if i < 0 {
+		return
+	}
+	sl := &t.slots[i]
+	if k == algo.SlidingWindowLog {
+		sh.boxes.sent[sl.words()[0]].valid = false
+	}
+	sh.markDirty(k, sl.h, &sl.flags)
+}
+
+// markWhere lists as dirty every key whose hash satisfies pred, to be sent
+// whole (a new backup holds nothing of it).
 func (t *kindTable[W]) markWhere(sh *shard, k algo.Kind, pred func(h uint64) bool) {
 	for i := range t.slots {
 		if sl := &t.slots[i]; sl.h != 0 && pred(sl.h) {
+			if k == algo.SlidingWindowLog {
+				sh.boxes.sent[sl.words()[0]].valid = false
+			}
 			sh.markDirty(k, sl.h, &sl.flags)
 		}
 	}
+}
+
+// appendLog applies a replicated log delta m to the replica of its key; false
+// if the key is not held or the delta does not extend it (algo.State.AppendLog).
+func (t *kindTable[W]) appendLog(sh *shard, m movedState, wall int64) bool {
+	i := t.find(m.h)
+	if i < 0 {
+		return false
+	}
+	sl := &t.slots[i]
+	st := sh.boxes.at(sl.words()[0])
+	if !st.AppendLog(m.after, m.afterN, &m.st, m.limit) {
+		return false
+	}
+	if cur := sh.limits.at(sl.lim); cur != m.limit {
+		sh.limits.unref(sl.lim)
+		sl.lim = sh.limits.ref(m.limit)
+	}
+	last, _ := t.lastNow(sl, wall)
+	setClock(t, sl, max(last, m.lastNow), wall, sl.flags&flagCaller != 0 || m.callerClock)
+	return true
 }
 
 // mark lists the key with hash h as dirty, if it is still stored.
@@ -610,25 +670,53 @@ func (s *store) markWhere(pred func(h uint64) bool) {
 	}
 }
 
-// remark lists ms as dirty again (their send failed), where they still exist.
+// remark lists ms as dirty again (their send failed, or the receiver could
+// not apply a delta), where they still exist, to be sent whole.
 func (s *store) remark(ms []movedState) {
 	for _, m := range ms {
-		sh := &s.shards[shardOf(m.h)]
-		sh.mu.Lock()
-		if t := sh.table(m.limit.Kind); t != nil {
-			t.mark(sh, m.limit.Kind, m.h)
-		}
-		sh.mu.Unlock()
+		s.sendWhole(m.h, m.limit.Kind)
 	}
 }
 
-// movedState is a state taken out of a store for a handoff.
+// sendWhole lists the key with (folded) hash h and algorithm k as changed, to
+// be sent whole by the next replication send.
+func (s *store) sendWhole(h uint64, k algo.Kind) {
+	sh := &s.shards[shardOf(h)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if t := sh.table(k); t != nil {
+		t.sendWhole(sh, k, h)
+	}
+}
+
+// appendLog applies the replicated log delta of the key whose hash is h (see
+// kindTable.appendLog); false if it could not.
+func (s *store) appendLog(h uint64, l algo.Limit, delta algo.State, after, afterN, lastNow int64, callerClock bool, wall int64) bool {
+	h = fold(h)
+	sh := &s.shards[shardOf(h)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if l.Kind != algo.SlidingWindowLog {
+		return false
+	}
+	if lastNow == 0 {
+		lastNow = wall
+	}
+	return sh.swl.appendLog(sh, movedState{h: h, limit: l, st: delta, lastNow: lastNow, callerClock: callerClock, after: after, afterN: afterN}, wall)
+}
+
+// movedState is a state taken out of a store for a handoff or a replication
+// send.
 type movedState struct {
 	h           uint64 // the key's hash (folded)
 	limit       algo.Limit
 	st          algo.State
 	lastNow     int64
 	callerClock bool
+	// delta: st holds only the log entries appended since the tail
+	// (after, afterN) last sent (replication of a SlidingWindowLog key).
+	delta         bool
+	after, afterN int64
 }
 
 // install merges a handed-off state of the key whose hash is h, last checked at
@@ -741,10 +829,20 @@ func (t *limitTable) unref(i uint32) {
 func (t *limitTable) at(i uint32) algo.Limit { return t.ls[i].l }
 
 // boxes holds the States of algorithms without a packed form, each under an
-// index kept in its slot. Freed indexes are reused.
+// index kept in its slot, and for each the tail of its sliding-window log as
+// last sent to the key's backup (sent). Freed indexes are reused.
 type boxes struct {
 	st    []algo.State
+	sent  []logMark
 	spare []int64
+}
+
+// logMark is the tail (algo.State.LogTail) of a log as last sent to the key's
+// backup, whose replica then ends there; valid is false when the next send
+// must carry the whole state.
+type logMark struct {
+	t, n  int64
+	valid bool
 }
 
 func (b *boxes) at(i int64) *algo.State { return &b.st[i] }
@@ -754,13 +852,16 @@ func (b *boxes) add(s algo.State) int64 {
 		i := b.spare[n-1]
 		b.spare = b.spare[:n-1]
 		b.st[i] = s
+		b.sent[i] = logMark{}
 		return i
 	}
 	b.st = append(b.st, s)
+	b.sent = append(b.sent, logMark{})
 	return int64(len(b.st) - 1)
 }
 
 func (b *boxes) release(i int64) {
 	b.st[i] = algo.State{}
+	b.sent[i] = logMark{}
 	b.spare = append(b.spare, i)
 }

@@ -253,6 +253,9 @@ func keyStateToWire(s KeyState, m *pb.KeyState) {
 	m.State = s.State
 	m.LastNowUnixNs = s.LastNow
 	m.CallerClock = s.CallerClock
+	m.LogDelta = s.LogDelta
+	m.LogAfterUnixNs = s.LogAfter
+	m.LogAfterCount = s.LogAfterCount
 }
 
 func keyStateFromWire(m *pb.KeyState) (KeyState, error) {
@@ -265,7 +268,10 @@ func keyStateFromWire(m *pb.KeyState) (KeyState, error) {
 		KeyHash:     m.GetKeyHash(),
 		Limit:       l,
 		State:       m.GetState(),
-		LastNow:     m.GetLastNowUnixNs(),
-		CallerClock: m.GetCallerClock(),
+		LastNow:       m.GetLastNowUnixNs(),
+		CallerClock:   m.GetCallerClock(),
+		LogDelta:      m.GetLogDelta(),
+		LogAfter:      m.GetLogAfterUnixNs(),
+		LogAfterCount: m.GetLogAfterCount(),
 	}, nil
 }

@@ -277,20 +277,35 @@ func (p *Pool) Transfer(ctx context.Context, addr string, states []KeyState) err
 // From and RingDigest on every request and Done only on the last (a handoff with
 // no states and Done still sends one request, the marker). Errors as Transfer.
 func (p *Pool) Handoff(ctx context.Context, addr string, b TransferBatch) error {
+	_, err := p.transfer(ctx, addr, b)
+	return err
+}
+
+// Replicate sends a replication batch (b.Replica set) as Handoff sends a
+// handoff, and returns the key hashes the receiver could not apply as deltas
+// (KeyState.LogDelta) and wants whole. Errors as Transfer.
+func (p *Pool) Replicate(ctx context.Context, addr string, b TransferBatch) (needFull []uint64, err error) {
+	b.Replica = true
+	return p.transfer(ctx, addr, b)
+}
+
+// transfer sends b in chunks (see Handoff) and collects the need_full hashes
+// of the answers.
+func (p *Pool) transfer(ctx context.Context, addr string, b TransferBatch) (needFull []uint64, err error) {
 	states := b.States
 	for i, s := range states {
 		if err := validateKeyState(s, p.cfg.MaxKeyLen); err != nil {
-			return fmt.Errorf("transfer to %s: states[%d]: %w", addr, i, err)
+			return nil, fmt.Errorf("transfer to %s: states[%d]: %w", addr, i, err)
 		}
 	}
 	for i, s := range b.Penalties {
 		if err := validatePenaltyState(s, p.cfg.MaxKeyLen); err != nil {
-			return fmt.Errorf("transfer to %s: penalties[%d]: %w", addr, i, err)
+			return nil, fmt.Errorf("transfer to %s: penalties[%d]: %w", addr, i, err)
 		}
 	}
 	pe, err := p.peer(addr)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// Ban states go first, in requests of their own without Done, so they are
 	// installed before the receiver stops holding the keys' checks.
@@ -312,7 +327,7 @@ func (p *Pool) Handoff(ctx context.Context, addr string, b TransferBatch) error 
 		_, err := pe.client.Transfer(cctx, req)
 		cancel()
 		if err != nil {
-			return errorFromStatus("transfer to "+addr, err)
+			return nil, errorFromStatus("transfer to "+addr, err)
 		}
 		pens = pens[n:]
 	}
@@ -336,14 +351,15 @@ func (p *Pool) Handoff(ctx context.Context, addr string, b TransferBatch) error 
 			req.States[j] = &msgs[j]
 		}
 		cctx, cancel := context.WithTimeout(ctx, p.cfg.TransferTimeout)
-		_, err := pe.client.Transfer(cctx, req)
+		resp, err := pe.client.Transfer(cctx, req)
 		cancel()
 		if err != nil {
-			return errorFromStatus("transfer to "+addr, err)
+			return needFull, errorFromStatus("transfer to "+addr, err)
 		}
+		needFull = append(needFull, resp.GetNeedFull()...)
 		states = states[n:]
 	}
-	return nil
+	return needFull, nil
 }
 
 // Drop closes the connection to addr (the member left): checks waiting in its

@@ -493,6 +493,13 @@ func (s *peerServer) Transfer(ctx context.Context, req *pb.TransferRequest) (*pb
 	if len(states) > 0 || len(pens) > 0 || req.GetDone() {
 		sender, _ := PeerMember(ctx)
 		b := TransferBatch{From: req.GetFrom(), RingDigest: req.GetRingDigest(), States: states, Done: req.GetDone(), Penalties: pens, Sender: sender, Replica: req.GetReplica()}
+		if rh, ok := s.h.(ReplicaHandler); ok && b.Replica {
+			needFull, err := rh.Replicate(ctx, b)
+			if err != nil {
+				return nil, statusFromError(err)
+			}
+			return &pb.TransferResponse{NeedFull: needFull}, nil
+		}
 		if err := s.h.Transfer(ctx, b); err != nil {
 			return nil, statusFromError(err)
 		}

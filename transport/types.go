@@ -97,6 +97,14 @@ type KeyState struct {
 	LastNow int64
 	// CallerClock is set when LastNow was a caller's timestamp.
 	CallerClock bool
+	// LogDelta (replication only) marks a SlidingWindowLog State holding only
+	// the entries appended since the log's tail was (LogAfter, LogAfterCount):
+	// its newest entry (Unix ns) and the number of entries at it, as last
+	// sent (algo.State.LogSince). The receiver appends them to its replica
+	// (algo.State.AppendLog) or, if it cannot, asks for the whole state.
+	LogDelta      bool
+	LogAfter      int64
+	LogAfterCount int64
 }
 
 // TransferBatch is (part of) a handoff from a previous owner to a new owner.
@@ -134,6 +142,14 @@ type PeerHandler interface {
 	// restrictive state where the key already exists. A handoff arrives as one or
 	// more batches; only the last has Done set (and may hold no states).
 	Transfer(ctx context.Context, b TransferBatch) error
+}
+
+// ReplicaHandler is an optional interface of a PeerHandler: the server calls
+// Replicate instead of Transfer for a replication batch (TransferBatch.Replica)
+// and returns its needFull (the key hashes whose LogDelta state could not be
+// applied) to the sender.
+type ReplicaHandler interface {
+	Replicate(ctx context.Context, b TransferBatch) (needFull []uint64, err error)
 }
 
 // ForwardWaitHinter is an optional interface of a PeerHandler. The server

@@ -64,6 +64,9 @@ func validateKeyState(s KeyState, maxKeyLen int) error {
 	if err := s.Limit.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidCheck, err)
 	}
+	if s.LogDelta && (s.Limit.Kind != algo.SlidingWindowLog || s.LogAfterCount < 0 || s.LogAfter < 0) {
+		return fmt.Errorf("%w: log_delta needs a sliding-window-log limit and log_after_unix_ns, log_after_count >= 0 (have %v, %d, %d)", ErrInvalidCheck, s.Limit.Kind, s.LogAfter, s.LogAfterCount)
+	}
 	return nil
 }
 

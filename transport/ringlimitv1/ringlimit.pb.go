@@ -1170,9 +1170,17 @@ type KeyState struct {
 	// The key's ring hash (xxhash64 of the key): the receiver stores the state
 	// under it. 0 = not sent (hash key). A sender that keeps only hashes sends it
 	// with an empty key.
-	KeyHash       uint64 `protobuf:"fixed64,9,opt,name=key_hash,json=keyHash,proto3" json:"key_hash,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	KeyHash uint64 `protobuf:"fixed64,9,opt,name=key_hash,json=keyHash,proto3" json:"key_hash,omitempty"`
+	// Replication only (TransferRequest.replica): state holds only the
+	// sliding-window-log entries appended since the log's tail was
+	// (log_after_unix_ns, log_after_count): its newest entry and the number of
+	// entries at it, as last sent. The receiver appends them to its replica if
+	// the replica's tail is that one, else lists key_hash in need_full.
+	LogDelta       bool  `protobuf:"varint,10,opt,name=log_delta,json=logDelta,proto3" json:"log_delta,omitempty"`
+	LogAfterUnixNs int64 `protobuf:"varint,11,opt,name=log_after_unix_ns,json=logAfterUnixNs,proto3" json:"log_after_unix_ns,omitempty"`
+	LogAfterCount  int64 `protobuf:"varint,12,opt,name=log_after_count,json=logAfterCount,proto3" json:"log_after_count,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *KeyState) Reset() {
@@ -1264,6 +1272,27 @@ func (x *KeyState) GetCallerClock() bool {
 func (x *KeyState) GetKeyHash() uint64 {
 	if x != nil {
 		return x.KeyHash
+	}
+	return 0
+}
+
+func (x *KeyState) GetLogDelta() bool {
+	if x != nil {
+		return x.LogDelta
+	}
+	return false
+}
+
+func (x *KeyState) GetLogAfterUnixNs() int64 {
+	if x != nil {
+		return x.LogAfterUnixNs
+	}
+	return 0
+}
+
+func (x *KeyState) GetLogAfterCount() int64 {
+	if x != nil {
+		return x.LogAfterCount
 	}
 	return 0
 }
@@ -1434,7 +1463,10 @@ func (x *PenaltyState) GetExpireUnixNs() int64 {
 }
 
 type TransferResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Replication only: key hashes whose log_delta state could not be applied
+	// (the replica is missing or behind); the sender sends their whole state.
+	NeedFull      []uint64 `protobuf:"fixed64,1,rep,packed,name=need_full,json=needFull,proto3" json:"need_full,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1467,6 +1499,13 @@ func (x *TransferResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use TransferResponse.ProtoReflect.Descriptor instead.
 func (*TransferResponse) Descriptor() ([]byte, []int) {
 	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *TransferResponse) GetNeedFull() []uint64 {
+	if x != nil {
+		return x.NeedFull
+	}
+	return nil
 }
 
 // HelloRequest opens the admission handshake: a member introduces itself to a
@@ -1683,7 +1722,7 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\aresults\x18\x01 \x03(\v2\x14.ringlimit.v1.ResultR\aresults\x12\x19\n" +
 	"\bbatch_id\x18\x02 \x01(\x04R\abatchId\x12&\n" +
 	"\x04code\x18\x03 \x01(\x0e2\x12.ringlimit.v1.CodeR\x04code\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\x99\x02\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\x89\x03\n" +
 	"\bKeyState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x125\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x14\n" +
@@ -1693,7 +1732,11 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x05state\x18\x06 \x01(\fR\x05state\x12'\n" +
 	"\x10last_now_unix_ns\x18\a \x01(\x03R\rlastNowUnixNs\x12!\n" +
 	"\fcaller_clock\x18\b \x01(\bR\vcallerClock\x12\x19\n" +
-	"\bkey_hash\x18\t \x01(\x06R\akeyHash\"\xde\x01\n" +
+	"\bkey_hash\x18\t \x01(\x06R\akeyHash\x12\x1b\n" +
+	"\tlog_delta\x18\n" +
+	" \x01(\bR\blogDelta\x12)\n" +
+	"\x11log_after_unix_ns\x18\v \x01(\x03R\x0elogAfterUnixNs\x12&\n" +
+	"\x0flog_after_count\x18\f \x01(\x03R\rlogAfterCount\"\xde\x01\n" +
 	"\x0fTransferRequest\x12.\n" +
 	"\x06states\x18\x01 \x03(\v2\x16.ringlimit.v1.KeyStateR\x06states\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x1f\n" +
@@ -1706,8 +1749,9 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12)\n" +
 	"\x11ban_until_unix_ns\x18\x02 \x01(\x03R\x0ebanUntilUnixNs\x12&\n" +
 	"\x0fdenials_unix_ns\x18\x03 \x03(\x03R\rdenialsUnixNs\x12$\n" +
-	"\x0eexpire_unix_ns\x18\x04 \x01(\x03R\fexpireUnixNs\"\x12\n" +
-	"\x10TransferResponse\"\x97\x01\n" +
+	"\x0eexpire_unix_ns\x18\x04 \x01(\x03R\fexpireUnixNs\"/\n" +
+	"\x10TransferResponse\x12\x1b\n" +
+	"\tneed_full\x18\x01 \x03(\x06R\bneedFull\"\x97\x01\n" +
 	"\fHelloRequest\x12#\n" +
 	"\rcluster_label\x18\x01 \x01(\tR\fclusterLabel\x12\x16\n" +
 	"\x06member\x18\x02 \x01(\tR\x06member\x12)\n" +
