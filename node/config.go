@@ -23,16 +23,69 @@ var ErrInvalidConfig = errors.New("node: invalid config")
 // ErrInvalidConfig.
 var ErrInsecure = fmt.Errorf("%w: no TLS material and no gossip key, and Insecure is not set", ErrInvalidConfig)
 
+// Replication says how an owner copies its keys' states to their backup: the
+// member that would own a key if its owner disappeared (the key's owner in the
+// ring without the owner; every node computes the same one, see Node.Backup).
+// The backup decides a key's checks while its owner is unreachable
+// (RouteBackup), and after a crash the backup is the new owner and starts from
+// its replica instead of a full bucket.
+type Replication uint8
+
+const (
+	// ReplicationAsync sends the changed states to the backup in batches every
+	// Config.ReplicationLag, on the peer connections. A crash loses at most the
+	// hits the owner admitted in its last ReplicationLag (plus one send's
+	// time), so a key over-admits after a crash by at most what it admits in
+	// that time. Default.
+	ReplicationAsync Replication = iota
+	// ReplicationSync returns a Decision that changed a key's state only after
+	// the backup has acknowledged the new state (group commit: checks waiting
+	// together share one send). A crash loses no admitted hit; a check costs one
+	// more round trip to the backup. If the backup cannot be reached within
+	// ForwardTimeout the Decision is returned anyway (availability first) and the
+	// state is sent again with the next batch.
+	ReplicationSync
+	// ReplicationOff keeps no replica: a crash resets the dead owner's keys, and
+	// a forward that fails goes to the OwnerUnreachable policy at once.
+	ReplicationOff
+)
+
+// String returns "async", "sync" or "off".
+func (r Replication) String() string {
+	switch r {
+	case ReplicationAsync:
+		return "async"
+	case ReplicationSync:
+		return "sync"
+	case ReplicationOff:
+		return "off"
+	}
+	return fmt.Sprintf("replication(%d)", uint8(r))
+}
+
+// ParseReplication maps "async", "sync" or "off" to its Replication. Any other
+// string returns an error wrapping ErrInvalidConfig.
+func ParseReplication(s string) (Replication, error) {
+	for _, r := range []Replication{ReplicationAsync, ReplicationSync, ReplicationOff} {
+		if r.String() == s {
+			return r, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: replication %q (want async, sync or off)", ErrInvalidConfig, s)
+}
+
 // Policy says how a node decides a check whose owner cannot be reached (down,
-// partitioned, or past the forward deadline). Whatever the policy, the Decision
-// carries RouteFallback so the caller can tell.
+// partitioned, or past the forward deadline) when neither can its backup
+// (see Replication). Whatever the policy, the Decision carries RouteFallback so
+// the caller can tell.
 type Policy uint8
 
 const (
 	// Local decides on a limiter local to this node for that key until the owner
-	// answers again. Each node that falls back admits up to the full limit on its
-	// own, so during an outage a key may admit up to (nodes falling back + 1) times
-	// its limit: the availability/accuracy trade-off most callers want. Default.
+	// or its backup answers again, with this node's share of the limit: the
+	// limit (and burst) divided by the number of members in the ring, rounded
+	// up, so that the members falling back together admit about the limit, not
+	// N times it. The Decision reports the share as its Limit. Default.
 	Local Policy = iota
 	// FailOpen admits every check while the owner is unreachable; the Decision
 	// reports the limit's full capacity as Remaining (what a fresh key would have),
@@ -169,8 +222,27 @@ type Config struct {
 	// is tried again (a member fixed meanwhile gets in). Default 5 s; TestConfig
 	// 1 s. Each attempt costs a TLS handshake (ECDSA) on both sides.
 	AdmissionRetry time.Duration
-	// OwnerUnreachable decides checks whose owner cannot be reached. Default Local.
+	// OwnerUnreachable decides checks whose owner and backup cannot be reached.
+	// Default Local.
 	OwnerUnreachable Policy
+	// Replication sets how owners copy key states to their backups. Default
+	// ReplicationAsync. Each key is then held twice in the cluster (owner and
+	// backup), so a node holds about twice the keys it owns, all counted
+	// against MaxKeys.
+	Replication Replication
+	// ReplicationLag is how often an owner sends the states changed since the
+	// last send to their backups, under ReplicationAsync: the bound on the
+	// state a crash can lose. Default 5 ms. Shorter loses less and costs more
+	// sends; each send is one Transfer RPC per backup holding only the keys
+	// that changed.
+	ReplicationLag time.Duration
+	// BreakerCooldown is how long this node stops forwarding to a member after a
+	// forward to it failed (a per-peer circuit breaker): meanwhile the member's
+	// keys go straight to their backups, so a dead member slows no check. After
+	// the cooldown one check tries the member again (half-open); an answer
+	// closes the breaker, a failure restarts the cooldown. A ring change that
+	// drops or restarts the member resets it. Default 1 s; TestConfig 200 ms.
+	BreakerCooldown time.Duration
 	// AcceptCallerTimestamps lets a check carry its own time (transport.Check.
 	// CreatedAt, Unix ns) used by the owner instead of its clock: for replays and for
 	// callers that need consistent reset times. Default false: such checks are
@@ -283,6 +355,8 @@ func DefaultConfig() Config {
 		BatchMaxWait:     200 * time.Microsecond,
 		ForwardTimeout:   time.Second,
 		HandoffTimeout:   2 * time.Second,
+		ReplicationLag:   5 * time.Millisecond,
+		BreakerCooldown:  time.Second,
 		CloseTimeout:     10 * time.Second,
 		RejoinInterval:   30 * time.Second,
 		Gossip: GossipConfig{
@@ -323,6 +397,7 @@ func TestConfig() Config {
 	c.IdleScanInterval = time.Second
 	c.ForwardTimeout = 2 * time.Second // generous: tests run under -race on loaded machines
 	c.HandoffTimeout = time.Second
+	c.BreakerCooldown = 200 * time.Millisecond
 	c.CloseTimeout = 5 * time.Second
 	c.RejoinInterval = 500 * time.Millisecond
 	// Probes every 200 ms with a 150 ms timeout and a suspicion of 0.8-1.6 s detect
@@ -361,6 +436,12 @@ func (c *Config) validate() error {
 		return bad("AdmissionRetry", c.AdmissionRetry)
 	case c.OwnerUnreachable > FailClosed:
 		return bad("OwnerUnreachable", c.OwnerUnreachable)
+	case c.Replication > ReplicationOff:
+		return bad("Replication", c.Replication)
+	case c.ReplicationLag <= 0:
+		return bad("ReplicationLag", c.ReplicationLag)
+	case c.BreakerCooldown <= 0:
+		return bad("BreakerCooldown", c.BreakerCooldown)
 	case c.MaxKeys <= 0:
 		return bad("MaxKeys", c.MaxKeys)
 	case c.IdleScanInterval <= 0:

@@ -30,6 +30,9 @@ type ringState struct {
 	pending  map[string]chan struct{} // previous owner -> its gate
 	deadline time.Time
 	next     chan struct{}
+	// backups[p] is the backup of partition p (see Node.Backup); nil when
+	// the ring has fewer than two members or replication is off.
+	backups []ring.Member
 }
 
 // gate returns the channel of the partition of a key whose ring hash is h, nil
@@ -299,10 +302,24 @@ func (n *Node) rebuild() {
 	}
 	snap := n.ring.Snapshot()
 	leaving := n.leaving.Load()
+	restarted := restartedMembers(old.snap, snap)
+	for name := range restarted {
+		n.breakers.reset(name) // a new process: give it a chance at once
+	}
 	if snap == old.snap || (snap.Equal(old.snap) && leaving == old.leaving) {
 		if snap != old.snap { // same table, new addresses or instance ids
-			n.publish(&ringState{snap: snap, leaving: leaving, gates: old.gates, pending: old.pending, deadline: old.deadline}, old)
+			ns := &ringState{snap: snap, leaving: leaving, gates: old.gates, pending: old.pending, deadline: old.deadline, backups: n.computeBackups(snap)}
+			n.publish(ns, old)
 			n.dropGonePeers(old.snap, snap)
+			if len(restarted) > 0 && !leaving {
+				// A member restarted under its name before its crash was detected:
+				// the table is the same, but the new process holds nothing. Its
+				// backups hand it their replicas (and the end-of-handoff marker
+				// it waits for), and its keys' states go to its backups again.
+				n.log.Info("member restarted", "members", restarted)
+				n.resync(old, ns, restarted)
+				n.handoff(ns, old.snap, restarted)
+			}
 		}
 		return
 	}
@@ -320,7 +337,7 @@ func (n *Node) rebuild() {
 		}
 	}
 
-	ns := &ringState{snap: snap, leaving: leaving}
+	ns := &ringState{snap: snap, leaving: leaving, backups: n.computeBackups(snap)}
 	// marksMu is held from reading the markers to publishing the gates so that a
 	// marker arriving meanwhile is either seen here or opens the published gate.
 	n.marksMu.Lock()
@@ -351,7 +368,65 @@ func (n *Node) rebuild() {
 	n.log.Info("ring changed", "members", snap.Len(), "version", snap.Version(), "waiting_for", len(ns.pending))
 
 	n.dropGonePeers(old.snap, snap)
-	n.handoff(ns, old.snap)
+	for _, m := range old.snap.Members() {
+		if !snap.Has(m.Name) {
+			n.breakers.reset(m.Name)
+		}
+	}
+	n.resync(old, ns, restarted)
+	n.handoff(ns, old.snap, restarted)
+}
+
+// restartedMembers returns the names of the members of cur that are also in
+// old under another instance id: processes restarted under the same name.
+func restartedMembers(old, cur *ring.Snapshot) map[string]bool {
+	var out map[string]bool
+	ids := make(map[string]string, old.Len())
+	for _, m := range old.Members() {
+		ids[m.Name] = m.ID
+	}
+	for _, m := range cur.Members() {
+		if id, ok := ids[m.Name]; ok && id != m.ID {
+			if out == nil {
+				out = make(map[string]bool)
+			}
+			out[m.Name] = true
+		}
+	}
+	return out
+}
+
+// resync lists as changed the states of the keys this node owns under ns
+// whose backup differs from old's (or restarted), so that the next
+// replication send gives the new backup every one of them.
+func (n *Node) resync(old, ns *ringState, restarted map[string]bool) {
+	if ns.backups == nil || ns.leaving || !n.owned.track {
+		return
+	}
+	self := n.cfg.Name
+	snap := ns.snap
+	parts := make([]bool, snap.PartitionCount())
+	any := false
+	for p := range parts {
+		if snap.PartitionOwner(p).Name != self {
+			continue
+		}
+		b := ns.backups[p].Name
+		prevOwner, prevBackup := "", ""
+		if old.snap.Len() > 0 && old.snap.PartitionCount() == len(parts) {
+			prevOwner = old.snap.PartitionOwner(p).Name
+		}
+		if old.backups != nil && len(old.backups) == len(parts) {
+			prevBackup = old.backups[p].Name
+		}
+		if prevOwner != self || prevBackup != b || restarted[b] {
+			parts[p] = true
+			any = true
+		}
+	}
+	if any {
+		n.owned.markWhere(func(h uint64) bool { return parts[snap.PartitionOfHash(h)] })
+	}
 }
 
 // dropGonePeers closes the connections to gRPC addresses that the new ring no
@@ -387,13 +462,32 @@ func (n *Node) publish(ns, old *ringState) {
 
 // handoff moves the states of keys this node no longer owns under ns to their new
 // owners, then tells every member that gained partitions from this node that its
-// handoff for this ring is complete.
-func (n *Node) handoff(ns *ringState, old *ring.Snapshot) {
+// handoff for this ring is complete. This node keeps a copy of what it hands
+// off where it is the key's new backup, keeps the replicas it is still the
+// backup of, and hands a restarted member (restarted) the replicas of its keys.
+func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]bool) {
 	self := n.cfg.Name
 	snap := ns.snap
-	moved := n.owned.extract(func(h uint64) bool {
+	moved := n.owned.extract(func(h uint64) moveAction {
 		m, ok := snap.OwnerOfHash(h)
-		return !ok || m.Name != self || ns.leaving
+		switch {
+		case !ok || ns.leaving:
+			return sendState
+		case m.Name == self:
+			return keepState
+		}
+		wasOwner := old.Len() == 0
+		if !wasOwner {
+			o, _ := old.OwnerOfHash(h)
+			wasOwner = o.Name == self
+		}
+		if b, ok := ns.backupOfHash(h); ok && b.Name == self {
+			if wasOwner || restarted[m.Name] {
+				return sendCopy
+			}
+			return keepState // still its replica
+		}
+		return sendState
 	}, n.clock())
 	movedBans := n.bans.extract(func(key string) bool {
 		m, ok := snap.Owner(key)
@@ -403,12 +497,15 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot) {
 	bansByOwner := make(map[string][]transport.PenaltyState)
 	addrs := make(map[string]string)
 	for p := 0; p < snap.PartitionCount(); p++ {
-		if old.Len() > 0 && old.PartitionOwner(p).Name == self {
-			if m := snap.PartitionOwner(p); m.Name != self && m.Name != "" {
-				addrs[m.Name] = m.Addr
-				if _, ok := byOwner[m.Name]; !ok {
-					byOwner[m.Name] = nil
-				}
+		m := snap.PartitionOwner(p)
+		gained := old.Len() > 0 && old.PartitionOwner(p).Name == self && m.Name != self && m.Name != ""
+		// A restarted member waits for a marker from the owner each of its
+		// partitions would have without it: its backup.
+		gained = gained || restarted[m.Name] && ns.backups != nil && ns.backups[p].Name == self
+		if gained {
+			addrs[m.Name] = m.Addr
+			if _, ok := byOwner[m.Name]; !ok {
+				byOwner[m.Name] = nil
 			}
 		}
 	}

@@ -254,13 +254,17 @@ func TestOwnerUnreachablePolicies(t *testing.T) {
 		policy      Policy
 		wantAllowed []bool // 5 checks during the cut
 	}{
-		{Local, []bool{true, true, true, false, false}},
+		// Local: this node's share of the limit, ceil(3/2) = 2 of 2 members.
+		{Local, []bool{true, true, false, false, false}},
 		{FailOpen, []bool{true, true, true, true, true}},
 		{FailClosed, []bool{false, false, false, false, false}},
 	} {
 		t.Run(tc.policy.String(), func(t *testing.T) {
 			t.Parallel()
-			mn, nodes := memCluster(t, 2, func(c *Config) { c.OwnerUnreachable = tc.policy })
+			mn, nodes := memCluster(t, 2, func(c *Config) {
+				c.OwnerUnreachable = tc.policy
+				c.Replication = ReplicationOff // no backup: the policy decides
+			})
 			a, b := nodes[0], nodes[1]
 			key := keyOwnedBy(t, a, b)
 			ctx := context.Background()
@@ -384,7 +388,7 @@ func TestMemNetJoinHandsOffEveryAlgorithm(t *testing.T) {
 	if moved == 0 {
 		t.Fatal("node-3 took over no key: the test proves nothing")
 	}
-	if got, want := d.Stats().Keys, moved*len(algo.Kinds()); got != want {
+	if got, want := d.OwnedKeys(), moved*len(algo.Kinds()); got != want {
 		t.Fatalf("node-3 holds %d states, want %d", got, want)
 	}
 }

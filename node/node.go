@@ -64,8 +64,9 @@ var (
 )
 
 // Route says which path decided a check: RouteOwner (this node owns the key),
-// RouteForwarded (its owner decided) or RouteFallback (the owner was unreachable
-// and Config.OwnerUnreachable decided).
+// RouteForwarded (its owner decided), RouteBackup (the owner was unreachable
+// and the key's backup decided on its replica, see Config.Replication) or
+// RouteFallback (neither was reachable and Config.OwnerUnreachable decided).
 type Route = transport.Route
 
 // The routes a Decision reports.
@@ -73,6 +74,7 @@ const (
 	RouteOwner     = transport.RouteOwner
 	RouteForwarded = transport.RouteForwarded
 	RouteFallback  = transport.RouteFallback
+	RouteBackup    = transport.RouteBackup
 )
 
 // Decision is the outcome of a check: the algorithm's Decision, the path that
@@ -120,7 +122,8 @@ type Member struct {
 
 // Stats is a point-in-time view of a node for monitoring.
 type Stats struct {
-	// Keys is the number of key states this node holds as owner.
+	// Keys is the number of key states this node holds, as owner or as backup
+	// (replicas, see Config.Replication): what MaxKeys bounds.
 	Keys int
 	// FallbackKeys is the number of key states in the local fallback limiter.
 	FallbackKeys int
@@ -149,6 +152,10 @@ type Node struct {
 
 	// bans holds the ban states of keys checked with a penalty (see penalty.go).
 	bans *penalties
+
+	repl        *replicator           // sends changed states to backups
+	breakers    breakers              // per-peer circuit breaker
+	backupRings map[string]*ring.Ring // under rebuildMu: member -> ring without it
 
 	ml           *memberlist.Memberlist
 	secure       bool
@@ -224,6 +231,9 @@ func New(cfg Config) (*Node, error) {
 		stop:      make(chan struct{}),
 	}
 	n.owned = newStore(cfg.MaxKeys, r.Snapshot().Hash, n.onEvict)
+	n.owned.track = cfg.Replication != ReplicationOff
+	n.repl = newReplicator()
+	n.breakers.cooldown = int64(cfg.BreakerCooldown)
 	n.fallback = newStore(cfg.MaxKeys, r.Snapshot().Hash, n.onEvict)
 	if n.log == nil {
 		n.log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -312,10 +322,11 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.rebuild()
 	n.ready.Store(true)
-	n.wg.Add(3)
+	n.wg.Add(4)
 	go n.membershipLoop()
 	go n.rejoinLoop()
 	go n.idleLoop()
+	go n.replicationLoop()
 	n.log.Info("node started", "peer", n.grpcAddr, "gossip", n.GossipAddr(), "members", n.rs.Load().snap.Len(), "secure", n.secure)
 	return n, nil
 }
@@ -368,10 +379,37 @@ func (n *Node) GossipAddr() string {
 	return net.JoinHostPort(ln.Addr.String(), strconv.Itoa(int(ln.Port)))
 }
 
-// Ready reports whether the node has built its ring and, when it was given seeds,
-// has joined at least one other member since it started.
+// Ready reports whether the node has built its ring, has joined at least one
+// other member since it started (when it was given seeds), and holds the state
+// of the keys it owns: every member it gained partitions from (for a node
+// restarted under its name, the backups that decided its keys meanwhile) has
+// accepted it and finished handing them off, or HandoffTimeout has passed.
 func (n *Node) Ready() bool {
-	return n.ready.Load() && !n.stopping.Load() && (len(n.cfg.Join) == 0 || n.joinedPeer.Load())
+	if !n.ready.Load() || n.stopping.Load() || len(n.cfg.Join) > 0 && !n.joinedPeer.Load() {
+		return false
+	}
+	rs := n.rs.Load()
+	if len(rs.pending) > 0 && time.Now().Before(rs.deadline) {
+		for _, g := range rs.pending {
+			select {
+			case <-g:
+			default:
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// OwnedKeys counts the key states this node holds as their owner in its
+// current ring (Stats.Keys less the replicas). It scans every stored state
+// under its shard lock: for monitoring and tests, not for a hot path.
+func (n *Node) OwnedKeys() int {
+	rs := n.rs.Load()
+	return n.owned.count(func(h uint64) bool {
+		m, ok := rs.snap.OwnerOfHash(h)
+		return ok && m.Name == n.cfg.Name
+	})
 }
 
 // Stats returns the node's key and member counts.
@@ -414,6 +452,7 @@ func (n *Node) Check(ctx context.Context, c transport.Check) (transport.Result, 
 	if c.CreatedAt != 0 && !n.cfg.AcceptCallerTimestamps {
 		return transport.Result{}, ErrCallerTimestamp
 	}
+	c.AsBackup = false // peers only
 	d, err := n.decide(ctx, c)
 	if err != nil {
 		if errors.Is(err, ErrStopped) {
@@ -447,9 +486,12 @@ func (n *Node) decide(ctx context.Context, c transport.Check) (Decision, error) 
 			}
 			if err != nil {
 				if errors.Is(err, errNotOwner) {
-					return n.decideFallback(c)
+					return n.decideFallback(c, rs)
 				}
 				return Decision{}, err
+			}
+			if c.Hits > 0 && d.Allowed {
+				n.awaitReplicated(ctx)
 			}
 			n.observe(c.Limit.Kind, RouteOwner, d.Allowed)
 			return Decision{Decision: d, Route: RouteOwner, Owner: n.cfg.Name, Banned: ban}, nil
@@ -457,19 +499,46 @@ func (n *Node) decide(ctx context.Context, c transport.Check) (Decision, error) 
 		// The pool bounds each forward by ForwardTimeout; the deadline below bounds
 		// the retries (set on the first failure, so the fast path reads no clock and
 		// makes no context or timer).
-		res, err := n.peers.Forward(ctx, owner.Addr, c)
-		if err != nil && ctx.Err() != nil {
-			return Decision{}, ctx.Err()
+		var (
+			res transport.Result
+			err error
+		)
+		viaBackup := n.breakers.skip(owner.Name)
+		if !viaBackup {
+			res, err = n.peers.Forward(ctx, owner.Addr, c)
+			if err != nil && ctx.Err() != nil {
+				return Decision{}, ctx.Err()
+			}
+			switch {
+			case err == nil && res.Code == transport.CodeOK:
+				n.breakers.reset(owner.Name)
+				n.observe(c.Limit.Kind, RouteForwarded, res.Decision.Allowed)
+				return Decision{Decision: res.Decision, Route: RouteForwarded, Owner: owner.Name, Banned: res.Banned}, nil
+			case err == nil && res.Code == transport.CodeInvalidArgument:
+				return Decision{}, fmt.Errorf("%w: %s", transport.ErrInvalidCheck, res.Message)
+			}
+			if n.stopping.Load() {
+				return Decision{}, ErrStopped // our own pool is closing: not the owner's fault
+			}
+			if err != nil && rs.backups != nil {
+				// Unreachable: skip the owner for BreakerCooldown and let the
+				// backup decide, now, instead of waiting for gossip.
+				n.breakers.trip(owner.Name)
+				viaBackup = true
+			}
 		}
-		switch {
-		case err == nil && res.Code == transport.CodeOK:
-			n.observe(c.Limit.Kind, RouteForwarded, res.Decision.Allowed)
-			return Decision{Decision: res.Decision, Route: RouteForwarded, Owner: owner.Name, Banned: res.Banned}, nil
-		case err == nil && res.Code == transport.CodeInvalidArgument:
-			return Decision{}, fmt.Errorf("%w: %s", transport.ErrInvalidCheck, res.Message)
-		}
-		if n.stopping.Load() {
-			return Decision{}, ErrStopped // our own pool is closing: not the owner's fault
+		if viaBackup {
+			d, err := n.decideViaBackup(ctx, rs, c, h, owner)
+			switch {
+			case err == nil:
+				return d, nil
+			case errors.Is(err, errNoBackup):
+				return n.decideFallback(c, rs)
+			case errors.Is(err, errNotOwner):
+				res = transport.Result{Code: transport.CodeNotOwner} // rings disagree: route again below
+			default:
+				return Decision{}, err
+			}
 		}
 		if deadline.IsZero() {
 			deadline = time.Now().Add(n.cfg.ForwardTimeout)
@@ -490,7 +559,7 @@ func (n *Node) decide(ctx context.Context, c transport.Check) (Decision, error) 
 		}
 		if (!changed && !notOwner) || !time.Now().Before(deadline) {
 			n.log.Debug("owner unreachable", "owner", owner.Name, "err", err, "code", res.Code)
-			return n.decideFallback(c)
+			return n.decideFallback(c, rs)
 		}
 		if changed {
 			rs = next
@@ -564,8 +633,9 @@ func (n *Node) owns(rs *ringState, h uint64) bool {
 	return ok && m.Name == n.cfg.Name && !cur.leaving
 }
 
-// decideFallback applies the OwnerUnreachable policy.
-func (n *Node) decideFallback(c transport.Check) (Decision, error) {
+// decideFallback applies the OwnerUnreachable policy; a Local limiter gets
+// this node's share of the limit among the members of rs (see Local).
+func (n *Node) decideFallback(c transport.Check, rs *ringState) (Decision, error) {
 	wall := n.clock()
 	now := c.CreatedAt
 	if now == 0 {
@@ -575,7 +645,7 @@ func (n *Node) decideFallback(c transport.Check) (Decision, error) {
 	switch n.cfg.OwnerUnreachable {
 	case Local:
 		var err error
-		d, err = n.fallback.take(n.fallback.hash(c.Key), c.Limit, c.Hits, now, wall, nil)
+		d, err = n.fallback.take(n.fallback.hash(c.Key), share(c.Limit, rs.snap.Len()), c.Hits, now, wall, nil)
 		if err != nil {
 			return Decision{}, err
 		}
@@ -619,12 +689,21 @@ func (n *Node) onBatch(addr string, size int, took time.Duration, err error) {
 type peerService struct{ n *Node }
 
 // Forward decides a batch of checks this node owns, in order. Keys it does not
-// own in its current ring get CodeNotOwner; it never re-forwards.
+// own in its current ring get CodeNotOwner; it never re-forwards them. Checks
+// sent to this node as the key's backup (AsBackup) are decided concurrently by
+// forwardAsBackup, which may ask the owner once. Under ReplicationSync the
+// batch is answered once the states it changed reached their backups.
 func (p peerService) Forward(ctx context.Context, checks []transport.Check) []transport.Result {
 	n := p.n
 	n.inbound.Add(1)
 	out := make([]transport.Result, len(checks))
+	changed := false
+	var backups sync.WaitGroup
 	for i, c := range checks {
+		if c.AsBackup && !n.stopping.Load() {
+			backups.Go(func() { out[i] = n.forwardAsBackup(ctx, c) })
+			continue
+		}
 		if n.stopping.Load() {
 			out[i] = transport.Result{Code: transport.CodeUnavailable, Message: "node is stopping"}
 			continue
@@ -642,19 +721,45 @@ func (p peerService) Forward(ctx context.Context, checks []transport.Check) []tr
 			out[i] = transport.Result{Code: transport.CodeNotOwner, Message: "not owner"}
 			continue
 		}
-		d, ban, err := n.decideOwned(ctx, rs, c, h)
-		switch {
-		case err == nil:
-			out[i] = transport.Result{Decision: d, Route: RouteOwner, Owner: n.cfg.Name, Code: transport.CodeOK, Banned: ban}
-		case errors.Is(err, errNotOwner):
-			out[i] = transport.Result{Code: transport.CodeNotOwner, Message: "not owner"}
-		case errors.Is(err, algo.ErrInvalidLimit), errors.Is(err, transport.ErrInvalidCheck):
-			out[i] = transport.Result{Code: transport.CodeInvalidArgument, Message: err.Error()}
-		default:
-			out[i] = transport.Result{Code: transport.CodeUnavailable, Message: err.Error()}
-		}
+		out[i] = n.decideResult(ctx, rs, c, h)
+		changed = changed || c.Hits > 0 && out[i].Code == transport.CodeOK && out[i].Decision.Allowed
+	}
+	backups.Wait()
+	if changed {
+		n.awaitReplicated(ctx)
 	}
 	return out
+}
+
+// decideResult decides c as the owner of its key (hash h) under rs and maps
+// the outcome to a Result.
+func (n *Node) decideResult(ctx context.Context, rs *ringState, c transport.Check, h uint64) transport.Result {
+	d, ban, err := n.decideOwned(ctx, rs, c, h)
+	if err != nil {
+		return errorResult(err)
+	}
+	return transport.Result{Decision: d, Route: RouteOwner, Owner: n.cfg.Name, Code: transport.CodeOK, Banned: ban}
+}
+
+// ownerResult is decideResult followed, under ReplicationSync, by the wait for
+// the state to reach the backup.
+func (n *Node) ownerResult(ctx context.Context, rs *ringState, c transport.Check, h uint64) transport.Result {
+	r := n.decideResult(ctx, rs, c, h)
+	if c.Hits > 0 && r.Code == transport.CodeOK && r.Decision.Allowed {
+		n.awaitReplicated(ctx)
+	}
+	return r
+}
+
+// errorResult maps an error of deciding a check to its Result code.
+func errorResult(err error) transport.Result {
+	switch {
+	case errors.Is(err, errNotOwner):
+		return transport.Result{Code: transport.CodeNotOwner, Message: "not owner"}
+	case errors.Is(err, algo.ErrInvalidLimit), errors.Is(err, transport.ErrInvalidCheck):
+		return transport.Result{Code: transport.CodeInvalidArgument, Message: err.Error()}
+	}
+	return transport.Result{Code: transport.CodeUnavailable, Message: err.Error()}
 }
 
 // ForwardMayWait implements transport.ForwardWaitHinter: it reports whether
@@ -698,6 +803,10 @@ func (p peerService) Transfer(ctx context.Context, b transport.TransferBatch) er
 			return err
 		}
 	}
+	if b.Replica {
+		n.acceptReplica(b, states, wall)
+		return nil
+	}
 	for _, ps := range b.Penalties {
 		for _, t := range ps.Denials {
 			if t > wall+int64(n.cfg.MaxPeerClockSkew) {
@@ -712,7 +821,7 @@ func (p peerService) Transfer(ctx context.Context, b transport.TransferBatch) er
 		if ks.Key != "" {
 			h = n.owned.hash(ks.Key)
 		}
-		n.owned.install(h, ks.Limit, states[i], ks.LastNow, ks.CallerClock, wall)
+		n.owned.install(h, ks.Limit, states[i], ks.LastNow, ks.CallerClock, wall, true)
 	}
 	for _, ps := range b.Penalties {
 		n.bans.install(n.owned.hash(ps.Key), ps)

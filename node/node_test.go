@@ -272,7 +272,7 @@ func TestInstallKeepsCallerTime(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s.install(s.hash("k"), l, st, then, true, wall)
+	s.install(s.hash("k"), l, st, then, true, wall, false)
 	s.dropIdle(wall + int64(time.Second))
 	if got := s.len(); got != 1 {
 		t.Fatalf("keys after idle scan: got %d, want 1 (a caller-timestamped key is kept for a Period)", got)

@@ -85,7 +85,16 @@ type shard struct {
 	bsw    kindTable[[1]int64] // w[0] indexes boxes
 	limits limitTable
 	boxes  boxes
-	_      [64]byte // keep neighbouring shards' locks off this cache line
+	// dirty lists the keys whose state changed since the last replication send
+	// (store.track only), each once: its slot has flagDirty.
+	dirty []dirtyRec
+	_     [64]byte // keep neighbouring shards' locks off this cache line
+}
+
+// dirtyRec names a key whose state changed: its (folded) hash and algorithm.
+type dirtyRec struct {
+	h uint64
+	k algo.Kind
 }
 
 // store is the owner-side key space of a node (or its local fallback space).
@@ -95,6 +104,8 @@ type store struct {
 	shards  [numShards]shard
 	keys    atomic.Int64
 	maxKeys int64
+	// track lists changed keys in their shard's dirty list, for replication.
+	track bool
 }
 
 // newStore returns a store that holds at most maxKeys keys (see take), hashed
@@ -186,6 +197,7 @@ func takeIn[W words](c *check, t *kindTable[W], owns func() bool) (algo.Decision
 		c.sh.save(c.l.Kind, &fresh, sl.words())
 		setClock(t, sl, c.now, c.wall, c.now != c.wall)
 		c.s.keys.Add(1)
+		c.markDirty(sl.h, &sl.flags)
 		return d, nil
 	}
 	return t.update(c, i)
@@ -195,9 +207,29 @@ func takeIn[W words](c *check, t *kindTable[W], owns func() bool) (algo.Decision
 // kindTable, whatever its word count.
 type anyKindTable interface {
 	dropIdle(sh *shard, k algo.Kind, wall int64, dropped func())
-	extract(sh *shard, k algo.Kind, move func(h uint64) bool, wall int64, out []movedState) []movedState
-	install(sh *shard, m movedState, wall int64) bool
+	extract(sh *shard, k algo.Kind, act func(h uint64) moveAction, wall int64, out []movedState) (_ []movedState, removed int)
+	install(sh *shard, m movedState, wall int64, track bool) bool
+	copyDirty(sh *shard, k algo.Kind, h uint64, wall int64) (movedState, bool)
+	markWhere(sh *shard, k algo.Kind, pred func(h uint64) bool)
+	mark(sh *shard, k algo.Kind, h uint64)
 }
+
+// moveAction is what a ring change does with one stored state (see
+// store.extract).
+type moveAction uint8
+
+const (
+	// keepState: this node still owns the key, or holds its replica.
+	keepState moveAction = iota
+	// sendState: hand the state to the key's new owner and remove it here.
+	sendState
+	// sendCopy: hand the state to the key's new owner and keep a copy here as
+	// its replica (this node is the key's new backup).
+	sendCopy
+	// dropState: remove the state without sending it (a replica of a key this
+	// node is no longer the backup of).
+	dropState
+)
 
 func (t *kindTable[W]) update(c *check, i int) (algo.Decision, error) {
 	sl := &t.slots[i]
@@ -210,8 +242,11 @@ func (t *kindTable[W]) update(c *check, i int) (algo.Decision, error) {
 		return d, err
 	}
 	if c.hits > 0 {
-		if d.Allowed && !boxed {
-			st.Pack(sl.words())
+		if d.Allowed {
+			if !boxed {
+				st.Pack(sl.words())
+			}
+			c.markDirty(sl.h, &sl.flags)
 		}
 		if cur := c.sh.limits.at(sl.lim); cur != c.l {
 			c.sh.limits.unref(sl.lim)
@@ -230,6 +265,21 @@ func (t *kindTable[W]) update(c *check, i int) (algo.Decision, error) {
 	return d, nil
 }
 
+// markDirty lists the key with hash h and slot flags *flags as changed, once,
+// when the store tracks changes.
+func (c *check) markDirty(h uint64, flags *uint32) {
+	if c.s.track {
+		c.sh.markDirty(c.l.Kind, h, flags)
+	}
+}
+
+func (sh *shard) markDirty(k algo.Kind, h uint64, flags *uint32) {
+	if *flags&flagDirty == 0 {
+		*flags |= flagDirty
+		sh.dirty = append(sh.dirty, dirtyRec{h: h, k: k})
+	}
+}
+
 // setClock records that the last check of sl was at lastNow, owner clock wall,
 // and whether lastNow was the caller's timestamp.
 func setClock[W words](t *kindTable[W], sl *slot[W], lastNow, wall int64, caller bool) {
@@ -246,7 +296,7 @@ func setClock[W words](t *kindTable[W], sl *slot[W], lastNow, wall int64, caller
 	} else if sl.flags&flagClock != 0 {
 		delete(t.clocks, sl.h)
 	}
-	sl.flags = f
+	sl.flags = f | sl.flags&flagDirty
 }
 
 // load returns the state of kind k held in w: for a packed state, unpacked
@@ -330,27 +380,68 @@ func (t *kindTable[W]) dropIdle(sh *shard, k algo.Kind, wall int64, dropped func
 	t.shrink()
 }
 
-func (t *kindTable[W]) extract(sh *shard, k algo.Kind, move func(h uint64) bool, wall int64, out []movedState) []movedState {
+func (t *kindTable[W]) extract(sh *shard, k algo.Kind, act func(h uint64) moveAction, wall int64, out []movedState) (_ []movedState, removed int) {
 	t.scan(func(i int) {
 		sl := &t.slots[i]
-		if !move(sl.h) {
+		a := act(sl.h)
+		if a == keepState {
 			return
 		}
-		var scratch algo.State
-		st, _ := sh.load(k, sl.words(), &scratch, 0)
-		lastNow, _ := t.lastNow(sl, wall)
-		out = append(out, movedState{
-			h: sl.h, limit: sh.limits.at(sl.lim), st: *st,
-			lastNow: lastNow, callerClock: sl.flags&flagCaller != 0,
-		})
-		t.removeAt(sh, k, i)
+		if a != dropState {
+			out = append(out, t.copyAt(sh, k, sl, wall))
+		}
+		if a != sendCopy {
+			t.removeAt(sh, k, i)
+			removed++
+		}
 	})
 	t.shrink()
-	return out
+	return out, removed
 }
 
-// install merges m into t; it reports whether it added a key.
-func (t *kindTable[W]) install(sh *shard, m movedState, wall int64) bool {
+// copyAt returns a copy of slot sl's state.
+func (t *kindTable[W]) copyAt(sh *shard, k algo.Kind, sl *slot[W], wall int64) movedState {
+	var scratch algo.State
+	st, _ := sh.load(k, sl.words(), &scratch, 0)
+	lastNow, _ := t.lastNow(sl, wall)
+	return movedState{
+		h: sl.h, limit: sh.limits.at(sl.lim), st: *st,
+		lastNow: lastNow, callerClock: sl.flags&flagCaller != 0,
+	}
+}
+
+// copyDirty returns a copy of the state of the key with hash h and clears its
+// dirty flag; false if the key is gone or was sent already.
+func (t *kindTable[W]) copyDirty(sh *shard, k algo.Kind, h uint64, wall int64) (movedState, bool) {
+	i := t.find(h)
+	if i < 0 || t.slots[i].flags&flagDirty == 0 {
+		return movedState{}, false
+	}
+	sl := &t.slots[i]
+	sl.flags &^= flagDirty
+	return t.copyAt(sh, k, sl, wall), true
+}
+
+// markWhere lists as dirty every key whose hash satisfies pred.
+func (t *kindTable[W]) markWhere(sh *shard, k algo.Kind, pred func(h uint64) bool) {
+	for i := range t.slots {
+		if sl := &t.slots[i]; sl.h != 0 && pred(sl.h) {
+			sh.markDirty(k, sl.h, &sl.flags)
+		}
+	}
+}
+
+// mark lists the key with hash h as dirty, if it is still stored.
+func (t *kindTable[W]) mark(sh *shard, k algo.Kind, h uint64) {
+	if i := t.find(h); i >= 0 {
+		sl := &t.slots[i]
+		sh.markDirty(k, sl.h, &sl.flags)
+	}
+}
+
+// install merges m into t; it reports whether it added a key. With track, the
+// key is listed as dirty (its backup must get the merged state).
+func (t *kindTable[W]) install(sh *shard, m movedState, wall int64, track bool) bool {
 	k := m.limit.Kind
 	if i := t.find(m.h); i >= 0 {
 		sl := &t.slots[i]
@@ -363,12 +454,18 @@ func (t *kindTable[W]) install(sh *shard, m movedState, wall int64) bool {
 			st.Pack(sl.words())
 		}
 		setClock(t, sl, at, wall, sl.flags&flagCaller != 0 || m.callerClock)
+		if track {
+			sh.markDirty(k, sl.h, &sl.flags)
+		}
 		return false
 	}
 	sl := &t.slots[t.insert(m.h)]
 	sl.lim = sh.limits.ref(m.limit)
 	sh.save(k, &m.st, sl.words())
 	setClock(t, sl, m.lastNow, wall, m.callerClock)
+	if track {
+		sh.markDirty(k, sl.h, &sl.flags)
+	}
 	return true
 }
 
@@ -422,22 +519,74 @@ func (s *store) dropIdle(wall int64) {
 	}
 }
 
-// extract removes and returns the states for which move(hash) is true, one
-// shard lock at a time; wall is the owner clock, the last check time reported
-// for keys checked on it.
-func (s *store) extract(move func(h uint64) bool, wall int64) []movedState {
+// extract applies act(hash) to every state, one shard lock at a time, and
+// returns the states to send (sendState, sendCopy); wall is the owner clock,
+// the last check time reported for keys checked on it.
+func (s *store) extract(act func(h uint64) moveAction, wall int64) []movedState {
 	var out []movedState
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n := len(out)
 		for _, kt := range sh.tables() {
-			out = kt.t.extract(sh, kt.k, move, wall, out)
+			var removed int
+			out, removed = kt.t.extract(sh, kt.k, act, wall, out)
+			s.keys.Add(-int64(removed))
 		}
-		s.keys.Add(-int64(len(out) - n))
 		sh.mu.Unlock()
 	}
 	return out
+}
+
+// takeDirty returns copies of the states changed since the last call (those
+// listed dirty) and clears the list, one shard lock at a time.
+func (s *store) takeDirty(wall int64) []movedState {
+	var out []movedState
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for _, r := range sh.dirty {
+			if t := sh.table(r.k); t != nil {
+				if m, ok := t.copyDirty(sh, r.k, r.h, wall); ok {
+					out = append(out, m)
+				}
+			}
+		}
+		clear(sh.dirty)
+		sh.dirty = sh.dirty[:0]
+		if cap(sh.dirty) > 4096 {
+			sh.dirty = nil // a burst of changes does not pin its list
+		}
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// markWhere lists as dirty every key whose hash satisfies pred (a ring change
+// gave these keys a new backup), one shard lock at a time.
+func (s *store) markWhere(pred func(h uint64) bool) {
+	if !s.track {
+		return
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for _, kt := range sh.tables() {
+			kt.t.markWhere(sh, kt.k, pred)
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// remark lists ms as dirty again (their send failed), where they still exist.
+func (s *store) remark(ms []movedState) {
+	for _, m := range ms {
+		sh := &s.shards[shardOf(m.h)]
+		sh.mu.Lock()
+		if t := sh.table(m.limit.Kind); t != nil {
+			t.mark(sh, m.limit.Kind, m.h)
+		}
+		sh.mu.Unlock()
+	}
 }
 
 // movedState is a state taken out of a store for a handoff.
@@ -454,8 +603,9 @@ type movedState struct {
 // which the caller validated: an existing state for the key keeps the more
 // restrictive of the two, compared at the later of the two last times.
 // Installing never counts against MaxKeys refusals: a handoff must not lose
-// state, so the bound may be exceeded briefly.
-func (s *store) install(h uint64, l algo.Limit, st algo.State, lastNow int64, callerClock bool, wall int64) {
+// state, so the bound may be exceeded briefly. With mark (and a tracking
+// store) the key is listed as changed, so that its backup gets the result.
+func (s *store) install(h uint64, l algo.Limit, st algo.State, lastNow int64, callerClock bool, wall int64, mark bool) {
 	if lastNow == 0 {
 		lastNow = wall
 	}
@@ -467,12 +617,32 @@ func (s *store) install(h uint64, l algo.Limit, st algo.State, lastNow int64, ca
 	if t == nil {
 		return
 	}
-	if t.install(sh, movedState{h: h, limit: l, st: st, lastNow: lastNow, callerClock: callerClock}, wall) {
+	if t.install(sh, movedState{h: h, limit: l, st: st, lastNow: lastNow, callerClock: callerClock}, wall, s.track && mark) {
 		s.keys.Add(1)
 	}
 }
 
 func (s *store) len() int { return int(s.keys.Load()) }
+
+// count returns the number of stored states whose hash satisfies pred, one
+// shard lock at a time (for Stats and tests: it scans every slot).
+func (s *store) count(pred func(h uint64) bool) int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for _, kt := range sh.tables() {
+			kt.t.markWhere(sh, kt.k, func(h uint64) bool {
+				if pred(h) {
+					n++
+				}
+				return false
+			})
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
 
 // limitTable interns the distinct Limits of a shard's keys: a key stores a
 // 4-byte index instead of its 32-byte Limit. Entries are reference counted

@@ -34,6 +34,9 @@ const (
 	flagClock uint32 = 1 << iota
 	// flagCaller: the key's last check carried the caller's timestamp.
 	flagCaller
+	// flagDirty: the key's state changed since it was last sent to its backup
+	// (it is listed in the shard's dirty list once).
+	flagDirty
 )
 
 // Table load bounds: a table grows by half when an insert would fill more than

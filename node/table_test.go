@@ -150,12 +150,17 @@ func TestStoreExtractInstallRoundTrip(t *testing.T) {
 		}
 	}
 	held := from.len()
-	moved := from.extract(func(h uint64) bool { return h%2 == 0 }, now)
+	moved := from.extract(func(h uint64) moveAction {
+		if h%2 == 0 {
+			return sendState
+		}
+		return keepState
+	}, now)
 	for _, m := range moved {
 		if m.h%2 != 0 {
 			t.Fatalf("extracted hash %x, move said no", m.h)
 		}
-		to.install(m.h, m.limit, m.st, m.lastNow, m.callerClock, now)
+		to.install(m.h, m.limit, m.st, m.lastNow, m.callerClock, now, false)
 	}
 	if from.len()+to.len() != held {
 		t.Fatalf("keys after the move: %d + %d, want %d", from.len(), to.len(), held)

@@ -119,7 +119,16 @@ func (m *fwdRequest) append(b []byte) []byte {
 func checkSize(c *Check) int {
 	return sizeBytes(len(c.Key)) + sizeI64(int64(kindToWire(c.Limit.Kind))) + sizeI64(c.Limit.Limit) +
 		sizeI64(int64(c.Limit.Period)) + sizeI64(c.Limit.Burst) + sizeI64(c.Hits) + sizeI64(c.CreatedAt) +
-		sizeI64(c.Penalty.Denials) + sizeI64(int64(c.Penalty.Within)) + sizeI64(int64(c.Penalty.Ban))
+		sizeI64(c.Penalty.Denials) + sizeI64(int64(c.Penalty.Within)) + sizeI64(int64(c.Penalty.Ban)) +
+		sizeBool(c.AsBackup)
+}
+
+// sizeBool is the encoded size of a bool field (omitted when false).
+func sizeBool(v bool) int {
+	if v {
+		return 2
+	}
+	return 0
 }
 
 func appendCheck(b []byte, c *Check) []byte {
@@ -135,7 +144,11 @@ func appendCheck(b []byte, c *Check) []byte {
 	b = appendI64(b, 7, c.CreatedAt)
 	b = appendI64(b, 8, c.Penalty.Denials)
 	b = appendI64(b, 9, int64(c.Penalty.Within))
-	return appendI64(b, 10, int64(c.Penalty.Ban))
+	b = appendI64(b, 10, int64(c.Penalty.Ban))
+	if c.AsBackup {
+		b = appendI64(b, 11, 1)
+	}
+	return b
 }
 
 func (m *fwdRequest) decode(b []byte) error {
@@ -216,7 +229,7 @@ func decodeCheck(b []byte) (Check, error) {
 			b, c.Key = b[l:], string(v)
 			continue
 		}
-		if typ != protowire.VarintType || num < 2 || num > 10 {
+		if typ != protowire.VarintType || num < 2 || num > 11 {
 			l := protowire.ConsumeFieldValue(num, typ, b)
 			if l < 0 {
 				return Check{}, errMalformed
@@ -249,6 +262,8 @@ func decodeCheck(b []byte) (Check, error) {
 			c.Penalty.Within = time.Duration(v)
 		case 10:
 			c.Penalty.Ban = time.Duration(v)
+		case 11:
+			c.AsBackup = u != 0
 		}
 	}
 	k, err := kindFromWire(alg)

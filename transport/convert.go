@@ -61,6 +61,8 @@ func routeToWire(r Route) pb.Route {
 		return pb.Route_ROUTE_FORWARDED
 	case RouteFallback:
 		return pb.Route_ROUTE_FALLBACK
+	case RouteBackup:
+		return pb.Route_ROUTE_BACKUP
 	}
 	return pb.Route_ROUTE_UNSPECIFIED
 }
@@ -73,6 +75,8 @@ func routeFromWire(r pb.Route) Route {
 		return RouteForwarded
 	case pb.Route_ROUTE_FALLBACK:
 		return RouteFallback
+	case pb.Route_ROUTE_BACKUP:
+		return RouteBackup
 	}
 	return RouteUnknown
 }
@@ -118,6 +122,7 @@ func checkToWire(c Check, m *pb.Check, keys *[]byte) {
 	m.PenaltyDenials = c.Penalty.Denials
 	m.PenaltyWithinNs = int64(c.Penalty.Within)
 	m.PenaltyBanNs = int64(c.Penalty.Ban)
+	m.AsBackup = c.AsBackup
 }
 
 // wireLimit is the limit part that pb.Check and pb.KeyState share.
@@ -150,6 +155,7 @@ func checkFromWire(m *pb.Check) (Check, error) {
 		Hits:      m.GetHits(),
 		CreatedAt: m.GetCreatedAtUnixNs(),
 		Penalty:   Penalty{Denials: m.GetPenaltyDenials(), Within: time.Duration(m.GetPenaltyWithinNs()), Ban: time.Duration(m.GetPenaltyBanNs())},
+		AsBackup:  m.GetAsBackup(),
 	}, nil
 }
 

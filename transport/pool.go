@@ -327,7 +327,7 @@ func (p *Pool) Handoff(ctx context.Context, addr string, b TransferBatch) error 
 			n++
 		}
 		msgs := make([]pb.KeyState, n)
-		req := &pb.TransferRequest{States: make([]*pb.KeyState, n), From: b.From, RingDigest: b.RingDigest, Done: b.Done && n == len(states)}
+		req := &pb.TransferRequest{States: make([]*pb.KeyState, n), From: b.From, RingDigest: b.RingDigest, Done: b.Done && n == len(states), Replica: b.Replica}
 		if n == 0 && !b.Done {
 			break
 		}

@@ -492,7 +492,7 @@ func (s *peerServer) Transfer(ctx context.Context, req *pb.TransferRequest) (*pb
 	}
 	if len(states) > 0 || len(pens) > 0 || req.GetDone() {
 		sender, _ := PeerMember(ctx)
-		b := TransferBatch{From: req.GetFrom(), RingDigest: req.GetRingDigest(), States: states, Done: req.GetDone(), Penalties: pens, Sender: sender}
+		b := TransferBatch{From: req.GetFrom(), RingDigest: req.GetRingDigest(), States: states, Done: req.GetDone(), Penalties: pens, Sender: sender, Replica: req.GetReplica()}
 		if err := s.h.Transfer(ctx, b); err != nil {
 			return nil, statusFromError(err)
 		}

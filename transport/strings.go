@@ -2,8 +2,8 @@ package transport
 
 import "strconv"
 
-// String returns "owner", "forwarded", "fallback" or "unknown", the names used
-// in logs and metrics.
+// String returns "owner", "forwarded", "fallback", "backup" or "unknown", the
+// names used in logs and metrics.
 func (r Route) String() string {
 	switch r {
 	case RouteOwner:
@@ -12,6 +12,8 @@ func (r Route) String() string {
 		return "forwarded"
 	case RouteFallback:
 		return "fallback"
+	case RouteBackup:
+		return "backup"
 	case RouteUnknown:
 		return "unknown"
 	}

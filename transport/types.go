@@ -19,6 +19,10 @@ const (
 	// RouteFallback: the owner was unreachable; the node's OwnerUnreachable policy
 	// (fail-open, fail-closed or a local limiter) decided it.
 	RouteFallback
+	// RouteBackup: the owner was unreachable and the key's backup (the member
+	// that holds its replicated state and will own it if the owner is gone)
+	// decided it on that replica.
+	RouteBackup
 )
 
 // Check is one rate-limit check as it travels between nodes and from callers.
@@ -34,6 +38,11 @@ type Check struct {
 	CreatedAt int64
 	// Penalty is the key's ban rule, applied on the owner; zero = none.
 	Penalty Penalty
+	// AsBackup is set by a node that could not reach the key's owner and sends
+	// the check to the key's backup instead (peer service only; the public
+	// Limiter service never sets it). The backup decides it on its replica, or
+	// answers CodeNotOwner when it is not the key's backup in its ring.
+	AsBackup bool
 }
 
 // Result is the answer to one Check of a batch.
@@ -104,6 +113,10 @@ type TransferBatch struct {
 	Done bool
 	// Penalties are the ban states of the handed-off keys; may be empty.
 	Penalties []PenaltyState
+	// Replica marks a replication batch: an owner sends the changed states of
+	// its keys to their backup, which keeps them as replicas (RingDigest and
+	// Done are unused). Not a handoff.
+	Replica bool
 	// Sender is set by the server, never sent: the member named by the
 	// sender's verified TLS certificate, "" over plaintext. A receiver in
 	// secure mode refuses a batch whose From is not Sender.

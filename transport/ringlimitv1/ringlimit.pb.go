@@ -113,6 +113,9 @@ const (
 	Route_ROUTE_FORWARDED Route = 2
 	// The owner was unreachable; the node's fallback policy decided it.
 	Route_ROUTE_FALLBACK Route = 3
+	// The owner was unreachable; the key's backup (the member holding its
+	// replica, its owner-to-be) decided it on the replicated state.
+	Route_ROUTE_BACKUP Route = 4
 )
 
 // Enum value maps for Route.
@@ -122,12 +125,14 @@ var (
 		1: "ROUTE_OWNER",
 		2: "ROUTE_FORWARDED",
 		3: "ROUTE_FALLBACK",
+		4: "ROUTE_BACKUP",
 	}
 	Route_value = map[string]int32{
 		"ROUTE_UNSPECIFIED": 0,
 		"ROUTE_OWNER":       1,
 		"ROUTE_FORWARDED":   2,
 		"ROUTE_FALLBACK":    3,
+		"ROUTE_BACKUP":      4,
 	}
 )
 
@@ -236,8 +241,12 @@ type Check struct {
 	PenaltyDenials  int64 `protobuf:"varint,8,opt,name=penalty_denials,json=penaltyDenials,proto3" json:"penalty_denials,omitempty"`
 	PenaltyWithinNs int64 `protobuf:"varint,9,opt,name=penalty_within_ns,json=penaltyWithinNs,proto3" json:"penalty_within_ns,omitempty"`
 	PenaltyBanNs    int64 `protobuf:"varint,10,opt,name=penalty_ban_ns,json=penaltyBanNs,proto3" json:"penalty_ban_ns,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Peer-only: the sender could not reach the key's owner and sends the check
+	// to the key's backup, which decides it on its replica (or asks the owner
+	// itself first). Ignored on the public Limiter service.
+	AsBackup      bool `protobuf:"varint,11,opt,name=as_backup,json=asBackup,proto3" json:"as_backup,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Check) Reset() {
@@ -338,6 +347,13 @@ func (x *Check) GetPenaltyBanNs() int64 {
 		return x.PenaltyBanNs
 	}
 	return 0
+}
+
+func (x *Check) GetAsBackup() bool {
+	if x != nil {
+		return x.AsBackup
+	}
+	return false
 }
 
 // Decision is the outcome of one decided check.
@@ -1264,7 +1280,11 @@ type TransferRequest struct {
 	// checks for the partitions it gained from `from` in that ring.
 	Done bool `protobuf:"varint,4,opt,name=done,proto3" json:"done,omitempty"`
 	// Penalty (ban) states of the handed-off keys.
-	Penalties     []*PenaltyState `protobuf:"bytes,5,rep,name=penalties,proto3" json:"penalties,omitempty"`
+	Penalties []*PenaltyState `protobuf:"bytes,5,rep,name=penalties,proto3" json:"penalties,omitempty"`
+	// replica marks states an owner sends to the keys' backup (replication),
+	// not a handoff: the receiver keeps them as replicas; done and ring_digest
+	// are unused.
+	Replica       bool `protobuf:"varint,6,opt,name=replica,proto3" json:"replica,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1332,6 +1352,13 @@ func (x *TransferRequest) GetPenalties() []*PenaltyState {
 		return x.Penalties
 	}
 	return nil
+}
+
+func (x *TransferRequest) GetReplica() bool {
+	if x != nil {
+		return x.Replica
+	}
+	return false
 }
 
 // PenaltyState is the ban state of one key handed from its old owner to its new owner.
@@ -1590,7 +1617,7 @@ var File_ringlimit_v1_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\"\xd5\x02\n" +
+	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\"\xf2\x02\n" +
 	"\x05Check\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x125\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x14\n" +
@@ -1602,7 +1629,8 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x0fpenalty_denials\x18\b \x01(\x03R\x0epenaltyDenials\x12*\n" +
 	"\x11penalty_within_ns\x18\t \x01(\x03R\x0fpenaltyWithinNs\x12$\n" +
 	"\x0epenalty_ban_ns\x18\n" +
-	" \x01(\x03R\fpenaltyBanNs\"\xfd\x01\n" +
+	" \x01(\x03R\fpenaltyBanNs\x12\x1b\n" +
+	"\tas_backup\x18\v \x01(\bR\basBackup\"\xfd\x01\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -1665,14 +1693,15 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x05state\x18\x06 \x01(\fR\x05state\x12'\n" +
 	"\x10last_now_unix_ns\x18\a \x01(\x03R\rlastNowUnixNs\x12!\n" +
 	"\fcaller_clock\x18\b \x01(\bR\vcallerClock\x12\x19\n" +
-	"\bkey_hash\x18\t \x01(\x06R\akeyHash\"\xc4\x01\n" +
+	"\bkey_hash\x18\t \x01(\x06R\akeyHash\"\xde\x01\n" +
 	"\x0fTransferRequest\x12.\n" +
 	"\x06states\x18\x01 \x03(\v2\x16.ringlimit.v1.KeyStateR\x06states\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x1f\n" +
 	"\vring_digest\x18\x03 \x01(\x04R\n" +
 	"ringDigest\x12\x12\n" +
 	"\x04done\x18\x04 \x01(\bR\x04done\x128\n" +
-	"\tpenalties\x18\x05 \x03(\v2\x1a.ringlimit.v1.PenaltyStateR\tpenalties\"\x99\x01\n" +
+	"\tpenalties\x18\x05 \x03(\v2\x1a.ringlimit.v1.PenaltyStateR\tpenalties\x12\x18\n" +
+	"\areplica\x18\x06 \x01(\bR\areplica\"\x99\x01\n" +
 	"\fPenaltyState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12)\n" +
 	"\x11ban_until_unix_ns\x18\x02 \x01(\x03R\x0ebanUntilUnixNs\x12&\n" +
@@ -1698,12 +1727,13 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x16ALGORITHM_FIXED_WINDOW\x10\x03\x12\x12\n" +
 	"\x0eALGORITHM_GCRA\x10\x04\x12\x1a\n" +
 	"\x16ALGORITHM_TOKEN_BUCKET\x10\x05\x12%\n" +
-	"!ALGORITHM_BUCKETED_SLIDING_WINDOW\x10\x06*X\n" +
+	"!ALGORITHM_BUCKETED_SLIDING_WINDOW\x10\x06*j\n" +
 	"\x05Route\x12\x15\n" +
 	"\x11ROUTE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROUTE_OWNER\x10\x01\x12\x13\n" +
 	"\x0fROUTE_FORWARDED\x10\x02\x12\x12\n" +
-	"\x0eROUTE_FALLBACK\x10\x03*X\n" +
+	"\x0eROUTE_FALLBACK\x10\x03\x12\x10\n" +
+	"\fROUTE_BACKUP\x10\x04*X\n" +
 	"\x04Code\x12\v\n" +
 	"\aCODE_OK\x10\x00\x12\x12\n" +
 	"\x0eCODE_NOT_OWNER\x10\x01\x12\x19\n" +

@@ -1,0 +1,447 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/transport"
+)
+
+// Replication, backups and the per-peer breaker (see Config.Replication).
+//
+// The backup of a key is its owner in the ring without the key's owner: the
+// member that becomes the owner when the owner leaves or is declared dead.
+// Every node computes the same backups from the same member set (the ring is a
+// function of the member names), so the backup already holds the state of
+// every key it gains in a crash. Owners and replicas share one store: a node
+// is never owner and backup of the same key, and when a crash makes the backup
+// the owner its replica simply is the owned state (no copy, no window).
+
+// computeBackups returns the backup of each partition of snap (nil when snap
+// has fewer than two members). It keeps one ring per member (the ring without
+// that member) in n.backupRings, so that a rebuild whose member set did not
+// change costs one name comparison per member. Called under rebuildMu.
+func (n *Node) computeBackups(snap *ring.Snapshot) []ring.Member {
+	ms := snap.Members()
+	if len(ms) < 2 || n.cfg.Replication == ReplicationOff {
+		n.backupRings = nil
+		return nil
+	}
+	out := make([]ring.Member, snap.PartitionCount())
+	keep := make(map[string]*ring.Ring, len(ms))
+	for _, m := range ms {
+		r := n.backupRings[m.Name]
+		if r == nil {
+			var err error
+			if r, err = ring.New(n.cfg.Ring); err != nil {
+				n.log.Error("backup ring", "err", err)
+				return nil
+			}
+		}
+		if err := r.SetMembers(without(ms, m.Name)); err != nil {
+			n.log.Error("backup ring: keys of this member have no backup", "member", m.Name, "err", err)
+			continue
+		}
+		keep[m.Name] = r
+		s := r.Snapshot()
+		for p := range out {
+			if snap.PartitionOwner(p).Name == m.Name {
+				out[p] = s.PartitionOwner(p)
+			}
+		}
+	}
+	n.backupRings = keep
+	return out
+}
+
+// backupOfHash returns the backup of the key whose ring hash is h.
+func (rs *ringState) backupOfHash(h uint64) (ring.Member, bool) {
+	if rs.backups == nil {
+		return ring.Member{}, false
+	}
+	m := rs.backups[rs.snap.PartitionOfHash(h)]
+	return m, m.Name != ""
+}
+
+// Backup returns the member that holds key's replica and would own key if its
+// owner disappeared: its owner in the ring without its owner. False when the
+// ring has fewer than two members or Replication is ReplicationOff.
+func (n *Node) Backup(key string) (Member, bool) {
+	rs := n.rs.Load()
+	m, ok := rs.backupOfHash(rs.snap.Hash(key))
+	if !ok {
+		return Member{}, false
+	}
+	return Member{Name: m.Name, Addr: m.Addr, ID: m.ID, Self: m.Name == n.cfg.Name}, true
+}
+
+// breakers is the per-peer circuit breaker: a member a forward failed to reach
+// is skipped for Config.BreakerCooldown (its keys go to their backups), then
+// one check tries it again.
+type breakers struct {
+	cooldown int64 // ns
+	open     atomic.Int32
+	m        sync.Map // member name -> *breaker
+}
+
+type breaker struct {
+	until atomic.Int64 // wall ns until which the member is skipped
+}
+
+// skip reports whether checks should not be sent to member now. Past the
+// cooldown, exactly one caller is let through as the trial (and the cooldown
+// restarts for the others).
+func (b *breakers) skip(member string) bool {
+	if b.open.Load() == 0 {
+		return false
+	}
+	v, ok := b.m.Load(member)
+	if !ok {
+		return false
+	}
+	br := v.(*breaker)
+	u := br.until.Load()
+	now := time.Now().UnixNano()
+	if now < u {
+		return true
+	}
+	return !br.until.CompareAndSwap(u, now+b.cooldown) // the winner is the trial
+}
+
+// trip opens member's breaker for the cooldown.
+func (b *breakers) trip(member string) {
+	until := time.Now().UnixNano() + b.cooldown
+	v, loaded := b.m.LoadOrStore(member, &breaker{})
+	v.(*breaker).until.Store(until)
+	if !loaded {
+		b.open.Add(1)
+	}
+}
+
+// reset closes member's breaker (it answered, left, or restarted).
+func (b *breakers) reset(member string) {
+	if b.open.Load() == 0 {
+		return
+	}
+	if _, ok := b.m.LoadAndDelete(member); ok {
+		b.open.Add(-1)
+	}
+}
+
+// replicator sends changed states to their backups. started counts sends
+// begun, done the sends finished (successfully or not); doneCh is closed and
+// replaced when a send finishes, to wake ReplicationSync callers.
+type replicator struct {
+	kick    chan struct{}
+	started atomic.Uint64
+	done    atomic.Uint64
+	doneCh  atomic.Pointer[chan struct{}]
+}
+
+func newReplicator() *replicator {
+	r := &replicator{kick: make(chan struct{}, 1)}
+	ch := make(chan struct{})
+	r.doneCh.Store(&ch)
+	return r
+}
+
+// replicationLoop sends the changed states every ReplicationLag, and at once
+// when a ReplicationSync caller waits.
+func (n *Node) replicationLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(n.cfg.ReplicationLag)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		case <-n.repl.kick:
+		}
+		n.replicate()
+	}
+}
+
+// replicate sends every state changed since the last send to its key's backup
+// (one Transfer per backup, concurrently), then wakes the callers waiting for
+// this send. A send that fails lists its keys as changed again, so the next
+// send retries them; a ring change lists every key whose backup changed.
+func (n *Node) replicate() {
+	r := n.repl
+	gen := r.started.Add(1)
+	defer func() {
+		r.done.Store(gen)
+		ch := make(chan struct{})
+		close(*r.doneCh.Swap(&ch))
+	}()
+	ms := n.owned.takeDirty(n.clock())
+	if len(ms) == 0 {
+		return
+	}
+	rs := n.rs.Load()
+	self := n.cfg.Name
+	type dest struct {
+		addr   string
+		moved  []movedState
+		states []transport.KeyState
+	}
+	to := make(map[string]*dest)
+	for _, m := range ms {
+		owner, ok := rs.snap.OwnerOfHash(m.h)
+		if !ok || owner.Name != self || rs.leaving {
+			continue // a replica held here, or a key handed off meanwhile
+		}
+		b, ok := rs.backupOfHash(m.h)
+		if !ok {
+			continue
+		}
+		st, err := m.st.MarshalBinary()
+		if err != nil {
+			continue
+		}
+		d := to[b.Name]
+		if d == nil {
+			d = &dest{addr: b.Addr}
+			to[b.Name] = d
+		}
+		d.moved = append(d.moved, m)
+		d.states = append(d.states, transport.KeyState{KeyHash: m.h, Limit: m.limit, State: st, LastNow: m.lastNow, CallerClock: m.callerClock})
+	}
+	if len(to) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ForwardTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for name, d := range to {
+		wg.Go(func() {
+			err := n.peers.Handoff(ctx, d.addr, transport.TransferBatch{From: self, Replica: true, States: d.states})
+			if n.cfg.Metrics != nil {
+				if rm, ok := n.cfg.Metrics.(ReplicationMetrics); ok {
+					rm.Replicated(name, len(d.states), err)
+				}
+			}
+			if err != nil {
+				n.log.Debug("replication send failed; retrying with the next send", "backup", name, "keys", len(d.states), "err", err)
+				n.owned.remark(d.moved)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// ReplicationMetrics is an optional interface of Config.Metrics: Replicated is
+// called after each replication send to a backup with the number of key
+// states sent and the send's error (nil on success).
+type ReplicationMetrics interface {
+	Replicated(backup string, states int, err error)
+}
+
+// awaitReplicated waits, under ReplicationSync, until a replication send that
+// began after this call has finished: every state changed before the call has
+// then reached its backup (or its send failed and will be retried). It waits at
+// most ForwardTimeout, less if ctx ends or the node stops; it never fails the
+// check (the decision is already made).
+func (n *Node) awaitReplicated(ctx context.Context) {
+	if n.cfg.Replication != ReplicationSync || n.rs.Load().backups == nil {
+		return
+	}
+	r := n.repl
+	want := r.started.Load() + 1
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+	var timer *time.Timer
+	for {
+		ch := *r.doneCh.Load()
+		if r.done.Load() >= want {
+			return
+		}
+		if timer == nil {
+			timer = time.NewTimer(n.cfg.ForwardTimeout)
+			defer timer.Stop()
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		case <-n.stop:
+			return
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+// acceptReplica installs replicated states sent by their owner: a state is
+// kept when this node is the key's backup and the sender its owner in this
+// node's ring, or this node owns the key now (a late send from the previous
+// owner: merged, the more restrictive state wins). Others are skipped (the
+// rings disagree for a moment; the owner sends again after the next ring
+// change).
+func (n *Node) acceptReplica(b transport.TransferBatch, states []algo.State, wall int64) int {
+	rs := n.rs.Load()
+	self := n.cfg.Name
+	kept := 0
+	for i, ks := range b.States {
+		h := ks.KeyHash
+		if ks.Key != "" {
+			h = n.owned.hash(ks.Key)
+		}
+		owner, ok := rs.snap.OwnerOfHash(h)
+		if !ok {
+			continue
+		}
+		bk, hasB := rs.backupOfHash(h)
+		if owner.Name == self || hasB && bk.Name == self && owner.Name == b.From {
+			n.owned.install(h, ks.Limit, states[i], ks.LastNow, ks.CallerClock, wall, owner.Name == self)
+			kept++
+		}
+	}
+	return kept
+}
+
+// share returns this node's share of l when the members of the ring fall back
+// on local limiters together: Limit (and Burst, or GCRA's capacity Burst+1)
+// divided by members, rounded up, so that members nodes admit about l in all
+// (at most l plus members-1 hits per period).
+func share(l algo.Limit, members int) algo.Limit {
+	if members <= 1 {
+		return l
+	}
+	m := int64(members)
+	div := func(v int64) int64 { return (v + m - 1) / m }
+	s := l
+	s.Limit = div(l.Limit)
+	switch l.Kind {
+	case algo.GCRA:
+		s.Burst = div(l.Burst+1) - 1
+	case algo.TokenBucket:
+		s.Burst = div(l.Burst)
+	}
+	return s
+}
+
+// errNoBackup is returned by decideViaBackup when the key has no backup
+// reachable: the OwnerUnreachable policy decides.
+var errNoBackup = errors.New("node: no backup reachable")
+
+// decideViaBackup sends c, whose owner (in ring state rs) cannot be reached, to
+// the key's backup; when this node is the backup it decides c itself.
+// errNoBackup: no backup, or it cannot be reached either; errNotOwner: the
+// backup does not see itself as the key's backup (rings disagree for a moment).
+func (n *Node) decideViaBackup(ctx context.Context, rs *ringState, c transport.Check, h uint64, owner ring.Member) (Decision, error) {
+	b, ok := rs.backupOfHash(h)
+	if !ok {
+		return Decision{}, errNoBackup
+	}
+	if b.Name == n.cfg.Name {
+		d, ban, err := n.decideAsBackup(ctx, c, h)
+		if err != nil {
+			return Decision{}, err
+		}
+		n.observe(c.Limit.Kind, RouteBackup, d.Allowed)
+		return Decision{Decision: d, Route: RouteBackup, Owner: n.cfg.Name, Banned: ban}, nil
+	}
+	if n.breakers.skip(b.Name) {
+		return Decision{}, errNoBackup
+	}
+	bc := c
+	bc.AsBackup = true
+	res, err := n.peers.Forward(ctx, b.Addr, bc)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return Decision{}, ctx.Err()
+	case err != nil:
+		n.breakers.trip(b.Name)
+		return Decision{}, errNoBackup
+	case res.Code == transport.CodeOK:
+		n.breakers.reset(b.Name)
+		route := RouteForwarded // the backup reached the owner itself
+		if res.Route == RouteBackup {
+			route = RouteBackup
+		}
+		n.observe(c.Limit.Kind, route, res.Decision.Allowed)
+		return Decision{Decision: res.Decision, Route: route, Owner: res.Owner, Banned: res.Banned}, nil
+	case res.Code == transport.CodeInvalidArgument:
+		return Decision{}, fmt.Errorf("%w: %s", transport.ErrInvalidCheck, res.Message)
+	case res.Code == transport.CodeNotOwner:
+		return Decision{}, errNotOwner
+	}
+	return Decision{}, errNoBackup
+}
+
+// decideAsBackup decides c on this node's replica of its key, whose owner
+// cannot be reached. It returns errNotOwner if this node is neither the key's
+// backup nor its owner (any more) in its current ring.
+func (n *Node) decideAsBackup(ctx context.Context, c transport.Check, h uint64) (algo.Decision, bool, error) {
+	self := n.cfg.Name
+	holds := func() bool {
+		rs := n.rs.Load()
+		if rs.leaving {
+			return false
+		}
+		if o, ok := rs.snap.OwnerOfHash(h); ok && o.Name == self {
+			return true
+		}
+		b, ok := rs.backupOfHash(h)
+		return ok && b.Name == self
+	}
+	wall := n.clock()
+	now := c.CreatedAt
+	if now == 0 {
+		now = wall
+	}
+	if c.Penalty.IsZero() {
+		d, err := n.owned.take(h, c.Limit, c.Hits, now, wall, holds)
+		return d, false, err
+	}
+	return n.bans.take(h, c.Key, c.Penalty, c.Hits, now, func(hits int64) (algo.Decision, error) {
+		return n.owned.take(h, c.Limit, hits, now, wall, holds)
+	})
+}
+
+// forwardAsBackup answers a check sent to this node as the key's backup
+// (transport.Check.AsBackup). If this node owns the key now, it decides as
+// owner. If it is the key's backup, it first asks the owner itself (unless its
+// own breaker skips the owner): the sender may be cut off from an owner that
+// is alive, and only the owner's decision is exact. If the owner cannot be
+// reached from here either, it decides on its replica (RouteBackup).
+func (n *Node) forwardAsBackup(ctx context.Context, c transport.Check) transport.Result {
+	c.AsBackup = false
+	rs := n.rs.Load()
+	h := rs.snap.Hash(c.Key)
+	owner, ok := rs.snap.OwnerOfHash(h)
+	if ok && owner.Name == n.cfg.Name && !rs.leaving {
+		return n.ownerResult(ctx, rs, c, h)
+	}
+	if b, isB := rs.backupOfHash(h); !ok || !isB || b.Name != n.cfg.Name || rs.leaving {
+		return transport.Result{Code: transport.CodeNotOwner, Message: "not the key's backup"}
+	}
+	if !n.breakers.skip(owner.Name) {
+		res, err := n.peers.Forward(ctx, owner.Addr, c)
+		switch {
+		case err == nil && (res.Code == transport.CodeOK || res.Code == transport.CodeInvalidArgument):
+			n.breakers.reset(owner.Name)
+			return res
+		case err == nil && res.Code == transport.CodeNotOwner:
+			return res // the rings disagree: the sender routes again
+		case err != nil && ctx.Err() != nil:
+			return transport.Result{Code: transport.CodeUnavailable, Message: ctx.Err().Error()}
+		case err != nil:
+			n.breakers.trip(owner.Name)
+		}
+	}
+	d, ban, err := n.decideAsBackup(ctx, c, h)
+	if err != nil {
+		return errorResult(err)
+	}
+	return transport.Result{Decision: d, Route: RouteBackup, Owner: n.cfg.Name, Code: transport.CodeOK, Banned: ban}
+}

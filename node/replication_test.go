@@ -1,0 +1,263 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algo"
+)
+
+// keyWith returns a key that owner owns and backup backs up in n's ring.
+func keyWith(t *testing.T, n, owner, backup *Node) string {
+	t.Helper()
+	for i := range 100_000 {
+		k := fmt.Sprintf("key-%d", i)
+		o, ok1 := n.Owner(k)
+		b, ok2 := n.Backup(k)
+		if ok1 && ok2 && o.Name == owner.Name() && b.Name == backup.Name() {
+			return k
+		}
+	}
+	t.Fatalf("no key owned by %s with backup %s", owner.Name(), backup.Name())
+	return ""
+}
+
+// replica peeks the state n holds for key under l (its replica when n is the
+// key's backup), without routing.
+func replica(t *testing.T, n *Node, key string, l algo.Limit) algo.Decision {
+	t.Helper()
+	now := n.clock()
+	d, err := n.owned.take(n.owned.hash(key), l, 0, now, now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// waitReplica polls (10 ms, 5 s deadline) until n's replica of key has want
+// hits remaining.
+func waitReplica(t *testing.T, n *Node, key string, l algo.Limit, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := replica(t, n, key, l).Remaining
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's replica of %s: %d remaining, want %d", n.Name(), key, got, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Every node computes the same backup for a key; it is never the owner, and it
+// is the key's owner in the ring without the owner.
+func TestBackupIsTheOwnerWithoutTheOwner(t *testing.T) {
+	t.Parallel()
+	_, nodes := memCluster(t, 3, nil)
+	for i := range 300 {
+		k := fmt.Sprint("b:", i)
+		o, _ := nodes[0].Owner(k)
+		b, ok := nodes[0].Backup(k)
+		if !ok || b.Name == o.Name {
+			t.Fatalf("key %s: owner %s, backup %s (ok %v)", k, o.Name, b.Name, ok)
+		}
+		for _, n := range nodes[1:] {
+			if b2, _ := n.Backup(k); b2.Name != b.Name {
+				t.Fatalf("key %s: %s says backup %s, %s says %s", k, nodes[0].Name(), b.Name, n.Name(), b2.Name)
+			}
+		}
+		// The ring without the owner: its owner of k is the backup.
+		var rest []*Node
+		for _, n := range nodes {
+			if n.Name() != o.Name {
+				rest = append(rest, n)
+			}
+		}
+		r := nodes[0].backupRings[o.Name]
+		if r == nil {
+			t.Fatalf("no ring without %s", o.Name)
+		}
+		if m, _ := r.Owner(k); m.Name != b.Name {
+			t.Fatalf("key %s: ring without %s gives %s, backup is %s", k, o.Name, m.Name, b.Name)
+		}
+	}
+}
+
+// The backup decides while the owner is unreachable, on the replica: the
+// owner's admissions count. A backup that can still reach the owner asks it
+// (the decision stays exact); one that cannot decides itself (RouteBackup).
+func TestBackupDecidesWhileOwnerUnreachable(t *testing.T) {
+	t.Parallel()
+	mn, nodes := memCluster(t, 3, nil)
+	sender, owner, backup := nodes[0], nodes[1], nodes[2]
+	key := keyWith(t, sender, owner, backup)
+	l := algo.Limit{Kind: algo.FixedWindow, Limit: 4, Period: 24 * time.Hour}
+	ctx := context.Background()
+
+	if d, err := sender.AllowN(ctx, key, l, 2); err != nil || d.Route != RouteForwarded || d.Remaining != 2 {
+		t.Fatalf("before the cut: %+v, %v", d, err)
+	}
+	waitReplica(t, backup, key, l, 2)
+
+	// Sender cut off from a live owner: the backup asks the owner.
+	mn.setCut(sender, owner, true)
+	d, err := sender.Allow(ctx, key, l)
+	if err != nil || d.Route != RouteForwarded || d.Owner != owner.Name() || d.Remaining != 1 {
+		t.Fatalf("sender cut from the owner: got %+v, %v; want the owner's decision through the backup, 1 remaining", d, err)
+	}
+	waitReplica(t, backup, key, l, 1)
+
+	// Nobody reaches the owner: the backup decides on its replica.
+	mn.setCut(backup, owner, true)
+	want := []bool{true, false, false}
+	for i, w := range want {
+		d, err := sender.Allow(ctx, key, l)
+		if err != nil || d.Route != RouteBackup || d.Owner != backup.Name() || d.Allowed != w {
+			t.Fatalf("check %d with the owner unreachable: got %+v, %v; want the backup's decision, allowed %v", i, d, err, w)
+		}
+	}
+	// The backup deciding for itself goes straight to its replica too.
+	if d, err := backup.Allow(ctx, key, l); err != nil || d.Route != RouteBackup || d.Allowed {
+		t.Fatalf("backup's own check: %+v, %v; want denied by the backup", d, err)
+	}
+}
+
+// After a failure to reach a member, checks of its keys go to the backup
+// without trying the member again until BreakerCooldown has passed.
+func TestBreakerSkipsUnreachableMember(t *testing.T) {
+	t.Parallel()
+	mn, nodes := memCluster(t, 3, func(c *Config) { c.BreakerCooldown = time.Hour })
+	sender, owner, backup := nodes[0], nodes[1], nodes[2]
+	key := keyWith(t, sender, owner, backup)
+	l := algo.Limit{Kind: algo.FixedWindow, Limit: 1000, Period: time.Hour}
+	ctx := context.Background()
+	mn.setCut(sender, owner, true)
+	mn.setCut(backup, owner, true)
+	if d, err := sender.Allow(ctx, key, l); err != nil || d.Route != RouteBackup {
+		t.Fatalf("first check: %+v, %v", d, err)
+	}
+	tried := mn.delivered(sender, owner) // 0: the link is cut, nothing is delivered
+	toBackup := mn.delivered(sender, backup)
+	mn.setCut(sender, owner, false) // the sender could reach it now, but its breaker is open
+	for i := range 20 {
+		d, err := sender.Allow(ctx, key, l)
+		if err != nil || d.Route != RouteBackup {
+			t.Fatalf("check %d: %+v, %v; want the backup while the breaker is open", i, d, err)
+		}
+	}
+	if got := mn.delivered(sender, owner); got != tried {
+		t.Fatalf("the sender tried the owner %d times while its breaker was open", got-tried)
+	}
+	if got := mn.delivered(sender, backup) - toBackup; got != 20 {
+		t.Fatalf("%d checks reached the backup, want 20", got)
+	}
+}
+
+// Neither owner nor backup reachable: each node falls back on its share of
+// the limit, so the members together admit about the limit, not N times it.
+func TestLocalFallbackAdmitsShare(t *testing.T) {
+	t.Parallel()
+	mn, nodes := memCluster(t, 3, nil)
+	sender, owner, backup := nodes[0], nodes[1], nodes[2]
+	key := keyWith(t, sender, owner, backup)
+	l := algo.Limit{Kind: algo.GCRA, Burst: 8, Limit: 9, Period: 24 * time.Hour} // capacity 9
+	mn.setCut(sender, owner, true)
+	mn.setCut(sender, backup, true)
+	admitted := 0
+	for range 20 {
+		d, err := sender.Allow(context.Background(), key, l)
+		if err != nil || d.Route != RouteFallback {
+			t.Fatalf("%+v, %v; want a fallback decision", d, err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 3 { // ceil(9/3)
+		t.Fatalf("local fallback admitted %d, want this node's share 3 of capacity 9", admitted)
+	}
+}
+
+// Under ReplicationSync a check returns only once the backup holds its state.
+func TestSyncReplicationBeforeDecision(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []Replication{ReplicationSync, ReplicationAsync} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			_, nodes := memCluster(t, 3, func(c *Config) {
+				c.Replication = mode
+				c.ReplicationLag = time.Hour // async: only a sync caller sends
+			})
+			sender, owner, backup := nodes[0], nodes[1], nodes[2]
+			key := keyWith(t, sender, owner, backup)
+			l := algo.Limit{Kind: algo.SlidingWindowLog, Limit: 10, Period: time.Hour}
+			for i := range 5 {
+				from := []*Node{sender, owner}[i%2] // forwarded and owner-local checks
+				if _, err := from.Allow(context.Background(), key, l); err != nil {
+					t.Fatal(err)
+				}
+				got := replica(t, backup, key, l).Remaining
+				want := int64(10 - (i + 1))
+				if mode == ReplicationAsync {
+					want = 10 // nothing sent within the hour-long lag
+				}
+				if got != want {
+					t.Fatalf("after check %d the backup's replica has %d remaining, want %d", i, got, want)
+				}
+			}
+		})
+	}
+}
+
+// A crash of the owner: the backup becomes the owner and starts from its
+// replica, not from a full bucket.
+func TestCrashKeepsReplicatedState(t *testing.T) {
+	t.Parallel()
+	_, nodes := memCluster(t, 3, func(c *Config) { c.Replication = ReplicationSync })
+	sender, owner, backup := nodes[0], nodes[1], nodes[2]
+	key := keyWith(t, sender, owner, backup)
+	l := algo.Limit{Kind: algo.TokenBucket, Burst: 5, Limit: 5, Period: 24 * time.Hour}
+	ctx := context.Background()
+	if d, err := sender.AllowN(ctx, key, l, 4); err != nil || !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("%+v, %v", d, err)
+	}
+	owner.Abort()
+	admitted := 0
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		o, _ := sender.Owner(key)
+		if o.Name == backup.Name() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the crash was not detected within 10 s")
+		}
+		d, err := sender.Allow(ctx, key, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+			if d.Route != RouteBackup {
+				t.Fatalf("admitted by %v", d.Route)
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for range 3 {
+		d, err := sender.Allow(ctx, key, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 1 {
+		t.Fatalf("after the crash the key admitted %d more hits, want exactly the 1 left", admitted)
+	}
+}
