@@ -233,6 +233,7 @@ type dockerLoad struct {
 	nFailures  int
 	series     []int // checks completed per seriesStep since start
 	maxLat     time.Duration
+	maxLatAt   time.Duration // since start, when the slowest call began
 
 	stopOnce sync.Once
 	done     chan struct{}
@@ -253,8 +254,8 @@ type dockerLoadCounts struct {
 }
 
 func (s dockerLoadCounts) String() string {
-	return fmt.Sprintf("%d checks, routes %v, %d failures; %d keys over the limit %d, max per key %d, %d extra admissions; max latency %v",
-		s.checks, s.routes, s.nFailures, s.over, s.limit, s.max, s.extra, s.maxLat.Round(time.Millisecond))
+	return fmt.Sprintf("%d checks, routes %v, %d failures; %d keys over the limit %d, max per key %d, %d extra admissions; max latency %v (call began at +%v)",
+		s.checks, s.routes, s.nFailures, s.over, s.limit, s.max, s.extra, s.maxLat.Round(time.Millisecond), s.maxLatAt.Round(time.Millisecond))
 }
 
 // startDockerLoad starts workers goroutines per address in addrs (host:port of
@@ -294,7 +295,9 @@ func (l *dockerLoad) work(addr string, rng *rand.Rand) {
 		code, d, err := l.c.checkAt(addr, body)
 		took := time.Since(began)
 		l.mu.Lock()
-		l.maxLat = max(l.maxLat, took)
+		if took > l.maxLat {
+			l.maxLat, l.maxLatAt = took, began.Sub(l.start)
+		}
 		if b := int(time.Since(l.start) / seriesStep); b >= 0 {
 			for len(l.series) <= b {
 				l.series = append(l.series, 0)
@@ -381,7 +384,7 @@ func (l *dockerLoad) counts() dockerLoadCounts {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := dockerLoadCounts{limit: l.limit, admitted: slices.Clone(l.admitted), routes: maps.Clone(l.routes),
-		failures: slices.Clone(l.failures), nFailures: l.nFailures, maxLat: l.maxLat}
+		failures: slices.Clone(l.failures), nFailures: l.nFailures, maxLat: l.maxLat, maxLatAt: l.maxLatAt}
 	for _, n := range l.routes {
 		s.checks += n
 	}

@@ -60,6 +60,8 @@ type loadRun struct {
 	lastDenied []atomic.Int64 // per key: ns since start of the last denial by owner, forward or backup (not fallback)
 	routes     [8]atomic.Int64
 	routeAdmit [8]atomic.Int64
+	phase      atomic.Int32 // the scenario's phase (phaseNames), set by abort and restart
+	phaseAdmit [len(phaseNames)][8]atomic.Int64
 	stopped    atomic.Int64 // ErrStopped: the picked node was being aborted
 	errs       atomic.Int64
 	errMu      sync.Mutex
@@ -71,6 +73,10 @@ type loadRun struct {
 	stop       chan struct{}
 	wg         sync.WaitGroup
 }
+
+// phaseNames name the phases of a run, in order: its admissions are counted per
+// phase and route.
+var phaseNames = [...]string{"before the crash", "while down", "restarted, not Ready", "after Ready"}
 
 // slowCall is the latency above which a call is counted as slow.
 const slowCall = 200 * time.Millisecond
@@ -184,6 +190,7 @@ func (r *loadRun) caller(g int) {
 		if d.Allowed {
 			r.admitted[k].Add(1)
 			r.routeAdmit[d.Route&7].Add(1)
+			r.phaseAdmit[r.phase.Load()][d.Route&7].Add(1)
 		} else if d.Route != node.RouteFallback {
 			r.lastDenied[k].Store(end)
 		}
@@ -256,6 +263,7 @@ func (r *loadRun) abort(name string) time.Time {
 	r.mu.Unlock()
 	r.publish()
 	at := time.Now()
+	r.phase.Store(1)
 	if err := n.Abort(); err != nil {
 		r.t.Logf("abort %s: %v", name, err)
 	}
@@ -303,6 +311,7 @@ func (r *loadRun) restart(name string, within time.Duration) (n *node.Node, star
 		time.Sleep(10 * time.Millisecond)
 	}
 	started = time.Now()
+	r.phase.Store(2)
 	r.t.Cleanup(func() { n.Abort() })
 	for !n.Ready() {
 		if time.Now().After(deadline) {
@@ -311,6 +320,7 @@ func (r *loadRun) restart(name string, within time.Duration) (n *node.Node, star
 		time.Sleep(2 * time.Millisecond)
 	}
 	ready = time.Now()
+	r.phase.Store(3)
 	r.mu.Lock()
 	r.nodes[name] = n
 	r.mu.Unlock()
@@ -329,6 +339,7 @@ type loadSummary struct {
 	under     int   // keys admitted less than the limit
 	routes    map[string]int64
 	admits    map[string]int64
+	phases    []string // admissions by route in each phase that had any
 	errs      int64
 	stopped   int64
 	firstErrs []string
@@ -360,6 +371,17 @@ func (r *loadRun) summary() loadSummary {
 			s.checks += c
 		}
 	}
+	for p, name := range phaseNames {
+		var parts []string
+		for i := range r.phaseAdmit[p] {
+			if c := r.phaseAdmit[p][i].Load(); c > 0 {
+				parts = append(parts, fmt.Sprintf("%s %d", node.Route(i), c))
+			}
+		}
+		if len(parts) > 0 {
+			s.phases = append(s.phases, name+": "+strings.Join(parts, ", "))
+		}
+	}
 	s.errs, s.stopped = r.errs.Load(), r.stopped.Load()
 	r.errMu.Lock()
 	s.firstErrs = slices.Clone(r.firstErrs)
@@ -370,8 +392,8 @@ func (r *loadRun) summary() loadSummary {
 }
 
 func (s loadSummary) String() string {
-	return fmt.Sprintf("%d checks; keys over the limit %d of %d, max per key %d (limit %d), extra admissions %d, keys under the limit %d; routes %v, admitted by route %v; errors %d, ErrStopped %d; max latency %v (call began at +%v), calls over %v: %d",
-		s.checks, s.over, s.keys, s.maxKey, s.limit, s.extra, s.under, s.routes, s.admits, s.errs, s.stopped,
+	return fmt.Sprintf("%d checks; keys over the limit %d of %d, max per key %d (limit %d), extra admissions %d, keys under the limit %d; routes %v, admitted by route %v, by phase [%s]; errors %d, ErrStopped %d; max latency %v (call began at +%v), calls over %v: %d",
+		s.checks, s.over, s.keys, s.maxKey, s.limit, s.extra, s.under, s.routes, s.admits, strings.Join(s.phases, "; "), s.errs, s.stopped,
 		s.maxLat.Round(time.Microsecond), s.maxLatAt.Round(time.Millisecond), slowCall, s.slow)
 }
 
