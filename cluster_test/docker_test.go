@@ -249,6 +249,7 @@ type dockerLoadCounts struct {
 	nFailures int
 	checks    int
 	maxLat    time.Duration
+	maxLatAt  time.Duration
 	over, max int64
 	extra     int64
 }
