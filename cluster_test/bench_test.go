@@ -39,12 +39,25 @@ import (
 func BenchmarkCluster3(b *testing.B) {
 	for _, mode := range []string{"secure", "insecure"} {
 		b.Run(mode, func(b *testing.B) {
-			benchCluster3(b, mode == "insecure")
+			benchCluster3(b, mode == "insecure", node.ReplicationAsync)
 		})
 	}
 }
 
-func benchCluster3(b *testing.B, insecure bool) {
+// BenchmarkCluster3Replication is BenchmarkCluster3 (secure) with replication
+// off, asynchronous (the default) and synchronous, to measure what keeping
+// each key's state on its backup costs, side by side:
+//
+//	go test -run '^$' -bench 'Cluster3Replication' -benchtime 200000x -count 3 -cpu 2 ./cluster_test/
+func BenchmarkCluster3Replication(b *testing.B) {
+	for _, mode := range []node.Replication{node.ReplicationOff, node.ReplicationAsync, node.ReplicationSync} {
+		b.Run(mode.String(), func(b *testing.B) {
+			benchCluster3(b, false, mode)
+		})
+	}
+}
+
+func benchCluster3(b *testing.B, insecure bool, repl node.Replication) {
 	nodes := startCluster(b, 3, func(c *node.Config) {
 		// LAN timings; loopback, free ports and security from TestConfig.
 		def := node.DefaultConfig()
@@ -53,6 +66,7 @@ func benchCluster3(b *testing.B, insecure bool) {
 		if insecure {
 			c.Insecure, c.SecretKey = true, nil
 		}
+		c.Replication = repl
 	})
 	if nodes[0].Insecure() != insecure {
 		b.Fatalf("node runs insecure=%v, want %v", nodes[0].Insecure(), insecure)

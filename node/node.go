@@ -766,9 +766,19 @@ func errorResult(err error) transport.Result {
 // deciding checks now may wait on a handoff gate, that is whether the key of one
 // of them is in a partition this node gained from a live previous owner whose
 // handoff has not arrived yet and whose deadline has not passed. Without a
-// handoff under way it costs one atomic load.
+// handoff under way it costs one atomic load. Under ReplicationSync every
+// batch may wait (for its states to reach their backups), as may a batch with
+// a check sent to this node as a key's backup (it may ask the owner).
 func (p peerService) ForwardMayWait(checks []transport.Check) bool {
 	rs := p.n.rs.Load()
+	if p.n.cfg.Replication == ReplicationSync && rs.backups != nil {
+		return true
+	}
+	for i := range checks {
+		if checks[i].AsBackup {
+			return true
+		}
+	}
 	if rs.gates == nil || !time.Now().Before(rs.deadline) {
 		return false
 	}

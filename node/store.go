@@ -1,6 +1,7 @@
 package node
 
 import (
+	"math/bits"
 	"sync"
 	"sync/atomic"
 
@@ -88,7 +89,9 @@ type shard struct {
 	// dirty lists the keys whose state changed since the last replication send
 	// (store.track only), each once: its slot has flagDirty.
 	dirty []dirtyRec
-	_     [64]byte // keep neighbouring shards' locks off this cache line
+	// dirtyBits is the store's dirtyShards.
+	dirtyBits *[numShards / 64]atomic.Uint64
+	_         [64]byte // keep neighbouring shards' locks off this cache line
 }
 
 // dirtyRec names a key whose state changed: its (folded) hash and algorithm.
@@ -106,12 +109,19 @@ type store struct {
 	maxKeys int64
 	// track lists changed keys in their shard's dirty list, for replication.
 	track bool
+	// dirtyShards has bit i set while shard i's dirty list may be non-empty,
+	// so a replication send visits only those shards.
+	dirtyShards [numShards / 64]atomic.Uint64
 }
 
 // newStore returns a store that holds at most maxKeys keys (see take), hashed
 // by hash, and reports evictions to onEvict (nil: not reported).
 func newStore(maxKeys int, hash func(string) uint64, onEvict func(reason string)) *store {
-	return &store{maxKeys: int64(maxKeys), hash: hash, onEvict: onEvict}
+	s := &store{maxKeys: int64(maxKeys), hash: hash, onEvict: onEvict}
+	for i := range s.shards {
+		s.shards[i].dirtyBits = &s.dirtyShards
+	}
+	return s
 }
 
 // shardOf picks the shard of a key from its hash (s.hash(key)).
@@ -273,11 +283,18 @@ func (c *check) markDirty(h uint64, flags *uint32) {
 	}
 }
 
+// markDirty lists a key of shard sh as changed, once (shard lock held), and
+// flags the shard in its store's dirtyShards for the next replication send.
 func (sh *shard) markDirty(k algo.Kind, h uint64, flags *uint32) {
-	if *flags&flagDirty == 0 {
-		*flags |= flagDirty
-		sh.dirty = append(sh.dirty, dirtyRec{h: h, k: k})
+	if *flags&flagDirty != 0 {
+		return
 	}
+	*flags |= flagDirty
+	if len(sh.dirty) == 0 {
+		i := shardOf(h)
+		sh.dirtyBits[i/64].Or(1 << (i % 64))
+	}
+	sh.dirty = append(sh.dirty, dirtyRec{h: h, k: k})
 }
 
 // setClock records that the last check of sl was at lastNow, owner clock wall,
@@ -399,10 +416,15 @@ func (t *kindTable[W]) extract(sh *shard, k algo.Kind, act func(h uint64) moveAc
 	return out, removed
 }
 
-// copyAt returns a copy of slot sl's state.
+// copyAt returns a copy of slot sl's state (a deep copy of a boxed state, whose
+// log or buckets keep changing in place after the shard lock is released).
 func (t *kindTable[W]) copyAt(sh *shard, k algo.Kind, sl *slot[W], wall int64) movedState {
 	var scratch algo.State
-	st, _ := sh.load(k, sl.words(), &scratch, 0)
+	st, boxed := sh.load(k, sl.words(), &scratch, 0)
+	if boxed {
+		c := st.Clone()
+		st = &c
+	}
 	lastNow, _ := t.lastNow(sl, wall)
 	return movedState{
 		h: sl.h, limit: sh.limits.at(sl.lim), st: *st,
@@ -541,22 +563,33 @@ func (s *store) extract(act func(h uint64) moveAction, wall int64) []movedState 
 // listed dirty) and clears the list, one shard lock at a time.
 func (s *store) takeDirty(wall int64) []movedState {
 	var out []movedState
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		for _, r := range sh.dirty {
-			if t := sh.table(r.k); t != nil {
-				if m, ok := t.copyDirty(sh, r.k, r.h, wall); ok {
-					out = append(out, m)
-				}
+	for w := range s.dirtyShards {
+		bitsSet := s.dirtyShards[w].Swap(0)
+		for bitsSet != 0 {
+			b := bits.TrailingZeros64(bitsSet)
+			bitsSet &^= 1 << b
+			out = s.takeDirtyShard(&s.shards[w*64+b], wall, out)
+		}
+	}
+	return out
+}
+
+// takeDirtyShard appends copies of shard sh's changed states to out and
+// clears its dirty list.
+func (s *store) takeDirtyShard(sh *shard, wall int64, out []movedState) []movedState {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for _, r := range sh.dirty {
+		if t := sh.table(r.k); t != nil {
+			if m, ok := t.copyDirty(sh, r.k, r.h, wall); ok {
+				out = append(out, m)
 			}
 		}
-		clear(sh.dirty)
-		sh.dirty = sh.dirty[:0]
-		if cap(sh.dirty) > 4096 {
-			sh.dirty = nil // a burst of changes does not pin its list
-		}
-		sh.mu.Unlock()
+	}
+	clear(sh.dirty)
+	sh.dirty = sh.dirty[:0]
+	if cap(sh.dirty) > 4096 {
+		sh.dirty = nil // a burst of changes does not pin its list
 	}
 	return out
 }

@@ -142,6 +142,12 @@ type Config struct {
 	// OwnerUnreachable is the policy for checks whose owner cannot be reached
 	// (--owner-unreachable: local, fail-open or fail-closed). Default local.
 	OwnerUnreachable string
+	// Replication is how owners copy key states to their backups
+	// (--replication: async, sync or off; see node.Replication). Default async.
+	Replication string
+	// ReplicationLag is how often changed states are sent to backups under
+	// async replication (--replication-lag). Default 5 ms.
+	ReplicationLag time.Duration
 	// MaxKeys bounds the keys this node holds (--max-keys). Default 1,000,000.
 	MaxKeys int
 	// AcceptCallerTimestamps honours created_at_unix_ns from callers
@@ -191,6 +197,8 @@ func Default() Config {
 		RedisPort:        -1,
 		ClusterLabel:     d.ClusterLabel,
 		OwnerUnreachable: d.OwnerUnreachable.String(),
+		Replication:      d.Replication.String(),
+		ReplicationLag:   d.ReplicationLag,
 		MaxKeys:          d.MaxKeys,
 		ForwardTimeout:   d.ForwardTimeout,
 		RejoinInterval:   d.RejoinInterval,
@@ -220,7 +228,9 @@ func (c *Config) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.CertsDir, "certs-dir", c.CertsDir, "directory with ca.crt, node.crt and node.key, made by 'ringlimit cert' (required unless --insecure)")
 	fs.StringVar(&c.ClientTokenFile, "client-token-file", c.ClientTokenFile, "file of bearer tokens accepted on the client ports besides client certificates: one \"token[,name]\" per line")
 	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "no TLS and no authentication on any port (gossip encrypted only with --gossip-key-file): for a laptop, never a deployment")
-	fs.StringVar(&c.OwnerUnreachable, "owner-unreachable", c.OwnerUnreachable, "policy when a key's owner is unreachable: local, fail-open or fail-closed")
+	fs.StringVar(&c.OwnerUnreachable, "owner-unreachable", c.OwnerUnreachable, "policy when a key's owner and its backup are unreachable: local (this node's share of the limit), fail-open or fail-closed")
+	fs.StringVar(&c.Replication, "replication", c.Replication, "how owners copy key states to their backup: async (every --replication-lag), sync (a decision waits for the backup) or off")
+	fs.DurationVar(&c.ReplicationLag, "replication-lag", c.ReplicationLag, "how often changed key states are sent to their backup under async replication: the state a crash can lose")
 	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "maximum keys held by this node")
 	fs.BoolVar(&c.AcceptCallerTimestamps, "accept-caller-timestamps", c.AcceptCallerTimestamps, "honour caller timestamps (created_at_unix_ns); needed for replays")
 	fs.DurationVar(&c.ForwardTimeout, "forward-timeout", c.ForwardTimeout, "deadline of a forward to a key's owner")
@@ -348,6 +358,12 @@ func (c *Config) Validate() error {
 	}
 	if _, err := node.ParsePolicy(c.OwnerUnreachable); err != nil {
 		return bad("owner-unreachable", strconv.Quote(c.OwnerUnreachable), "want local, fail-open or fail-closed")
+	}
+	if _, err := node.ParseReplication(c.Replication); err != nil {
+		return bad("replication", strconv.Quote(c.Replication), "want async, sync or off")
+	}
+	if c.ReplicationLag <= 0 {
+		return bad("replication-lag", c.ReplicationLag, "must be > 0")
 	}
 	if c.MaxKeys <= 0 {
 		return bad("max-keys", c.MaxKeys, "must be > 0")
@@ -484,6 +500,10 @@ func (c *Config) NodeConfig(logger *slog.Logger, metrics node.Metrics) (node.Con
 		nc.TLSCAFile, nc.TLSCertFile, nc.TLSKeyFile = c.certFiles()
 	}
 	nc.OwnerUnreachable = policy
+	if nc.Replication, err = node.ParseReplication(c.Replication); err != nil {
+		return node.Config{}, fmt.Errorf("%w: --replication: %w", ErrInvalid, err)
+	}
+	nc.ReplicationLag = c.ReplicationLag
 	nc.MaxKeys = c.MaxKeys
 	nc.AcceptCallerTimestamps = c.AcceptCallerTimestamps
 	nc.ForwardTimeout = c.ForwardTimeout

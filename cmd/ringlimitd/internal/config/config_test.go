@@ -108,6 +108,7 @@ func TestPrecedence(t *testing.T) {
 		{"bool env", nil, map[string]string{"RINGLIMIT_ACCEPT_CALLER_TIMESTAMPS": "true"}, func(c Config) any { return c.AcceptCallerTimestamps }, true},
 		{"bool flag over env", []string{"--accept-caller-timestamps=false"}, map[string]string{"RINGLIMIT_ACCEPT_CALLER_TIMESTAMPS": "true"}, func(c Config) any { return c.AcceptCallerTimestamps }, false},
 		{"policy env", nil, map[string]string{"RINGLIMIT_OWNER_UNREACHABLE": "fail-closed"}, func(c Config) any { return c.OwnerUnreachable }, "fail-closed"},
+		{"replication env", nil, map[string]string{"RINGLIMIT_REPLICATION": "off"}, func(c Config) any { return c.Replication }, "off"},
 		{"duration env", nil, map[string]string{"RINGLIMIT_SHUTDOWN_TIMEOUT": "3s"}, func(c Config) any { return c.ShutdownTimeout }, 3 * time.Second},
 		{"every flag has its variable", nil, map[string]string{
 			"RINGLIMIT_BIND_ADDR": "127.0.0.1", "RINGLIMIT_ADVERTISE_ADDR": "10.0.0.1", "RINGLIMIT_GOSSIP_PORT": "1",
@@ -158,6 +159,8 @@ func TestInvalid(t *testing.T) {
 		{"old tls flag", []string{"--tls-cert-file", "c.pem"}, nil, "unknown flag: --tls-cert-file"},
 		{"peer on grpc", []string{"--peer-port", "8081"}, nil, "--grpc-port and --peer-port are both 8081"},
 		{"policy", nil, map[string]string{"RINGLIMIT_OWNER_UNREACHABLE": "fail-sometimes"}, `--owner-unreachable (RINGLIMIT_OWNER_UNREACHABLE) = "fail-sometimes"`},
+		{"replication", []string{"--replication", "eventually"}, nil, `--replication (RINGLIMIT_REPLICATION) = "eventually"`},
+		{"replication lag", []string{"--replication-lag", "0s"}, nil, "--replication-lag"},
 		{"max keys", []string{"--max-keys", "0"}, nil, "--max-keys"},
 		{"forward timeout", []string{"--forward-timeout", "0s"}, nil, "--forward-timeout"},
 		{"rejoin", []string{"--rejoin-interval", "-1s"}, nil, "--rejoin-interval"},
@@ -252,6 +255,7 @@ func TestNodeConfig(t *testing.T) {
 		"--node-name", "n1", "--bind-addr", "127.0.0.1", "--advertise-addr", "127.0.0.2",
 		"--gossip-port", "0", "--grpc-port", "0", "--peer-port", "0", "--http-port", "0", "--join", "a:1,b:2",
 		"--cluster-label", "test", "--owner-unreachable", "fail-open", "--max-keys", "42",
+		"--replication", "sync", "--replication-lag", "7ms",
 		"--accept-caller-timestamps", "--forward-timeout", "300ms", "--rejoin-interval", "2s",
 		"--gossip-profile", "fast", "--shutdown-timeout", "4s",
 		"--certs-dir", "/certs", "--gossip-key-file", keyFile,
@@ -270,6 +274,8 @@ func TestNodeConfig(t *testing.T) {
 	want.Join = []string{"a:1", "b:2"}
 	want.ClusterLabel = "test"
 	want.OwnerUnreachable = node.FailOpen
+	want.Replication = node.ReplicationSync
+	want.ReplicationLag = 7 * time.Millisecond
 	want.MaxKeys = 42
 	want.AcceptCallerTimestamps = true
 	want.ForwardTimeout = 300 * time.Millisecond

@@ -59,6 +59,11 @@ const (
 	// AuthFailuresTotal counts callers refused on the client ports, by listener
 	// ("grpc", "http").
 	AuthFailuresTotal = "ringlimit_auth_failures_total"
+	// ReplicationSendsTotal counts replication sends to backups by result
+	// ("ok", "error"); a failed send is retried with the next one.
+	ReplicationSendsTotal = "ringlimit_replication_sends_total"
+	// ReplicatedStatesTotal counts key states sent to backups.
+	ReplicatedStatesTotal = "ringlimit_replicated_states_total"
 )
 
 // Metrics is a node.Metrics backed by Prometheus collectors. Its methods are safe
@@ -74,12 +79,15 @@ type Metrics struct {
 	evictions    *prometheus.CounterVec
 	peerRefused  *prometheus.CounterVec
 	authFailures *prometheus.CounterVec
-	checkCounter [2][4][7]prometheus.Counter // [allowed][route][kind], resolved once
+	replSends    *prometheus.CounterVec
+	replStates   prometheus.Counter
+	checkCounter [2][5][7]prometheus.Counter // [allowed][route][kind], resolved once
 }
 
 var (
-	_ node.Metrics         = (*Metrics)(nil)
-	_ node.SecurityMetrics = (*Metrics)(nil)
+	_ node.Metrics            = (*Metrics)(nil)
+	_ node.SecurityMetrics    = (*Metrics)(nil)
+	_ node.ReplicationMetrics = (*Metrics)(nil)
 )
 
 // New returns Metrics on a new registry. stats is called at every scrape for
@@ -127,6 +135,14 @@ func New(stats func() node.Stats) *Metrics {
 			Name: AuthFailuresTotal,
 			Help: "Callers refused on the client ports (no or unknown credential), by listener.",
 		}, []string{"listener"}),
+		replSends: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: ReplicationSendsTotal,
+			Help: "Replication sends of changed key states to their backup, by result (a failed send is retried with the next).",
+		}, []string{"result"}),
+		replStates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: ReplicatedStatesTotal,
+			Help: "Key states sent to their backup by replication.",
+		}),
 	}
 	if stats == nil {
 		stats = func() node.Stats { return node.Stats{} }
@@ -157,12 +173,12 @@ func New(stats func() node.Stats) *Metrics {
 		Help: "Gossip members that failed the admission handshake and own no key.",
 	}, func() float64 { return float64(stats().Refused) })
 	m.reg.MustRegister(m.checks, m.forward, m.batchSize, m.handoffs, m.handoffKeys, m.handoffTime, m.evictions, keys, fallbackKeys, members,
-		insecure, refused, m.peerRefused, m.authFailures,
+		insecure, refused, m.peerRefused, m.authFailures, m.replSends, m.replStates,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Resolve the label combinations of the hot path once, so Check costs an
 	// atomic add and no map lookup; they also appear at 0 before the first check.
 	for a, result := range []string{"denied", "allowed"} {
-		for _, r := range []transport.Route{transport.RouteOwner, transport.RouteForwarded, transport.RouteFallback} {
+		for _, r := range []transport.Route{transport.RouteOwner, transport.RouteForwarded, transport.RouteFallback, transport.RouteBackup} {
 			for _, k := range algo.Kinds() {
 				m.checkCounter[a][r][k] = m.checks.WithLabelValues(result, r.String(), k.String())
 			}
@@ -179,6 +195,9 @@ func New(stats func() node.Stats) *Metrics {
 	}
 	for _, l := range []string{"grpc", "http"} {
 		m.authFailures.WithLabelValues(l)
+	}
+	for _, r := range []string{"ok", "error"} {
+		m.replSends.WithLabelValues(r)
 	}
 	return m
 }
@@ -197,7 +216,7 @@ func (m *Metrics) Check(kind algo.Kind, route node.Route, allowed bool) {
 	if allowed {
 		a = 1
 	}
-	if kind.Valid() && route >= transport.RouteOwner && route <= transport.RouteFallback {
+	if kind.Valid() && route >= transport.RouteOwner && route <= transport.RouteBackup {
 		m.checkCounter[a][route][kind].Inc()
 		return
 	}
@@ -215,6 +234,15 @@ func (m *Metrics) Handoff(keys int, took time.Duration, err error) {
 	m.handoffs.WithLabelValues(result(err)).Inc()
 	m.handoffKeys.Add(float64(keys))
 	m.handoffTime.Observe(took.Seconds())
+}
+
+// Replicated implements node.ReplicationMetrics: one replication send of
+// states key states to backup, failed when err is not nil.
+func (m *Metrics) Replicated(backup string, states int, err error) {
+	m.replSends.WithLabelValues(result(err)).Inc()
+	if err == nil {
+		m.replStates.Add(float64(states))
+	}
 }
 
 // Eviction counts one key state dropped for reason.
