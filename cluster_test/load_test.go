@@ -62,7 +62,9 @@ type loadRun struct {
 	routeAdmit [8]atomic.Int64
 	phase      atomic.Int32 // the scenario's phase (phaseNames), set by abort and restart
 	phaseAdmit [len(phaseNames)][8]atomic.Int64
-	stopped    atomic.Int64 // ErrStopped: the picked node was being aborted
+	phaseLat   [len(phaseNames)]atomic.Int64 // max latency (ns) of the calls that ended in each phase
+	phaseStop  [len(phaseNames)]atomic.Int64 // ErrStopped and other errors per phase
+	stopped    atomic.Int64                  // ErrStopped: the picked node was being aborted
 	errs       atomic.Int64
 	errMu      sync.Mutex
 	firstErrs  []string
@@ -158,6 +160,12 @@ func (r *loadRun) caller(g int) {
 		began := r.since()
 		d, err := n.Allow(ctx, r.keys[k], r.spec.Limit)
 		end := r.since()
+		ph := r.phase.Load()
+		for lat := end - began; lat > r.phaseLat[ph].Load(); {
+			if r.phaseLat[ph].CompareAndSwap(r.phaseLat[ph].Load(), lat) {
+				break
+			}
+		}
 		if lat := end - began; lat > r.maxLat.Load() {
 			for { // keep the largest; a lost race retries
 				cur := r.maxLat.Load()
@@ -176,9 +184,11 @@ func (r *loadRun) caller(g int) {
 		switch {
 		case errors.Is(err, node.ErrStopped):
 			r.stopped.Add(1) // picked a node while it was aborted
+			r.phaseStop[ph].Add(1)
 			continue
 		case err != nil:
 			r.errs.Add(1)
+			r.phaseStop[ph].Add(1)
 			r.errMu.Lock()
 			if len(r.firstErrs) < 5 {
 				r.firstErrs = append(r.firstErrs, fmt.Sprintf("%s via %s: %v", r.keys[k], n.Name(), err))
@@ -190,7 +200,7 @@ func (r *loadRun) caller(g int) {
 		if d.Allowed {
 			r.admitted[k].Add(1)
 			r.routeAdmit[d.Route&7].Add(1)
-			r.phaseAdmit[r.phase.Load()][d.Route&7].Add(1)
+			r.phaseAdmit[ph][d.Route&7].Add(1)
 		} else if d.Route != node.RouteFallback {
 			r.lastDenied[k].Store(end)
 		}
@@ -339,7 +349,7 @@ type loadSummary struct {
 	under     int   // keys admitted less than the limit
 	routes    map[string]int64
 	admits    map[string]int64
-	phases    []string // admissions by route in each phase that had any
+	phases    []string // admissions by route, errors and max latency of each phase that had calls
 	errs      int64
 	stopped   int64
 	firstErrs []string
@@ -378,8 +388,13 @@ func (r *loadRun) summary() loadSummary {
 				parts = append(parts, fmt.Sprintf("%s %d", node.Route(i), c))
 			}
 		}
-		if len(parts) > 0 {
-			s.phases = append(s.phases, name+": "+strings.Join(parts, ", "))
+		lat := time.Duration(r.phaseLat[p].Load())
+		if lat > 0 {
+			if len(parts) == 0 {
+				parts = []string{"none"}
+			}
+			s.phases = append(s.phases, fmt.Sprintf("%s: admitted %s; errors %d; max latency %v",
+				name, strings.Join(parts, ", "), r.phaseStop[p].Load(), lat.Round(time.Millisecond)))
 		}
 	}
 	s.errs, s.stopped = r.errs.Load(), r.stopped.Load()
@@ -392,7 +407,7 @@ func (r *loadRun) summary() loadSummary {
 }
 
 func (s loadSummary) String() string {
-	return fmt.Sprintf("%d checks; keys over the limit %d of %d, max per key %d (limit %d), extra admissions %d, keys under the limit %d; routes %v, admitted by route %v, by phase [%s]; errors %d, ErrStopped %d; max latency %v (call began at +%v), calls over %v: %d",
+	return fmt.Sprintf("%d checks; keys over the limit %d of %d, max per key %d (limit %d), extra admissions %d, keys under the limit %d; routes %v, admitted by route %v; by phase [%s]; errors %d, ErrStopped %d; max latency %v (call began at +%v), calls over %v: %d",
 		s.checks, s.over, s.keys, s.maxKey, s.limit, s.extra, s.under, s.routes, s.admits, strings.Join(s.phases, "; "), s.errs, s.stopped,
 		s.maxLat.Round(time.Microsecond), s.maxLatAt.Round(time.Millisecond), slowCall, s.slow)
 }
