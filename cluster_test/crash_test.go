@@ -87,7 +87,15 @@ func runCrash(t *testing.T, mod func(*node.Config), downFor time.Duration) crash
 	if len(res.sum.firstErrs) > 0 {
 		t.Logf("first errors: %v", res.sum.firstErrs)
 	}
-	_ = n
+	back := 0
+	for _, k := range r.keys {
+		if m, ok := n.Owner(k); ok && m.Name == res.victim {
+			back++
+		}
+	}
+	if back != owned {
+		t.Errorf("restarted %s owns %d of the keys in its ring, want %d (the same name owns the same keys)", res.victim, back, owned)
+	}
 	return res
 }
 

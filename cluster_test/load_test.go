@@ -161,18 +161,8 @@ func (r *loadRun) caller(g int) {
 		d, err := n.Allow(ctx, r.keys[k], r.spec.Limit)
 		end := r.since()
 		ph := r.phase.Load()
-		for lat := end - began; lat > r.phaseLat[ph].Load(); {
-			if r.phaseLat[ph].CompareAndSwap(r.phaseLat[ph].Load(), lat) {
-				break
-			}
-		}
-		if lat := end - began; lat > r.maxLat.Load() {
-			for { // keep the largest; a lost race retries
-				cur := r.maxLat.Load()
-				if lat <= cur || r.maxLat.CompareAndSwap(cur, lat) {
-					break
-				}
-			}
+		storeMax(&r.phaseLat[ph], end-began)
+		if storeMax(&r.maxLat, end-began) {
 			r.maxLatAt.Store(began) // approximate when racing: for the log only
 		}
 		if time.Duration(end-began) > slowCall {
@@ -207,6 +197,19 @@ func (r *loadRun) caller(g int) {
 	}
 }
 
+// storeMax raises a to v if v is larger and reports whether it did.
+func storeMax(a *atomic.Int64, v int64) bool {
+	for {
+		cur := a.Load()
+		if v <= cur {
+			return false
+		}
+		if a.CompareAndSwap(cur, v) {
+			return true
+		}
+	}
+}
+
 // stopLoad stops the callers and waits for them; safe to call twice.
 func (r *loadRun) stopLoad() {
 	select {
@@ -217,7 +220,7 @@ func (r *loadRun) stopLoad() {
 	r.wg.Wait()
 }
 
-// live returns the nodes that are up.
+// liveNodes returns the nodes that are up, the callers' live set.
 func (r *loadRun) liveNodes() []*node.Node { return *r.live.Load() }
 
 // mostKeys returns the live node that owns the most of the run's keys.
