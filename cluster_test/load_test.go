@@ -56,8 +56,9 @@ type loadRun struct {
 	ports map[string][2]int     // name -> gossip port, peer port of its first start
 	live  atomic.Pointer[[]*node.Node]
 
-	admitted   []atomic.Int64 // per key: checks admitted, any route
-	lastDenied []atomic.Int64 // per key: ns since start of the last denial by owner, forward or backup (not fallback)
+	admitted   []atomic.Int64  // per key: checks admitted, any route
+	remSeen    []atomic.Uint64 // per key: bit i set when an admission reported Remaining i (i < 64)
+	lastDenied []atomic.Int64  // per key: ns since start of the last denial by owner, forward or backup (not fallback)
 	routes     [8]atomic.Int64
 	routeAdmit [8]atomic.Int64
 	phase      atomic.Int32 // the scenario's phase (phaseNames), set by abort and restart
@@ -92,6 +93,7 @@ func startLoad(t *testing.T, spec loadSpec) *loadRun {
 		nodes:      map[string]*node.Node{},
 		ports:      map[string][2]int{},
 		admitted:   make([]atomic.Int64, spec.Keys),
+		remSeen:    make([]atomic.Uint64, spec.Keys),
 		lastDenied: make([]atomic.Int64, spec.Keys),
 		series:     make([]atomic.Int64, int(2*time.Minute/seriesStep)),
 		stop:       make(chan struct{}),
@@ -189,6 +191,9 @@ func (r *loadRun) caller(g int) {
 		r.routes[d.Route&7].Add(1)
 		if d.Allowed {
 			r.admitted[k].Add(1)
+			if d.Remaining >= 0 && d.Remaining < 64 {
+				r.remSeen[k].Or(1 << d.Remaining)
+			}
 			r.routeAdmit[d.Route&7].Add(1)
 			r.phaseAdmit[ph][d.Route&7].Add(1)
 		} else if d.Route != node.RouteFallback {
@@ -346,10 +351,11 @@ type loadSummary struct {
 	limit     int64
 	keys      int
 	admitted  []int64
-	over      int   // keys admitted more than the limit
-	maxKey    int64 // largest admitted count of one key
-	extra     int64 // sum over keys of the admissions above the limit
-	under     int   // keys admitted less than the limit
+	over      int      // keys admitted more than the limit
+	maxKey    int64    // largest admitted count of one key
+	extra     int64    // sum over keys of the admissions above the limit
+	under     int      // keys admitted less than the limit
+	underWhy  []string // for the first keys under the limit: the Remaining values no admission reported
 	routes    map[string]int64
 	admits    map[string]int64
 	phases    []string // admissions by route, errors and max latency of each phase that had calls
@@ -374,6 +380,16 @@ func (r *loadRun) summary() loadSummary {
 		}
 		if a < s.limit {
 			s.under++
+			if len(s.underWhy) < 5 && s.limit <= 64 {
+				var missing []int64
+				seen := r.remSeen[k].Load()
+				for i := range s.limit {
+					if seen&(1<<i) == 0 {
+						missing = append(missing, i)
+					}
+				}
+				s.underWhy = append(s.underWhy, fmt.Sprintf("%s admitted %d, no admission reported remaining %v", r.keys[k], a, missing))
+			}
 		}
 	}
 	for i := range r.routes {
@@ -410,8 +426,8 @@ func (r *loadRun) summary() loadSummary {
 }
 
 func (s loadSummary) String() string {
-	return fmt.Sprintf("%d checks; keys over the limit %d of %d, max per key %d (limit %d), extra admissions %d, keys under the limit %d; routes %v, admitted by route %v; by phase [%s]; errors %d, ErrStopped %d; max latency %v (call began at +%v), calls over %v: %d",
-		s.checks, s.over, s.keys, s.maxKey, s.limit, s.extra, s.under, s.routes, s.admits, strings.Join(s.phases, "; "), s.errs, s.stopped,
+	return fmt.Sprintf("%d checks; keys over the limit %d of %d, max per key %d (limit %d), extra admissions %d, keys under the limit %d %v; routes %v, admitted by route %v; by phase [%s]; errors %d, ErrStopped %d; max latency %v (call began at +%v), calls over %v: %d",
+		s.checks, s.over, s.keys, s.maxKey, s.limit, s.extra, s.under, s.underWhy, s.routes, s.admits, strings.Join(s.phases, "; "), s.errs, s.stopped,
 		s.maxLat.Round(time.Microsecond), s.maxLatAt.Round(time.Millisecond), slowCall, s.slow)
 }
 
