@@ -114,6 +114,16 @@ func (b *breakers) skip(member string) bool {
 	return !br.until.CompareAndSwap(u, now+b.cooldown) // the winner is the trial
 }
 
+// isOpen reports whether member's breaker is open (its cooldown has not
+// passed), without taking the half-open trial.
+func (b *breakers) isOpen(member string) bool {
+	if b.open.Load() == 0 {
+		return false
+	}
+	v, ok := b.m.Load(member)
+	return ok && time.Now().UnixNano() < v.(*breaker).until.Load()
+}
+
 // trip opens member's breaker for the cooldown.
 func (b *breakers) trip(member string) {
 	until := time.Now().UnixNano() + b.cooldown
@@ -220,8 +230,18 @@ func (n *Node) replicate() {
 	defer cancel()
 	var wg sync.WaitGroup
 	for name, d := range to {
+		if n.breakers.isOpen(name) {
+			// Known unreachable: keep the states for a later send (or for the
+			// new backup after the ring drops this one), and do not make a sync
+			// caller wait out a send that cannot succeed.
+			n.owned.remark(d.moved)
+			continue
+		}
 		wg.Go(func() {
 			err := n.peers.Handoff(ctx, d.addr, transport.TransferBatch{From: self, Replica: true, States: d.states})
+			if errors.Is(err, transport.ErrUnavailable) {
+				n.breakers.trip(name)
+			}
 			if n.cfg.Metrics != nil {
 				if rm, ok := n.cfg.Metrics.(ReplicationMetrics); ok {
 					rm.Replicated(name, len(d.states), err)
