@@ -149,12 +149,17 @@ func TestCrashUnderLoadAsync(t *testing.T) {
 }
 
 // issue 14 (b) and (c): with synchronous replication a crash under load loses
-// no admitted hit: every key is admitted exactly its limit.
+// no admitted hit: every key is admitted exactly its limit (less only by calls
+// whose answer was lost with the aborted node).
 func TestCrashUnderLoadSync(t *testing.T) {
 	res := runCrash(t, replication(node.ReplicationSync), 3*time.Second)
 	checkBound(t, res, crashLimit.Limit)
-	if res.sum.under > 0 {
-		t.Errorf("%d keys admitted fewer than %d hits", res.sum.under, crashLimit.Limit)
+	// A call in flight on the aborted node may have taken a hit and lost its
+	// answer (ErrStopped): only those may leave a key short of its limit.
+	for k, a := range res.sum.admitted {
+		if a+res.sum.lost[k] < crashLimit.Limit {
+			t.Errorf("key crash:%d admitted %d with %d calls lost to an error, want %d (%v)", k, a, res.sum.lost[k], crashLimit.Limit, res.sum.underWhy)
+		}
 	}
 	checkThroughput(t, res)
 }

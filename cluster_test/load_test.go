@@ -58,6 +58,7 @@ type loadRun struct {
 
 	admitted   []atomic.Int64  // per key: checks admitted, any route
 	remSeen    []atomic.Uint64 // per key: bit i set when an admission reported Remaining i (i < 64)
+	lost       []atomic.Int64  // per key: calls that ended in an error (ErrStopped included): their answer was lost
 	lastDenied []atomic.Int64  // per key: ns since start of the last denial by owner, forward or backup (not fallback)
 	routes     [8]atomic.Int64
 	routeAdmit [8]atomic.Int64
@@ -94,6 +95,7 @@ func startLoad(t *testing.T, spec loadSpec) *loadRun {
 		ports:      map[string][2]int{},
 		admitted:   make([]atomic.Int64, spec.Keys),
 		remSeen:    make([]atomic.Uint64, spec.Keys),
+		lost:       make([]atomic.Int64, spec.Keys),
 		lastDenied: make([]atomic.Int64, spec.Keys),
 		series:     make([]atomic.Int64, int(2*time.Minute/seriesStep)),
 		stop:       make(chan struct{}),
@@ -177,10 +179,12 @@ func (r *loadRun) caller(g int) {
 		case errors.Is(err, node.ErrStopped):
 			r.stopped.Add(1) // picked a node while it was aborted
 			r.phaseStop[ph].Add(1)
+			r.lost[k].Add(1)
 			continue
 		case err != nil:
 			r.errs.Add(1)
 			r.phaseStop[ph].Add(1)
+			r.lost[k].Add(1)
 			r.errMu.Lock()
 			if len(r.firstErrs) < 5 {
 				r.firstErrs = append(r.firstErrs, fmt.Sprintf("%s via %s: %v", r.keys[k], n.Name(), err))
@@ -351,6 +355,7 @@ type loadSummary struct {
 	limit     int64
 	keys      int
 	admitted  []int64
+	lost      []int64  // per key: calls whose answer was lost to an error
 	over      int      // keys admitted more than the limit
 	maxKey    int64    // largest admitted count of one key
 	extra     int64    // sum over keys of the admissions above the limit
@@ -373,6 +378,7 @@ func (r *loadRun) summary() loadSummary {
 	for k := range r.keys {
 		a := r.admitted[k].Load()
 		s.admitted = append(s.admitted, a)
+		s.lost = append(s.lost, r.lost[k].Load())
 		s.maxKey = max(s.maxKey, a)
 		if a > s.limit {
 			s.over++
@@ -388,7 +394,7 @@ func (r *loadRun) summary() loadSummary {
 						missing = append(missing, i)
 					}
 				}
-				s.underWhy = append(s.underWhy, fmt.Sprintf("%s admitted %d, no admission reported remaining %v", r.keys[k], a, missing))
+				s.underWhy = append(s.underWhy, fmt.Sprintf("%s admitted %d (%d calls lost to an error), no admission reported remaining %v", r.keys[k], a, r.lost[k].Load(), missing))
 			}
 		}
 	}
