@@ -183,7 +183,10 @@ func TestCrash(t *testing.T) {
 	for _, policy := range []node.Policy{node.Local, node.FailOpen, node.FailClosed} {
 		t.Run(policy.String(), func(t *testing.T) {
 			t.Parallel()
-			nodes := startCluster(t, 3, func(c *node.Config) { c.OwnerUnreachable = policy })
+			nodes := startCluster(t, 3, func(c *node.Config) {
+				c.OwnerUnreachable = policy
+				c.Replication = node.ReplicationOff // no backup: the policy decides
+			})
 			dead, survivors := nodes[2], nodes[:2]
 			var keys []string
 			for i := 0; len(keys) < 20; i++ {
@@ -228,6 +231,85 @@ func TestCrash(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// With replication (the default), a crashed owner's keys are decided by their
+// backup from the first check after the crash (no fallback, no wait for gossip),
+// on the replicated state, and the backup owns them once the crash is detected.
+func TestCrashBackupDecides(t *testing.T) {
+	t.Parallel()
+	nodes := startCluster(t, 3, func(c *node.Config) { c.Replication = node.ReplicationSync })
+	dead, survivors := nodes[2], nodes[:2]
+	type key struct {
+		name   string
+		backup string
+	}
+	var keys []key
+	for i := 0; len(keys) < 20; i++ {
+		k := fmt.Sprintf("crash:%d", i)
+		if m, _ := survivors[0].Owner(k); m.Name == dead.Name() {
+			b, ok := survivors[0].Backup(k)
+			if !ok {
+				t.Fatalf("key %s has no backup", k)
+			}
+			keys = append(keys, key{k, b.Name})
+		}
+	}
+	l := algo.Limit{Kind: algo.FixedWindow, Limit: 5, Period: 24 * time.Hour}
+	ctx := context.Background()
+	for _, k := range keys {
+		if d, err := survivors[0].AllowN(ctx, k.name, l, 3); err != nil || !d.Allowed || d.Owner != dead.Name() {
+			t.Fatalf("before the crash: %+v, %v", d, err)
+		}
+	}
+	crashed := time.Now()
+	dead.Abort()
+	admitted := make(map[string]int)
+	byBackup := 0
+	for !agreeNow(survivors...) {
+		if time.Since(crashed) > 10*time.Second {
+			t.Fatalf("survivors did not agree on the ring within 10s")
+		}
+		for _, k := range keys {
+			d, err := survivors[0].Allow(ctx, k.name, l)
+			if err != nil {
+				t.Fatalf("check during crash: %v", err)
+			}
+			if d.Route == node.RouteFallback {
+				t.Fatalf("key %s fell back with a live backup %s", k.name, k.backup)
+			}
+			if d.Route == node.RouteBackup {
+				byBackup++
+				if d.Owner != k.backup {
+					t.Fatalf("key %s decided by %s, its backup is %s", k.name, d.Owner, k.backup)
+				}
+			}
+			if d.Allowed {
+				admitted[k.name]++
+			}
+		}
+	}
+	if byBackup == 0 {
+		t.Fatalf("no check reached the backup while the crash went undetected; the test proves nothing")
+	}
+	t.Logf("crash detected and ring agreed in %v (%d backup decisions meanwhile)", time.Since(crashed), byBackup)
+	for _, k := range keys {
+		if m, _ := survivors[1].Owner(k.name); m.Name != k.backup {
+			t.Fatalf("key %s owned by %s after the crash, its backup was %s", k.name, m.Name, k.backup)
+		}
+		for range 3 {
+			d, err := survivors[1].Allow(ctx, k.name, l)
+			if err != nil || d.Route == node.RouteFallback {
+				t.Fatalf("key %s after the crash: %+v, %v", k.name, d, err)
+			}
+			if d.Allowed {
+				admitted[k.name]++
+			}
+		}
+		if admitted[k.name] != 2 {
+			t.Fatalf("key %s admitted %d more after the crash, want exactly the 2 left of 5", k.name, admitted[k.name])
+		}
 	}
 }
 
@@ -340,12 +422,12 @@ func TestJoinTakesKeysWithState(t *testing.T) {
 		}
 	}
 	share := float64(moved) / keys
-	t.Logf("node-3 owns %d of %d keys (%.1f%%), %d states resident on it", moved, keys, 100*share, d.Stats().Keys)
+	t.Logf("node-3 owns %d of %d keys (%.1f%%), %d states resident on it (with replicas)", moved, keys, 100*share, d.Stats().Keys)
 	if share < 0.15 || share > 0.35 {
 		t.Fatalf("node-3 owns %.1f%% of keys, want about 25%%", 100*share)
 	}
-	if got := d.Stats().Keys; got != moved {
-		t.Fatalf("node-3 holds %d states, want %d (the keys it owns)", got, moved)
+	if got := d.OwnedKeys(); got != moved {
+		t.Fatalf("node-3 holds %d states of keys it owns, want %d", got, moved)
 	}
 }
 
