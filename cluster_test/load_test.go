@@ -343,11 +343,42 @@ func (r *loadRun) restart(name string, within time.Duration) (n *node.Node, star
 	}
 	ready = time.Now()
 	r.phase.Store(3)
+	r.t.Logf("restarted %s Ready; instance seen by the others at that moment: %s", name, r.instanceSeen(n))
 	r.mu.Lock()
 	r.nodes[name] = n
 	r.mu.Unlock()
 	r.publish()
 	return n, started, ready
+}
+
+// instanceSeen says, for every live node, whether its member list holds the
+// instance id of n (the restarted process) or still an older one.
+func (r *loadRun) instanceSeen(n *node.Node) string {
+	var self string
+	for _, m := range n.Members() {
+		if m.Self {
+			self = m.ID
+		}
+	}
+	var parts []string
+	for _, o := range r.liveNodes() {
+		got := "absent"
+		for _, m := range o.Members() {
+			if m.Name == n.Name() {
+				got = "old instance"
+				if m.ID == self {
+					got = "new instance"
+				}
+				got += " (" + m.State
+				if m.Reason != "" {
+					got += ": " + m.Reason
+				}
+				got += ")"
+			}
+		}
+		parts = append(parts, o.Name()+": "+got)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // loadSummary is what the callers counted.
@@ -363,7 +394,8 @@ type loadSummary struct {
 	underWhy  []string // for the first keys under the limit: the Remaining values no admission reported
 	routes    map[string]int64
 	admits    map[string]int64
-	phases    []string // admissions by route, errors and max latency of each phase that had calls
+	phases    []string                       // admissions by route, errors and max latency of each phase that had calls
+	phaseMax  [len(phaseNames)]time.Duration // max latency of the calls that ended in each phase
 	errs      int64
 	stopped   int64
 	firstErrs []string
@@ -414,6 +446,7 @@ func (r *loadRun) summary() loadSummary {
 			}
 		}
 		lat := time.Duration(r.phaseLat[p].Load())
+		s.phaseMax[p] = lat
 		if lat > 0 {
 			if len(parts) == 0 {
 				parts = []string{"none"}
