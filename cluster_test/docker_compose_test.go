@@ -415,10 +415,17 @@ func (c *composeCluster) membersInside(id string) ([]string, error) {
 	return aliveNames(ms), nil
 }
 
-// check POSTs one check to service and returns the status and decision.
+// check POSTs one check of key (GCRA, 100 per second, burst 100) to service
+// and returns the status and decision.
 func (c *composeCluster) check(service, key string) (int, dockerDecision, error) {
-	body := fmt.Sprintf(`{"key":%q,"algorithm":"gcra","limit":100,"period":"1s","burst":100}`, key)
-	resp, err := c.client.Post("https://"+c.http[service]+"/v1/check", "application/json", strings.NewReader(body))
+	return c.checkAt(c.http[service], fmt.Sprintf(`{"key":%q,"algorithm":"gcra","limit":100,"period":"1s","burst":100}`, key))
+}
+
+// checkAt POSTs the JSON check body to the /v1/check of the HTTPS client API
+// at addr (a value of c.http, read by the caller: the map changes when a
+// service is restarted) and returns the status and decision.
+func (c *composeCluster) checkAt(addr, body string) (int, dockerDecision, error) {
+	resp, err := c.client.Post("https://"+addr+"/v1/check", "application/json", strings.NewReader(body))
 	if err != nil {
 		return 0, dockerDecision{}, err
 	}

@@ -2,6 +2,8 @@ package cluster_test
 
 import (
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -11,7 +13,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -24,8 +25,11 @@ import (
 //	(a) the bundled access log replayed through the cluster (`ringlimit replay`
 //	    with a client certificate) gives the decisions of a single-node
 //	    reference, for every algorithm;
-//	(b) after `docker kill` of a node, the survivors list two members within a
-//	    deadline, and checks sent to them never fail while they converge;
+//	(b) `docker kill` of a node under a closed-loop load sent to the survivors
+//	    on keys with a known limit, exhausted before the kill, then its restart
+//	    under that load: no key is admitted more than 1.05 times its limit
+//	    (issue 14, asynchronous replication), no check fails, and the survivors
+//	    list two members within a deadline;
 //	(c) after a node is cut off the network for 10 s and reconnected, the cluster
 //	    re-forms on its own and every node names the same owner for a key;
 //	(d) two containers with the gossip key, one without a certificate
@@ -146,86 +150,270 @@ func dockerRedisCLI(t *testing.T, c *composeCluster) {
 	}
 }
 
-// dockerKill kills ringlimit-3 and checks that the survivors drop it from their
-// member lists within a deadline while checks sent to them keep answering, then
-// restarts it and waits for the cluster to list three members again.
+// dockerKill kills ringlimit-3 (`docker kill`: a crash, no leave, no handoff)
+// under a closed-loop load sent to the survivors' client ports on keys with a
+// known limit (sliding window log, 50 per 10 minutes), and restarts it with
+// `docker-compose start` while the load goes on. The keys are exhausted before
+// the kill, so every admission after it is one too many: no key may be
+// admitted more than 1.05 times its limit (issue 14, default asynchronous
+// replication), no check may fail, and the survivors must drop the victim from
+// their member lists within a deadline.
 func dockerKill(t *testing.T, c *composeCluster) {
 	survivors := []string{"ringlimit-1", "ringlimit-2"}
-	victim := c.container("ringlimit-3")
+	const victimName = "ringlimit-3"
+	victim := c.container(victimName)
+	const limit = 50
+	l := startDockerLoad(t, c, []string{c.http[survivors[0]], c.http[survivors[1]]}, 60, limit, 4)
+	defer l.stop()
 
-	// Checks run against both survivors from before the kill until they have
-	// converged and a little after: none may fail, whatever decides it.
-	var (
-		stop     = make(chan struct{})
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		routes   = map[string]int{}
-		failures []string
-		sent     atomic.Int64
-	)
-	for _, s := range survivors {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				key := fmt.Sprintf("kill:%s:%d", s, i%64) // 64 keys: some owned by the victim
-				code, d, err := c.check(s, key)
-				sent.Add(1)
-				mu.Lock()
-				switch {
-				case err != nil:
-					failures = append(failures, fmt.Sprintf("%s %s: %v", s, key, err))
-				case code != http.StatusOK:
-					failures = append(failures, fmt.Sprintf("%s %s: status %d: %s", s, key, code, d.Error))
-				case d.Route != "owner" && d.Route != "forwarded" && d.Route != "backup" && d.Route != "fallback":
-					failures = append(failures, fmt.Sprintf("%s %s: route %q", s, key, d.Route))
-				default:
-					routes[d.Route]++
-				}
-				mu.Unlock()
-				time.Sleep(5 * time.Millisecond)
-			}
-		}()
+	exhausted := l.waitDenied(l.start, time.Second, 2*time.Minute)
+	owned := l.ownedBy(victimName)
+	t.Logf("all %d keys exhausted after %v of load; %s owns %d of them", len(l.keys), exhausted.Sub(l.start).Round(time.Millisecond), victimName, len(owned))
+	if len(owned) == 0 {
+		t.Fatalf("%s owns none of the %d keys: the kill would prove nothing", victimName, len(l.keys))
 	}
-	defer func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		wg.Wait()
-	}()
 
-	time.Sleep(300 * time.Millisecond) // some checks before the kill, for the record
 	dockerRun(t, time.Minute, "", nil, "docker", "kill", victim)
 	killed := time.Now()
-	c.waitFor("survivors list two members after docker kill", 60*time.Second, c.membersAre(survivors, survivors...))
-	// Keep checking a moment after convergence: the ring has changed under them.
-	time.Sleep(time.Second)
-	close(stop)
-	wg.Wait()
-	mu.Lock()
-	t.Logf("checks to survivors during %v: %d sent, routes %v, failures %d", time.Since(killed).Round(time.Millisecond), sent.Load(), routes, len(failures))
-	if len(failures) > 0 {
-		t.Errorf("%d checks to survivors failed, first: %v", len(failures), failures[:min(5, len(failures))])
-	}
-	if routes["owner"]+routes["forwarded"]+routes["backup"]+routes["fallback"] == 0 {
-		t.Errorf("no check was answered")
-	}
-	mu.Unlock()
+	detect := c.waitFor("survivors list two members after docker kill", 60*time.Second, c.membersAre(survivors, survivors...))
+	converged := time.Now()
+	l.waitDenied(converged, 2*time.Second, time.Minute)
+	afterKill := l.counts()
 
 	restartAt := time.Now()
-	c.mustCompose(2*time.Minute, "start", "ringlimit-3")
-	c.ports("ringlimit-3") // Docker may publish new ports
+	c.mustCompose(2*time.Minute, "start", victimName)
+	c.ports(victimName) // Docker may publish new ports
 	all := dockerServices()
-	c.waitFor("restarted ringlimit-3 ready", 60*time.Second, c.ready("ringlimit-3"))
+	c.waitFor("restarted "+victimName+" ready", 60*time.Second, c.ready(victimName))
 	c.waitFor("all three list three members after restart", 60*time.Second, c.membersAre(all, all...))
-	t.Logf("cluster of three again %v after `docker-compose start`", time.Since(restartAt).Round(time.Millisecond))
+	rejoined := time.Now()
+	t.Logf("cluster of three again %v after `docker-compose start`", rejoined.Sub(restartAt).Round(time.Millisecond))
+	l.waitDenied(rejoined, 3*time.Second, time.Minute)
+	l.stop()
+
+	sum := l.counts()
+	t.Logf("docker kill of %s at +%v: survivors listed two members %v later; checks/s through the survivors %.0f in the second before the kill, %.0f in the second after, %.0f in the 5 s after",
+		victimName, killed.Sub(l.start).Round(time.Millisecond), detect.Round(time.Millisecond),
+		l.rate(killed.Add(-time.Second), killed), l.rate(killed, killed.Add(time.Second)), l.rate(killed, killed.Add(5*time.Second)))
+	t.Logf("until the survivors settled: %s", afterKill)
+	t.Logf("whole run (through the restart): %s", sum)
+	if len(sum.failures) > 0 {
+		t.Errorf("%d checks to survivors failed, first: %v", sum.nFailures, sum.failures)
+	}
+	bound := int64(limit * 105 / 100)
+	for _, k := range owned {
+		if a := sum.admitted[k]; a > bound {
+			t.Errorf("key %s (owned by %s when it was killed): admitted %d, want at most %d", l.keys[k], victimName, a, bound)
+		}
+	}
+	for k, a := range sum.admitted {
+		if a > bound && !slices.Contains(owned, k) {
+			t.Errorf("key %s (not owned by %s): admitted %d, want at most %d", l.keys[k], victimName, a, bound)
+		}
+	}
+}
+
+// dockerLoad is a closed-loop load on the daemons' HTTPS client APIs: workers
+// per address, each checking random keys of a fixed set (sliding window log,
+// limit hits per 10 minutes: no refill during a test), counting per key what
+// was admitted and when it was last denied by an owner or a backup.
+type dockerLoad struct {
+	t     *testing.T
+	c     *composeCluster
+	keys  []string
+	limit int64
+	start time.Time
+
+	mu         sync.Mutex
+	admitted   []int64
+	lastDenied []time.Time // zero: never denied by an owner, a forward or a backup
+	owner      []string    // the member that last decided each key (not a fallback)
+	routes     map[string]int
+	failures   []string
+	nFailures  int
+	series     []int // checks completed per seriesStep since start
+	maxLat     time.Duration
+	maxLatAt   time.Duration // since start, when the slowest call began
+
+	stopOnce sync.Once
+	done     chan struct{}
+	wg       sync.WaitGroup
+}
+
+// dockerLoadCounts is a copy of a dockerLoad's counters.
+type dockerLoadCounts struct {
+	limit     int64
+	admitted  []int64
+	routes    map[string]int
+	failures  []string
+	nFailures int
+	checks    int
+	maxLat    time.Duration
+	maxLatAt  time.Duration
+	over, max int64
+	extra     int64
+}
+
+func (s dockerLoadCounts) String() string {
+	return fmt.Sprintf("%d checks, routes %v, %d failures; %d keys over the limit %d, max per key %d, %d extra admissions; max latency %v (call began at +%v)",
+		s.checks, s.routes, s.nFailures, s.over, s.limit, s.max, s.extra, s.maxLat.Round(time.Millisecond), s.maxLatAt.Round(time.Millisecond))
+}
+
+// startDockerLoad starts workers goroutines per address in addrs (host:port of
+// client APIs) checking keys "bound:<i>" for i < nkeys at limit per 10 minutes.
+func startDockerLoad(t *testing.T, c *composeCluster, addrs []string, nkeys int, limit int64, workers int) *dockerLoad {
+	tr := c.client.Transport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 2 * workers // keep the TLS connections of every worker
+	cc := *c
+	cc.client = &http.Client{Timeout: c.client.Timeout, Transport: tr}
+	l := &dockerLoad{t: t, c: &cc, limit: limit, start: time.Now(), routes: map[string]int{},
+		admitted: make([]int64, nkeys), lastDenied: make([]time.Time, nkeys), owner: make([]string, nkeys),
+		done: make(chan struct{})}
+	for i := range nkeys {
+		l.keys = append(l.keys, fmt.Sprintf("bound:%s:%d", c.project, i))
+	}
+	for ai, addr := range addrs {
+		for w := range workers {
+			l.wg.Add(1)
+			go l.work(addr, rand.New(rand.NewPCG(uint64(ai), uint64(w))))
+		}
+	}
+	t.Cleanup(l.stop)
+	return l
+}
+
+func (l *dockerLoad) work(addr string, rng *rand.Rand) {
+	defer l.wg.Done()
+	for {
+		select {
+		case <-l.done:
+			return
+		default:
+		}
+		k := rng.IntN(len(l.keys))
+		body := fmt.Sprintf(`{"key":%q,"algorithm":"sliding_window_log","limit":%d,"period":"10m"}`, l.keys[k], l.limit)
+		began := time.Now()
+		code, d, err := l.c.checkAt(addr, body)
+		took := time.Since(began)
+		l.mu.Lock()
+		if took > l.maxLat {
+			l.maxLat, l.maxLatAt = took, began.Sub(l.start)
+		}
+		if b := int(time.Since(l.start) / seriesStep); b >= 0 {
+			for len(l.series) <= b {
+				l.series = append(l.series, 0)
+			}
+			l.series[b]++
+		}
+		fail := ""
+		switch {
+		case err != nil:
+			fail = fmt.Sprintf("%s %s: %v", addr, l.keys[k], err)
+		case code != http.StatusOK:
+			fail = fmt.Sprintf("%s %s: status %d: %s", addr, l.keys[k], code, d.Error)
+		case !slices.Contains([]string{"owner", "forwarded", "backup", "fallback"}, d.Route):
+			fail = fmt.Sprintf("%s %s: route %q", addr, l.keys[k], d.Route)
+		default:
+			l.routes[d.Route]++
+			if d.Allowed {
+				l.admitted[k]++
+			}
+			if d.Route != "fallback" {
+				l.owner[k] = d.Owner
+				if !d.Allowed {
+					l.lastDenied[k] = time.Now()
+				}
+			}
+		}
+		if fail != "" {
+			l.nFailures++
+			if len(l.failures) < 5 {
+				l.failures = append(l.failures, fail)
+			}
+		}
+		l.mu.Unlock()
+	}
+}
+
+// stop stops the workers and waits for them; safe to call more than once.
+func (l *dockerLoad) stop() {
+	l.stopOnce.Do(func() { close(l.done) })
+	l.wg.Wait()
+}
+
+// waitDenied waits until every key has been denied by an owner, a forward or a
+// backup after at, and at least minTail has passed since at; it fails the test
+// after within. It returns when that happened.
+func (l *dockerLoad) waitDenied(at time.Time, minTail, within time.Duration) time.Time {
+	l.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		left := 0
+		l.mu.Lock()
+		for _, d := range l.lastDenied {
+			if !d.After(at) {
+				left++
+			}
+		}
+		l.mu.Unlock()
+		if left == 0 && time.Since(at) >= minTail {
+			return time.Now()
+		}
+		if time.Now().After(deadline) {
+			l.t.Fatalf("%d of %d keys not denied by an owner or backup within %v (%s)", left, len(l.keys), within, l.counts())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// ownedBy returns the indexes of the keys last decided by member (not by a
+// fallback).
+func (l *dockerLoad) ownedBy(member string) []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ks []int
+	for k, o := range l.owner {
+		if o == member {
+			ks = append(ks, k)
+		}
+	}
+	return ks
+}
+
+// counts returns a copy of the counters so far.
+func (l *dockerLoad) counts() dockerLoadCounts {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := dockerLoadCounts{limit: l.limit, admitted: slices.Clone(l.admitted), routes: maps.Clone(l.routes),
+		failures: slices.Clone(l.failures), nFailures: l.nFailures, maxLat: l.maxLat, maxLatAt: l.maxLatAt}
+	for _, n := range l.routes {
+		s.checks += n
+	}
+	for _, a := range s.admitted {
+		s.max = max(s.max, a)
+		if a > l.limit {
+			s.over++
+			s.extra += a - l.limit
+		}
+	}
+	return s
+}
+
+// rate returns the checks/s completed in [from, to), rounded to whole
+// buckets of the series.
+func (l *dockerLoad) rate(from, to time.Time) float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b0, b1 := int(from.Sub(l.start)/seriesStep), int(to.Sub(l.start)/seriesStep)
+	b0, b1 = max(b0, 0), min(b1, len(l.series))
+	if b1 <= b0 {
+		return 0
+	}
+	n := 0
+	for _, c := range l.series[b0:b1] {
+		n += c
+	}
+	return float64(n) / (float64(b1-b0) * seriesStep.Seconds())
 }
 
 // dockerPartition disconnects ringlimit-2 from the compose network for 10 s

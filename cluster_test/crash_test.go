@@ -1,0 +1,203 @@
+package cluster_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/node"
+)
+
+// The crash tests of issue 14, on the load harness of load_test.go: 3 nodes,
+// 300 keys each limited to 50 hits per 10 minutes (crashLimit), 32 closed-loop
+// callers checking random keys on random live nodes. The keys are exhausted
+// first, so every admission after that is one too many; then the node owning the
+// most keys is aborted (a crash: no leave, no handoff) and restarted under the
+// same name on the same ports, and the callers keep going until every key has
+// been denied again by an owner or backup after the cluster settled. They do not
+// call t.Parallel: the throughput they compare is CPU-bound.
+
+// crashRun is what one crash scenario measured.
+type crashRun struct {
+	sum          loadSummary
+	victim       string
+	victimKeys   int
+	detected     time.Duration // crash to the survivors' agreement on a ring without it; 0 if restarted first
+	restartReady time.Duration // crash to the restarted node reporting Ready
+	settled      time.Duration // crash to all nodes agreeing on the ring again
+	before       float64       // checks/s in the second before the crash
+	after        float64       // checks/s in the second after the crash
+	minBucket    float64       // lowest checks/s of a series bucket while the node was down
+}
+
+// runCrash runs the scenario: load until every key is exhausted (at least 1 s),
+// abort the node owning the most keys, restart it under the same name and ports
+// downFor after the crash, wait until the cluster agrees again and every key
+// has been denied since (and at least 2 s), and stop.
+func runCrash(t *testing.T, mod func(*node.Config), downFor time.Duration) crashRun {
+	t.Helper()
+	r := startLoad(t, loadSpec{Nodes: 3, Keys: 300, Callers: 32, Limit: crashLimit, Mod: mod})
+	exhausted := r.waitExhausted(r.start, time.Second, 30*time.Second)
+	t.Logf("every key exhausted and >= 1 s of load after %v: %s", exhausted.Sub(r.start).Round(time.Millisecond), r.summary())
+	pre := r.summary()
+	if n := pre.routes[node.RouteFallback.String()] + pre.routes[node.RouteBackup.String()]; n > 0 {
+		// No member is down yet: a forward timed out (ForwardTimeout) or a member
+		// was falsely declared dead, which happens when the machine is overloaded.
+		t.Errorf("%d checks were decided by a backup or a fallback before any crash (max latency %v): the owners were alive; over-admission from here on is not the crash's (rerun alone on a quiet machine)",
+			n, pre.maxLat.Round(time.Millisecond))
+	}
+
+	victim, owned := r.mostKeys()
+	res := crashRun{victim: victim.Name(), victimKeys: owned}
+	crashAt := r.abort(victim.Name())
+
+	// Detection, unless the restart comes first.
+	restartAt := crashAt.Add(downFor)
+	for time.Now().Before(restartAt) {
+		if agreeNow(r.liveNodes()...) {
+			res.detected = time.Since(crashAt)
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(time.Until(restartAt)) // the scenario's downtime, not a wait for an event
+	n, started, ready := r.restart(victim.Name(), 20*time.Second)
+	res.restartReady = ready.Sub(crashAt)
+	conv := waitConverged(t, 20*time.Second, r.liveNodes()...)
+	settledAt := time.Now()
+	res.settled = settledAt.Sub(crashAt)
+	done := r.waitExhausted(settledAt, 2*time.Second, 30*time.Second)
+	r.stopLoad()
+
+	res.sum = r.summary()
+	res.before = r.rate(crashAt.Add(-time.Second), crashAt)
+	res.after = r.rate(crashAt, crashAt.Add(time.Second))
+	res.minBucket = -1
+	for at := crashAt; at.Add(seriesStep).Before(crashAt.Add(downFor)); at = at.Add(seriesStep) {
+		if v := r.rate(at, at.Add(seriesStep)); res.minBucket < 0 || v < res.minBucket {
+			res.minBucket = v
+		}
+	}
+	detected := "not detected by the survivors before the restart"
+	if res.detected > 0 {
+		detected = "detected by the survivors after " + res.detected.Round(time.Millisecond).String()
+	}
+	t.Logf("aborted %s (owner of %d of %d keys) at +%v; %s; restarted (New returned) %v after the crash, Ready %v after it (%v after New), ring agreed %v later (%v after the crash); ran %v more until every key was denied again",
+		res.victim, owned, len(r.keys), crashAt.Sub(r.start).Round(time.Millisecond), detected,
+		started.Sub(crashAt).Round(time.Millisecond), res.restartReady.Round(time.Millisecond), ready.Sub(started).Round(time.Millisecond),
+		conv.Round(time.Millisecond), res.settled.Round(time.Millisecond), done.Sub(settledAt).Round(time.Millisecond))
+	t.Logf("checks/s: %.0f in the second before the crash, %.0f in the second after (ratio %.2f); lowest 100 ms bucket while %s was down: %.0f/s",
+		res.before, res.after, res.after/max(res.before, 1), res.victim, res.minBucket)
+	t.Logf("checks per 100 ms, 1 s before to 3 s after the crash (| = crash): %s", r.seriesAround(crashAt, time.Second, 3*time.Second))
+	t.Logf("before the crash: %s", pre)
+	t.Logf("whole run: %s", res.sum)
+	if len(res.sum.firstErrs) > 0 {
+		t.Logf("first errors: %v", res.sum.firstErrs)
+	}
+	back := 0
+	for _, k := range r.keys {
+		if m, ok := n.Owner(k); ok && m.Name == res.victim {
+			back++
+		}
+	}
+	if back != owned {
+		t.Errorf("restarted %s owns %d of the keys in its ring, want %d (the same name owns the same keys)", res.victim, back, owned)
+	}
+	return res
+}
+
+// checkBound fails the test for every key admitted more than bound, and for
+// errors other than ErrStopped (a caller that picked the aborted node).
+func checkBound(t *testing.T, res crashRun, bound int64) {
+	t.Helper()
+	bad := 0
+	for k, a := range res.sum.admitted {
+		if a > bound {
+			if bad < 10 {
+				t.Errorf("key crash:%d admitted %d, want at most %d", k, a, bound)
+			}
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d keys admitted more than %d (limit %d): %d extra admissions in all, at most %d on one key",
+			bad, res.sum.keys, bound, res.sum.limit, res.sum.extra, res.sum.maxKey)
+	}
+	if res.sum.errs > 0 {
+		t.Errorf("%d checks returned an error, first: %v", res.sum.errs, res.sum.firstErrs)
+	}
+}
+
+// checkThroughput fails the test when the checks/s in the second after the
+// crash fell below half of the second before (both measured in this run).
+func checkThroughput(t *testing.T, res crashRun) {
+	t.Helper()
+	if res.before <= 0 {
+		t.Fatalf("no checks measured in the second before the crash")
+	}
+	if res.after < res.before/2 {
+		t.Errorf("checks/s fell from %.0f in the second before the crash to %.0f in the second after (ratio %.2f), want at least half",
+			res.before, res.after, res.after/res.before)
+	}
+}
+
+// replication returns a Mod that sets Config.Replication to mode.
+func replication(mode node.Replication) func(*node.Config) {
+	return func(c *node.Config) { c.Replication = mode }
+}
+
+// issue 14 (a) and (c): a crash under load with asynchronous replication (the
+// default) admits no key more than 1.05 times its limit, and the checks/s in
+// the second after the crash is at least half of the second before.
+func TestCrashUnderLoadAsync(t *testing.T) {
+	res := runCrash(t, replication(node.ReplicationAsync), 3*time.Second)
+	checkBound(t, res, crashLimit.Limit*105/100)
+	checkThroughput(t, res)
+}
+
+// issue 14 (b) and (c): with synchronous replication a crash under load loses
+// no admitted hit: every key is admitted exactly its limit (less only by calls
+// whose answer was lost with the aborted node).
+func TestCrashUnderLoadSync(t *testing.T) {
+	res := runCrash(t, replication(node.ReplicationSync), 3*time.Second)
+	checkBound(t, res, crashLimit.Limit)
+	// A call in flight on the aborted node may have taken a hit and lost its
+	// answer (ErrStopped): only those may leave a key short of its limit.
+	for k, a := range res.sum.admitted {
+		if a+res.sum.lost[k] < crashLimit.Limit {
+			t.Errorf("key crash:%d admitted %d with %d calls lost to an error, want %d (%v)", k, a, res.sum.lost[k], crashLimit.Limit, res.sum.underWhy)
+		}
+	}
+	checkThroughput(t, res)
+}
+
+// issue 14 (e): with replication off, the same crash resets the dead owner's
+// keys. This is the baseline that shows the harness can see a lost state: it
+// logs the over-admission and fails only if there is none (the crash went
+// unseen, so the tests above would prove nothing).
+func TestCrashUnderLoadReplicationOff(t *testing.T) {
+	res := runCrash(t, replication(node.ReplicationOff), 3*time.Second)
+	t.Logf("replication off: %d of %d keys over the limit (the aborted node owned %d), max per key %d, %d extra admissions; checks/s %.0f before, %.0f after the crash",
+		res.sum.over, res.sum.keys, res.victimKeys, res.sum.maxKey, res.sum.extra, res.before, res.after)
+	if res.sum.over == 0 {
+		t.Errorf("no key over-admitted with replication off after %s (owner of %d keys) crashed: the load did not reach its keys", res.victim, res.victimKeys)
+	}
+	if res.sum.errs > 0 {
+		t.Errorf("%d checks returned an error, first: %v", res.sum.errs, res.sum.firstErrs)
+	}
+}
+
+// issue 14 (d): the same name restarted on the same ports 300 ms after a crash,
+// before gossip detects it: every key stays within its limit and no call that
+// ends after the crash waits more than 200 ms.
+func TestFastRestart(t *testing.T) {
+	res := runCrash(t, nil, 300*time.Millisecond)
+	checkBound(t, res, crashLimit.Limit)
+	// Calls that ended after the crash; before it, the cluster's first calls
+	// (connections, TLS) and the machine's load set the floor, logged above.
+	for p := 1; p < len(phaseNames); p++ {
+		if lat := res.sum.phaseMax[p]; lat > slowCall {
+			t.Errorf("a call that ended %s waited %v, want at most %v (before the crash: at most %v)",
+				phaseNames[p], lat.Round(time.Millisecond), slowCall, res.sum.phaseMax[0].Round(time.Millisecond))
+		}
+	}
+}
