@@ -21,6 +21,11 @@ type admission struct {
 	reason   string
 	inflight bool
 	last     time.Time // end of the last attempt
+	// redial: a new instance at the address of the one it replaces (a
+	// restart on the same port). The pooled connection to that address
+	// failed with the old process and may sit in reconnect backoff, so it is
+	// dropped before the handshake, and checks reach the new process at once.
+	redial bool
 }
 
 // admitPending starts a handshake with every member that needs one: joining
@@ -36,7 +41,7 @@ func (n *Node) admitPending() {
 		}
 		a.inflight = true
 		n.wg.Add(1)
-		go n.hello(name, a.id, a.addr)
+		go n.hello(name, a.id, a.addr, a.redial)
 	}
 }
 
@@ -67,8 +72,11 @@ func (n *Node) admitNow() {
 // the member enters the ring only when its answer has this node's cluster
 // label and protocol version, its own name and instance id, and (in secure
 // mode) comes over a connection whose certificate names it.
-func (n *Node) hello(name, id, addr string) {
+func (n *Node) hello(name, id, addr string, redial bool) {
 	defer n.wg.Done()
+	if redial {
+		n.peers.Drop(addr)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ForwardTimeout)
 	resp, cert, err := n.peers.Hello(ctx, addr, transport.Hello{
 		ClusterLabel: n.cfg.ClusterLabel, Member: n.cfg.Name, ProtocolVersion: transport.ProtocolVersion, InstanceID: n.id,

@@ -123,7 +123,7 @@ func (n *Node) setMember(m *memberlist.Node, alive bool) {
 			}
 			// A member new to us, restarted or moved is admitted afresh.
 			if a := n.admit[m.Name]; !self && (a == nil || a.id != id || a.addr != addr) {
-				n.admit[m.Name] = &admission{id: id, addr: addr, state: StateJoining}
+				n.admit[m.Name] = &admission{id: id, addr: addr, state: StateJoining, redial: a != nil && a.addr == addr}
 			}
 		}
 	} else {

@@ -492,7 +492,9 @@ func (n *Node) decide(ctx context.Context, c transport.Check) (Decision, error) 
 				return Decision{}, err
 			}
 			if c.Hits > 0 && d.Allowed {
-				n.awaitReplicated(ctx)
+				if err := n.awaitReplicated(ctx); err != nil {
+					return Decision{}, err
+				}
 			}
 			n.observe(c.Limit.Kind, RouteOwner, d.Allowed)
 			return Decision{Decision: d, Route: RouteOwner, Owner: n.cfg.Name, Banned: ban}, nil
@@ -521,10 +523,15 @@ func (n *Node) decide(ctx context.Context, c transport.Check) (Decision, error) 
 			if n.stopping.Load() {
 				return Decision{}, ErrStopped // our own pool is closing: not the owner's fault
 			}
-			if err != nil && rs.backups != nil {
+			switch {
+			case err != nil && rs.backups != nil:
 				// Unreachable: skip the owner for BreakerCooldown and let the
 				// backup decide, now, instead of waiting for gossip.
 				n.breakers.trip(owner.Name)
+				viaBackup = true
+			case err == nil && res.Code == transport.CodeUnavailable && rs.backups != nil:
+				// The owner is stopping (it has handed its keys to their new
+				// owners, its backups): the backup decides.
 				viaBackup = true
 			}
 		}
@@ -727,7 +734,14 @@ func (p peerService) Forward(ctx context.Context, checks []transport.Check) []tr
 	}
 	backups.Wait()
 	if changed {
-		n.awaitReplicated(ctx)
+		if err := n.awaitReplicated(ctx); err != nil {
+			// Not acknowledged by the backups: not reported as decided.
+			for i := range out {
+				if !checks[i].AsBackup && checks[i].Hits > 0 && out[i].Code == transport.CodeOK && out[i].Decision.Allowed {
+					out[i] = transport.Result{Code: transport.CodeUnavailable, Message: err.Error()}
+				}
+			}
+		}
 	}
 	return out
 }
@@ -747,7 +761,9 @@ func (n *Node) decideResult(ctx context.Context, rs *ringState, c transport.Chec
 func (n *Node) ownerResult(ctx context.Context, rs *ringState, c transport.Check, h uint64) transport.Result {
 	r := n.decideResult(ctx, rs, c, h)
 	if c.Hits > 0 && r.Code == transport.CodeOK && r.Decision.Allowed {
-		n.awaitReplicated(ctx)
+		if err := n.awaitReplicated(ctx); err != nil {
+			return transport.Result{Code: transport.CodeUnavailable, Message: err.Error()}
+		}
 	}
 	return r
 }

@@ -280,11 +280,12 @@ type ReplicationMetrics interface {
 // awaitReplicated waits, under ReplicationSync, until a replication send that
 // began after this call has finished: every state changed before the call has
 // then reached its backup (or its send failed and will be retried). It waits at
-// most ForwardTimeout, less if ctx ends or the node stops; it never fails the
-// check (the decision is already made).
-func (n *Node) awaitReplicated(ctx context.Context) {
+// most ForwardTimeout (then the decision stands: availability first). It
+// returns ErrStopped if the node stops first, or ctx's error: the decision
+// then must not be reported as made (the backup may never learn of it).
+func (n *Node) awaitReplicated(ctx context.Context) error {
 	if n.cfg.Replication != ReplicationSync || n.rs.Load().backups == nil {
-		return
+		return nil
 	}
 	r := n.repl
 	want := r.started.Load() + 1
@@ -296,7 +297,7 @@ func (n *Node) awaitReplicated(ctx context.Context) {
 	for {
 		ch := *r.doneCh.Load()
 		if r.done.Load() >= want {
-			return
+			return nil
 		}
 		if timer == nil {
 			timer = time.NewTimer(n.cfg.ForwardTimeout)
@@ -305,11 +306,11 @@ func (n *Node) awaitReplicated(ctx context.Context) {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return
+			return ctx.Err()
 		case <-n.stop:
-			return
+			return ErrStopped
 		case <-timer.C:
-			return
+			return nil
 		}
 	}
 }
