@@ -431,12 +431,20 @@ func (n *Node) resync(old, ns *ringState, restarted map[string]bool) {
 
 // dropGonePeers closes the connections to gRPC addresses that the new ring no
 // longer has: members that left, and old addresses of members that restarted
-// under the same name on another port.
+// under the same name on another port. An address a member being admitted
+// uses is kept: its handshake runs on that connection.
 func (n *Node) dropGonePeers(old, cur *ring.Snapshot) {
 	live := make(map[string]bool, cur.Len())
 	for _, m := range cur.Members() {
 		live[m.Addr] = true
 	}
+	n.membersMu.Lock()
+	for _, a := range n.admit {
+		if a.state != StateAlive {
+			live[a.addr] = true
+		}
+	}
+	n.membersMu.Unlock()
 	for _, m := range old.Members() {
 		if !live[m.Addr] {
 			n.peers.Drop(m.Addr)
