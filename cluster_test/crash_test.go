@@ -194,10 +194,16 @@ func TestFastRestart(t *testing.T) {
 	checkBound(t, res, crashLimit.Limit)
 	// Calls that ended after the crash; before it, the cluster's first calls
 	// (connections, TLS) and the machine's load set the floor, logged above.
+	// The stall this guards against is a wait for the handoff timeout (1 s in
+	// the test profile). On a loaded machine (-race, other packages' tests on
+	// the same two cores) scheduling alone delays calls: the bound is 200 ms
+	// or, when calls before the crash already took longer than 100 ms, twice
+	// the slowest of them, so load is not mistaken for a stall.
+	bound := max(slowCall, 2*res.sum.phaseMax[0])
 	for p := 1; p < len(phaseNames); p++ {
-		if lat := res.sum.phaseMax[p]; lat > slowCall {
+		if lat := res.sum.phaseMax[p]; lat > bound {
 			t.Errorf("a call that ended %s waited %v, want at most %v (before the crash: at most %v)",
-				phaseNames[p], lat.Round(time.Millisecond), slowCall, res.sum.phaseMax[0].Round(time.Millisecond))
+				phaseNames[p], lat.Round(time.Millisecond), bound, res.sum.phaseMax[0].Round(time.Millisecond))
 		}
 	}
 }
