@@ -107,8 +107,10 @@ const (
 // peer link, often fewer than eight.
 const batchInline = 8
 
-// batch is one group of checks sent together, and once done is closed, either
-// err or one result per check. See peer for its recycling.
+// batch is one group of checks sent together. Once it is done, err or one
+// result per check is set and done holds one token per check, for its caller
+// (a caller that gave up leaves its token, drained when the batch is
+// recycled: done is reused with the batch). See peer for its recycling.
 type batch struct {
 	pe       *peer
 	checks   []Check
@@ -125,8 +127,8 @@ type batch struct {
 	prev, next *batch // in peer.live while not done
 	sendNext   *batch // next batch of the same dispatch; then only its sender reads it
 
-	req     fwdRequest // the message of the batch; only its sender uses it
-	done    chan struct{}
+	req     fwdRequest    // the message of the batch; only its sender uses it
+	done    chan struct{} // capacity BatchMaxItems
 	results []Result // backing array kept across reuse
 	err     error
 }
@@ -142,7 +144,9 @@ func (pe *peer) newBatchLocked(now time.Time) *batch {
 	}
 	b.checks = b.first[:0]
 	b.opened, b.deadline = now, now.Add(pe.cfg.ForwardTimeout)
-	b.done = make(chan struct{})
+	if b.done == nil {
+		b.done = make(chan struct{}, pe.cfg.BatchMaxItems) // no buffer: struct{} has no size
+	}
 	b.refs.Store(1)
 	return b
 }
@@ -158,7 +162,10 @@ func (b *batch) release() {
 		b.results = nil
 	}
 	clear(b.results[:cap(b.results)]) // owner names and messages
-	*b = batch{pe: pe, results: b.results[:0]}
+	for len(b.done) > 0 {
+		<-b.done // the tokens of callers that gave up
+	}
+	*b = batch{pe: pe, results: b.results[:0], done: b.done}
 	pe.free.Put(b)
 }
 
@@ -445,7 +452,9 @@ func (pe *peer) doneLocked(b *batch) {
 func (pe *peer) finish(b *batch, start time.Time, err error) {
 	b.err = err
 	n := len(b.checks)
-	close(b.done)
+	for range n {
+		b.done <- struct{}{} // never blocks: n <= BatchMaxItems
+	}
 	if pe.cfg.OnBatch != nil {
 		pe.cfg.OnBatch(pe.addr, n, time.Since(start), err)
 	}

@@ -252,6 +252,7 @@ func (p *Pool) Forward(ctx context.Context, addr string, c Check) (Result, error
 		}
 		// Dropped between lookup and add: the next lookup dials afresh.
 	}
+	// One token of b.done is this caller's.
 	if done := ctx.Done(); done == nil {
 		<-b.done // a context that never ends: no select
 	} else {
