@@ -102,10 +102,14 @@ const (
 	batchDone
 )
 
-// batchInline is the capacity of a batch's checks before they spill to the
-// heap: batches under load hold about as many checks as callers wait on one
-// peer link, often fewer than eight.
+// batchInline is the first capacity of a batch's checks: batches under load
+// hold about as many checks as callers wait on one peer link, often fewer
+// than eight.
 const batchInline = 8
+
+// maxKeptItems bounds the capacity of the checks and results slices a
+// recycled batch (either side's) keeps; larger ones, from a burst, are let go.
+const maxKeptItems = 64
 
 // batch is one group of checks sent together. Once it is done, err or one
 // result per check is set and done holds one token per check, for its caller
@@ -113,8 +117,7 @@ const batchInline = 8
 // recycled: done is reused with the batch). See peer for its recycling.
 type batch struct {
 	pe       *peer
-	checks   []Check
-	first    [batchInline]Check // checks' first backing array: allocated with the batch
+	checks   []Check // backing array kept across reuse
 	opened   time.Time
 	deadline time.Time
 	refs     atomic.Int32 // holders; recycled at 0 (see peer)
@@ -133,16 +136,12 @@ type batch struct {
 	err     error
 }
 
-// maxKeptResults bounds the results capacity a recycled batch keeps.
-const maxKeptResults = 64
-
 // newBatchLocked returns an empty open batch held by the peer (refs 1).
 func (pe *peer) newBatchLocked(now time.Time) *batch {
 	b, _ := pe.free.Get().(*batch)
 	if b == nil {
-		b = &batch{pe: pe}
+		b = &batch{pe: pe, checks: make([]Check, 0, batchInline)}
 	}
-	b.checks = b.first[:0]
 	b.opened, b.deadline = now, now.Add(pe.cfg.ForwardTimeout)
 	if b.done == nil {
 		b.done = make(chan struct{}, pe.cfg.BatchMaxItems) // no buffer: struct{} has no size
@@ -157,15 +156,18 @@ func (b *batch) release() {
 		return
 	}
 	pe := b.pe
-	clear(b.first[:]) // the keys
-	if cap(b.results) > maxKeptResults {
+	clear(b.checks) // the keys
+	if cap(b.checks) > maxKeptItems {
+		b.checks = nil
+	}
+	if cap(b.results) > maxKeptItems {
 		b.results = nil
 	}
 	clear(b.results[:cap(b.results)]) // owner names and messages
 	for len(b.done) > 0 {
 		<-b.done // the tokens of callers that gave up
 	}
-	*b = batch{pe: pe, results: b.results[:0], done: b.done}
+	*b = batch{pe: pe, checks: b.checks[:0], results: b.results[:0], done: b.done}
 	pe.free.Put(b)
 }
 
@@ -509,7 +511,7 @@ func (s *fwdStream) run() {
 			// resp.results is decoded into again by the next RecvMsg.
 			b.results = append(b.results[:0], resp.results...)
 		}
-		if cap(resp.results) > maxKeptResults {
+		if cap(resp.results) > maxKeptItems {
 			resp.results = nil
 		}
 		pe.finish(b, b.sent, err)

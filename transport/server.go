@@ -321,9 +321,6 @@ type streamBatch struct {
 	ctx  batchContext
 }
 
-// maxKeptChecks bounds the checks capacity a reused streamBatch keeps.
-const maxKeptChecks = 64
-
 func (s *peerServer) getBatch() *streamBatch {
 	sb, _ := s.batches.Get().(*streamBatch)
 	if sb == nil {
@@ -336,7 +333,7 @@ func (s *peerServer) getBatch() *streamBatch {
 // putBatch makes sb, which nothing refers to any more, available for reuse.
 func (s *peerServer) putBatch(sb *streamBatch) {
 	checks := sb.req.checks
-	if cap(checks) > maxKeptChecks {
+	if cap(checks) > maxKeptItems {
 		checks = nil
 	}
 	clear(checks) // the keys
