@@ -23,7 +23,9 @@ func TestBatchContextBehavesAsWithDeadline(t *testing.T) {
 	if got := c.Value(ctxKey{}); got != "v" {
 		t.Fatalf("Value: got %v, want v", got)
 	}
-	c.end()
+	if !c.end() {
+		t.Fatal("end without Done: got false, want true (the context may be reused)")
+	}
 	if err := c.Err(); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Err after end: got %v, want %v", err, context.Canceled)
 	}
@@ -49,6 +51,9 @@ func TestBatchContextBehavesAsWithDeadline(t *testing.T) {
 	}
 	if got := child.Value(ctxKey{}); got != "v" {
 		t.Fatalf("Value through a child: got %v, want v", got)
+	}
+	if soon.end() {
+		t.Fatal("end after Done: got true, want false (a derived context refers to it)")
 	}
 
 	// The parent's cancellation reaches the batch, with or without Done.

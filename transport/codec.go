@@ -3,7 +3,9 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unsafe"
 
 	"google.golang.org/grpc/encoding"
 	grpcproto "google.golang.org/grpc/encoding/proto"
@@ -87,7 +89,9 @@ var errMalformed = errors.New("transport: malformed ForwardStream message")
 // fwdRequest is a ForwardRequest of the stream. The sender fills id, timeout
 // and checks. The receiver sets maxKeyLen before decoding; decode then fills
 // id, timeout, n (the number of checks in the message), the valid checks in
-// order, and the rejected ones with their index and reason.
+// order, and the rejected ones with their index and reason. decode reuses the
+// backing array of checks; the keys of one message share one allocation of
+// their own (see keyString), which nothing reuses.
 type fwdRequest struct {
 	id        uint64
 	timeout   int64 // ns
@@ -152,12 +156,16 @@ func appendCheck(b []byte, c *Check) []byte {
 }
 
 func (m *fwdRequest) decode(b []byte) error {
-	n, err := countField(b, 1)
+	n, keyBytes, err := scanRequest(b)
 	if err != nil {
 		return err
 	}
 	m.id, m.timeout, m.n, m.invalid = 0, 0, n, nil
-	m.checks = make([]Check, 0, n)
+	if cap(m.checks) < n {
+		m.checks = make([]Check, 0, n)
+	}
+	m.checks = m.checks[:0]
+	keys := make([]byte, 0, keyBytes)
 	i := 0
 	for len(b) > 0 {
 		num, typ, l := protowire.ConsumeTag(b)
@@ -172,7 +180,7 @@ func (m *fwdRequest) decode(b []byte) error {
 				return errMalformed
 			}
 			b = b[l:]
-			c, err := decodeCheck(v)
+			c, err := decodeCheck(v, &keys)
 			if err == nil {
 				err = ValidateCheck(c, m.maxKeyLen)
 			}
@@ -183,7 +191,7 @@ func (m *fwdRequest) decode(b []byte) error {
 			}
 			i++
 		case num == 1:
-			// countField counted it as an item: a check that is not a message
+			// scanRequest counted it as an item: a check that is not a message
 			// (found by FuzzStreamRequest) fails the request rather than leave
 			// the batch one answer short.
 			return errMalformed
@@ -210,9 +218,10 @@ func (m *fwdRequest) decode(b []byte) error {
 	return nil
 }
 
-// decodeCheck decodes one Check message; like checkFromWire, only the
-// algorithm can fail here (a malformed message fails the whole request).
-func decodeCheck(b []byte) (Check, error) {
+// decodeCheck decodes one Check message, its key into keys (see keyString);
+// like checkFromWire, only the algorithm can fail here (a malformed message
+// fails the whole request).
+func decodeCheck(b []byte, keys *[]byte) (Check, error) {
 	var c Check
 	var alg pb.Algorithm
 	for len(b) > 0 {
@@ -226,7 +235,7 @@ func decodeCheck(b []byte) (Check, error) {
 			if l < 0 {
 				return Check{}, errMalformed
 			}
-			b, c.Key = b[l:], string(v)
+			b, c.Key = b[l:], keyString(keys, v)
 			continue
 		}
 		if typ != protowire.VarintType || num < 2 || num > 11 {
@@ -271,12 +280,74 @@ func decodeCheck(b []byte) (Check, error) {
 		return Check{}, err
 	}
 	c.Limit.Kind = k
+	if !c.Penalty.IsZero() {
+		// The owner keeps the key of a ban state: it must not hold the
+		// message's other keys alive with it.
+		c.Key = strings.Clone(c.Key)
+	}
 	return c, nil
+}
+
+// keyString returns v as a string stored in the room left in *keys, which it
+// extends, or as a string of its own when *keys has no room left. Bytes of
+// *keys are written once, before any string refers to them, and never again
+// (keys is never reset or reused), so the strings are as immutable as any:
+// the keys of one message cost one allocation instead of one each. A key kept
+// beyond the batch keeps that allocation alive.
+func keyString(keys *[]byte, v []byte) string {
+	k := *keys
+	if len(v) == 0 || cap(k)-len(k) < len(v) {
+		return string(v)
+	}
+	start := len(k)
+	k = append(k, v...)
+	*keys = k
+	return unsafe.String(&k[start], len(v))
+}
+
+// scanRequest checks that a ForwardRequest b is well formed at the top level
+// and returns its number of checks and the total length of their keys (of a
+// key that comes first in its check, as encoders write it).
+func scanRequest(b []byte) (n, keyBytes int, err error) {
+	for len(b) > 0 {
+		f, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return 0, 0, errMalformed
+		}
+		b = b[l:]
+		l = protowire.ConsumeFieldValue(f, typ, b)
+		if l < 0 {
+			return 0, 0, errMalformed
+		}
+		if f == 1 {
+			n++
+			if typ == protowire.BytesType {
+				keyBytes += firstKeyLen(b[:l])
+			}
+		}
+		b = b[l:]
+	}
+	return n, keyBytes, nil
+}
+
+// firstKeyLen returns the length of the key of the length-prefixed Check
+// message b when the key is its first field, else 0.
+func firstKeyLen(b []byte) int {
+	v, l := protowire.ConsumeBytes(b)
+	if l < 0 || len(v) == 0 || v[0] != 1<<3|byte(protowire.BytesType) {
+		return 0
+	}
+	k, l := protowire.ConsumeBytes(v[1:])
+	if l < 0 {
+		return 0
+	}
+	return len(k)
 }
 
 // fwdResponse is a ForwardResponse of the stream. The sender fills id and
 // either results or code and message. decode fills id, code, message and
-// results (nil unless the message holds results); lastOwner carries the last
+// results (empty unless the message holds results; its backing array is
+// decoded into again by the next decode); lastOwner carries the last
 // owner name decoded across the messages of one stream, so that the same name
 // is not allocated again for every result.
 type fwdResponse struct {
@@ -365,10 +436,11 @@ func (m *fwdResponse) decode(b []byte) error {
 	if err != nil {
 		return err
 	}
-	m.id, m.code, m.message, m.results = 0, 0, "", nil
-	if n > 0 {
+	m.id, m.code, m.message = 0, 0, ""
+	if cap(m.results) < n {
 		m.results = make([]Result, 0, n)
 	}
+	m.results = m.results[:0]
 	for len(b) > 0 {
 		num, typ, l := protowire.ConsumeTag(b)
 		if l < 0 {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ringlimit/ringlimit/algo"
@@ -74,11 +75,14 @@ func randResults(r *rand.Rand, n int) []Result {
 
 // TestWireCodecMatchesProtobuf checks that the stream codec writes the bytes
 // the protobuf runtime writes for the same ForwardRequest and ForwardResponse,
-// and reads protobuf's bytes as decodeChecks and resultFromWire do.
+// and reads protobuf's bytes as decodeChecks and resultFromWire do, also when
+// decoding into the same message again and again as the stream does.
 func TestWireCodecMatchesProtobuf(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(7, 11))
 	det := proto.MarshalOptions{Deterministic: true}
+	reusedReq, reusedResp := &fwdRequest{maxKeyLen: 32}, &fwdResponse{}
+	var earlierKeys, earlierCopies []string // decoded keys must never change
 	for round := range 200 {
 		n := r.IntN(12)
 		checks := randChecks(r, n)
@@ -106,6 +110,22 @@ func TestWireCodecMatchesProtobuf(t *testing.T) {
 			fmt.Sprint(dec.checks) != fmt.Sprint(wantChecks) || invalidString(dec.invalid) != invalidString(wantInvalid) {
 			t.Fatalf("round %d: decoded %+v, want id %d timeout %d n %d checks %v invalid %v", round, dec, id, timeout, n, wantChecks, wantInvalid)
 		}
+		if err := reusedReq.decode(want); err != nil {
+			t.Fatalf("round %d: decode again: %v", round, err)
+		}
+		if reusedReq.id != id || reusedReq.timeout != timeout || reusedReq.n != n ||
+			fmt.Sprint(reusedReq.checks) != fmt.Sprint(wantChecks) || invalidString(reusedReq.invalid) != invalidString(wantInvalid) {
+			t.Fatalf("round %d: decoded into a reused request %+v, want checks %v invalid %v", round, reusedReq, wantChecks, wantInvalid)
+		}
+		for i := range earlierKeys {
+			if earlierKeys[i] != earlierCopies[i] {
+				t.Fatalf("round %d: a key decoded earlier changed to %q, want %q", round, earlierKeys[i], earlierCopies[i])
+			}
+		}
+		for _, c := range reusedReq.checks {
+			earlierKeys = append(earlierKeys, c.Key)
+			earlierCopies = append(earlierCopies, string([]byte(c.Key)))
+		}
 
 		results := randResults(r, n)
 		resp := &fwdResponse{id: id, results: results}
@@ -131,6 +151,12 @@ func TestWireCodecMatchesProtobuf(t *testing.T) {
 		}
 		if rd.id != id || rd.code != resp.code || rd.message != resp.message || fmt.Sprint(rd.results) != fmt.Sprint(wantResults) {
 			t.Fatalf("round %d: decoded %+v, want %+v", round, rd, wantResults)
+		}
+		if err := reusedResp.decode(want); err != nil {
+			t.Fatalf("round %d: decode response again: %v", round, err)
+		}
+		if reusedResp.id != id || reusedResp.code != resp.code || reusedResp.message != resp.message || fmt.Sprint(reusedResp.results) != fmt.Sprint(wantResults) {
+			t.Fatalf("round %d: decoded into a reused response %+v, want %+v", round, reusedResp, wantResults)
 		}
 	}
 }
@@ -160,4 +186,44 @@ func invalidString(items []invalidItem) string {
 		fmt.Fprintf(&b, "%d: %v; ", it.index, it.err)
 	}
 	return b.String()
+}
+
+// TestDecodeRequestAllocations checks that the keys of a decoded request share
+// one allocation, except a key that is not the first field of its check and
+// the key of a check with a Penalty (the owner keeps it with the ban state).
+func TestDecodeRequestAllocations(t *testing.T) {
+	plain := []Check{validCheck("alpha", 1), validCheck("beta", 2), validCheck("gamma", 3), validCheck("delta", 4)}
+	banned := validCheck("banned", 1)
+	banned.Penalty = Penalty{Denials: 3, Within: time.Second, Ban: time.Minute}
+	// A check whose key comes after its other fields, as protobuf may order them.
+	late := appendCheck(nil, &plain[0])
+	late = append(late[len("alpha")+2:], late[:len("alpha")+2]...)
+	lateReq := protowire.AppendTag(nil, 1, protowire.BytesType)
+	lateReq = protowire.AppendBytes(lateReq, late)
+	for _, tc := range []struct {
+		name   string
+		msg    []byte
+		want   []Check
+		allocs float64
+	}{
+		{"plain", (&fwdRequest{id: 1, checks: plain}).append(nil), plain, 1},
+		{"penalty", (&fwdRequest{id: 1, checks: append([]Check{banned}, plain...)}).append(nil), append([]Check{banned}, plain...), 2},
+		{"key last", append((&fwdRequest{id: 1, checks: plain}).append(nil), lateReq...), append(append([]Check{}, plain...), plain[0]), 2},
+	} {
+		m := &fwdRequest{maxKeyLen: 32}
+		if err := m.decode(tc.msg); err != nil {
+			t.Fatalf("%s: decode: %v", tc.name, err)
+		}
+		if fmt.Sprint(m.checks) != fmt.Sprint(tc.want) || len(m.invalid) != 0 {
+			t.Fatalf("%s: decoded %v (invalid %v), want %v", tc.name, m.checks, invalidString(m.invalid), tc.want)
+		}
+		got := testing.AllocsPerRun(100, func() {
+			if err := m.decode(tc.msg); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if got != tc.allocs {
+			t.Errorf("%s: %v allocations per decode, want %v", tc.name, got, tc.allocs)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -34,6 +35,13 @@ import (
 // until the stream ends; batches become ready while it opens and are sent once
 // it is open. When the stream breaks, its batches in flight fail and the next
 // ready batch opens a new stream.
+//
+// Batches are recycled (free) so that a forwarded check costs no allocation of
+// its own on this side: a batch counts its holders (refs: the peer until it
+// finishes the batch, every caller waiting on it, and the sender of a batch in
+// flight until its message is written) and goes back to free only when the last
+// lets go. A caller that gave up (its ctx ended) lets go at once; the batch's
+// late answer is then matched by id, which is never reused, and dropped.
 type peer struct {
 	cfg    *ClientConfig
 	codec  wireCodec
@@ -42,6 +50,7 @@ type peer struct {
 	client pb.PeerClient
 	timer  *time.Timer // flushes cur after BatchMaxWait; fires into timerFired
 	expiry *time.Timer // fails live batches at their deadline; fires into expiryFired
+	free   sync.Pool   // *batch no longer referred to, for reuse
 
 	mu          sync.Mutex
 	cur         *batch     // open batch, or nil
@@ -93,18 +102,25 @@ const (
 	batchDone
 )
 
-// batchInline is the capacity of a batch's checks before they spill to the
-// heap: batches under load hold about as many checks as callers wait on one
-// peer link, often fewer than eight.
+// batchInline is the first capacity of a batch's checks: batches under load
+// hold about as many checks as callers wait on one peer link, often fewer
+// than eight.
 const batchInline = 8
 
-// batch is one group of checks sent together, and once done is closed, either
-// err or one result per check.
+// maxKeptItems bounds the capacity of the checks and results slices a
+// recycled batch (either side's) keeps; larger ones, from a burst, are let go.
+const maxKeptItems = 64
+
+// batch is one group of checks sent together. Once it is done, err or one
+// result per check is set and done holds one token per check, for its caller
+// (a caller that gave up leaves its token, drained when the batch is
+// recycled: done is reused with the batch). See peer for its recycling.
 type batch struct {
-	checks   []Check
-	first    [batchInline]Check // checks' first backing array: one allocation with the batch
+	pe       *peer
+	checks   []Check // backing array kept across reuse
 	opened   time.Time
 	deadline time.Time
+	refs     atomic.Int32 // holders; recycled at 0 (see peer)
 
 	// Guarded by peer.mu.
 	state      batchState
@@ -112,10 +128,47 @@ type batch struct {
 	stream     *fwdStream
 	sent       time.Time
 	prev, next *batch // in peer.live while not done
+	sendNext   *batch // next batch of the same dispatch; then only its sender reads it
 
-	done    chan struct{}
-	results []Result
+	req     fwdRequest    // the message of the batch; only its sender uses it
+	done    chan struct{} // capacity BatchMaxItems
+	results []Result // backing array kept across reuse
 	err     error
+}
+
+// newBatchLocked returns an empty open batch held by the peer (refs 1).
+func (pe *peer) newBatchLocked(now time.Time) *batch {
+	b, _ := pe.free.Get().(*batch)
+	if b == nil {
+		b = &batch{pe: pe, checks: make([]Check, 0, batchInline)}
+	}
+	b.opened, b.deadline = now, now.Add(pe.cfg.ForwardTimeout)
+	if b.done == nil {
+		b.done = make(chan struct{}, pe.cfg.BatchMaxItems) // no buffer: struct{} has no size
+	}
+	b.refs.Store(1)
+	return b
+}
+
+// release lets go of one hold on b; the last one recycles it.
+func (b *batch) release() {
+	if b.refs.Add(-1) != 0 {
+		return
+	}
+	pe := b.pe
+	clear(b.checks) // the keys
+	if cap(b.checks) > maxKeptItems {
+		b.checks = nil
+	}
+	if cap(b.results) > maxKeptItems {
+		b.results = nil
+	}
+	clear(b.results[:cap(b.results)]) // owner names and messages
+	for len(b.done) > 0 {
+		<-b.done // the tokens of callers that gave up
+	}
+	*b = batch{pe: pe, checks: b.checks[:0], results: b.results[:0], done: b.done}
+	pe.free.Put(b)
 }
 
 // fwdStream is one ForwardStream to the peer.
@@ -152,13 +205,7 @@ func (pe *peer) add(c Check) (b *batch, i int, ok bool) {
 	}
 	b = pe.cur
 	if b == nil {
-		now := time.Now()
-		b = &batch{
-			opened:   now,
-			deadline: now.Add(pe.cfg.ForwardTimeout),
-			done:     make(chan struct{}),
-		}
-		b.checks = b.first[:0]
+		b = pe.newBatchLocked(time.Now())
 		pe.live.push(b)
 		if !pe.expiryArmed {
 			// Armed for an older batch otherwise, whose deadline comes first.
@@ -169,8 +216,9 @@ func (pe *peer) add(c Check) (b *batch, i int, ok bool) {
 	}
 	i = len(b.checks)
 	b.checks = append(b.checks, c)
+	b.refs.Add(1) // the caller's, released by Pool.Forward
 	var s *fwdStream
-	var out []*batch
+	var out *batch
 	switch {
 	case len(b.checks) >= pe.cfg.BatchMaxItems, pe.idleLocked():
 		pe.closeCurLocked()
@@ -205,7 +253,7 @@ func (pe *peer) closeCurLocked() {
 
 // kickLocked is called when a slot may have freed: the open batch is closed if
 // the link became idle, then ready batches are dispatched.
-func (pe *peer) kickLocked() (*fwdStream, []*batch) {
+func (pe *peer) kickLocked() (*fwdStream, *batch) {
 	if pe.cur != nil && !pe.closed && pe.idleLocked() {
 		pe.closeCurLocked()
 	}
@@ -214,9 +262,10 @@ func (pe *peer) kickLocked() (*fwdStream, []*batch) {
 
 // dispatchLocked moves ready batches into flight while the in-flight bound
 // allows. In stream mode it returns the stream and the batches the caller must
-// send on it after releasing mu; with no stream it starts opening one. In unary mode it starts one goroutine
-// per batch.
-func (pe *peer) dispatchLocked() (*fwdStream, []*batch) {
+// send on it after releasing mu (a list linked by sendNext, each held for its
+// sender); with no stream it starts opening one. In unary mode it starts one
+// goroutine per batch.
+func (pe *peer) dispatchLocked() (*fwdStream, *batch) {
 	if pe.closed || len(pe.ready) == 0 {
 		return nil, nil
 	}
@@ -240,7 +289,7 @@ func (pe *peer) dispatchLocked() (*fwdStream, []*batch) {
 	if !s.open {
 		return nil, nil
 	}
-	var out []*batch
+	var head, tail *batch
 	now := time.Time{}
 	for len(s.inflight) < pe.cfg.MaxInflightBatches && len(pe.ready) > 0 {
 		b := pe.popReady()
@@ -250,39 +299,52 @@ func (pe *peer) dispatchLocked() (*fwdStream, []*batch) {
 		pe.nextID++
 		b.id, b.state, b.stream, b.sent = pe.nextID, batchStreamed, s, now
 		s.inflight[b.id] = b
-		out = append(out, b)
+		b.refs.Add(1) // the sender's, released by sendAll
+		if tail == nil {
+			head = b
+		} else {
+			tail.sendNext = b
+		}
+		tail = b
 	}
-	if len(out) == 0 {
+	if head == nil {
 		return nil, nil
 	}
-	return s, out
+	return s, head
 }
+
+// maxKeptReady bounds the capacity of peer.ready kept once it empties.
+const maxKeptReady = 16
 
 func (pe *peer) popReady() *batch {
 	b := pe.ready[0]
-	pe.ready[0] = nil
-	pe.ready = pe.ready[1:]
-	if len(pe.ready) == 0 {
-		pe.ready = pe.ready[:0:0] // let the backing array go; it rarely grows
+	n := copy(pe.ready, pe.ready[1:])
+	pe.ready[n] = nil
+	pe.ready = pe.ready[:n]
+	if n == 0 && cap(pe.ready) > maxKeptReady {
+		pe.ready = nil // let a backing array that grew under a burst go
 	}
 	return b
 }
 
-// sendAll sends batches that dispatchLocked put in flight on s. A send error
-// cancels the stream; its receive loop then fails every batch in flight.
-func (pe *peer) sendAll(s *fwdStream, out []*batch) {
-	if len(out) == 0 {
-		return
-	}
-	for _, b := range out {
-		req := fwdRequest{id: b.id, timeout: max(int64(time.Until(b.deadline)), 1), checks: b.checks}
-		s.sendMu.Lock()
-		err := s.cs.SendMsg(&req)
-		s.sendMu.Unlock()
-		if err != nil {
-			s.cancel()
-			return
+// sendAll sends the batches that dispatchLocked put in flight on s (the list
+// from head) and lets go of them. A send error cancels the stream; its receive
+// loop then fails every batch in flight.
+func (pe *peer) sendAll(s *fwdStream, head *batch) {
+	var err error
+	for b := head; b != nil; {
+		next := b.sendNext
+		if err == nil {
+			b.req = fwdRequest{id: b.id, timeout: max(int64(time.Until(b.deadline)), 1), checks: b.checks}
+			s.sendMu.Lock()
+			err = s.cs.SendMsg(&b.req)
+			s.sendMu.Unlock()
+			if err != nil {
+				s.cancel()
+			}
 		}
+		b.release()
+		b = next
 	}
 }
 
@@ -387,13 +449,18 @@ func (pe *peer) doneLocked(b *batch) {
 	pe.live.remove(b)
 }
 
-// finish completes b, which the caller has moved to batchDone under mu.
+// finish completes b, which the caller has moved to batchDone under mu, and
+// lets go of the peer's hold on it.
 func (pe *peer) finish(b *batch, start time.Time, err error) {
 	b.err = err
-	close(b.done)
-	if pe.cfg.OnBatch != nil {
-		pe.cfg.OnBatch(pe.addr, len(b.checks), time.Since(start), err)
+	n := len(b.checks)
+	for range n {
+		b.done <- struct{}{} // never blocks: n <= BatchMaxItems
 	}
+	if pe.cfg.OnBatch != nil {
+		pe.cfg.OnBatch(pe.addr, n, time.Since(start), err)
+	}
+	b.release()
 }
 
 // run opens the stream, sends what gathered meanwhile, then receives answers
@@ -441,9 +508,12 @@ func (s *fwdStream) run() {
 		case len(resp.results) != len(b.checks):
 			err = fmt.Errorf("%w: forward to %s: %d results for %d checks", ErrUnavailable, pe.addr, len(resp.results), len(b.checks))
 		default:
-			b.results = resp.results
+			// resp.results is decoded into again by the next RecvMsg.
+			b.results = append(b.results[:0], resp.results...)
 		}
-		resp.results = nil
+		if cap(resp.results) > maxKeptItems {
+			resp.results = nil
+		}
 		pe.finish(b, b.sent, err)
 	}
 }
@@ -517,8 +587,9 @@ func (pe *peer) runUnary(b *batch) {
 		case len(resp.GetResults()) != len(b.checks):
 			err = fmt.Errorf("%w: forward to %s: %d results for %d checks", ErrUnavailable, pe.addr, len(resp.GetResults()), len(b.checks))
 		default:
-			b.results = make([]Result, len(b.checks))
+			b.results = slices.Grow(b.results[:0], len(b.checks))[:len(b.checks)]
 			for i, m := range resp.GetResults() {
+				b.results[i] = Result{}
 				resultFromWire(m, &b.results[i])
 			}
 		}

@@ -252,15 +252,24 @@ func (p *Pool) Forward(ctx context.Context, addr string, c Check) (Result, error
 		}
 		// Dropped between lookup and add: the next lookup dials afresh.
 	}
-	select {
-	case <-b.done:
-		if b.err != nil {
-			return Result{}, b.err
+	// One token of b.done is this caller's.
+	if done := ctx.Done(); done == nil {
+		<-b.done // a context that never ends: no select
+	} else {
+		select {
+		case <-b.done:
+		case <-done:
+			b.release()
+			return Result{}, fmt.Errorf("%w: forward to %s: %w", ErrUnavailable, addr, ctx.Err())
 		}
-		return b.results[i], nil
-	case <-ctx.Done():
-		return Result{}, fmt.Errorf("%w: forward to %s: %w", ErrUnavailable, addr, ctx.Err())
 	}
+	var r Result
+	err := b.err
+	if err == nil {
+		r = b.results[i]
+	}
+	b.release()
+	return r, err
 }
 
 // Transfer sends states to the peer at addr in chunks of at most

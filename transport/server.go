@@ -227,9 +227,10 @@ func newServer(cfg ServerConfig) (*Server, ServerConfig) {
 // peerServer implements the Peer service on top of a PeerHandler.
 type peerServer struct {
 	pb.UnimplementedPeerServer
-	cfg  ServerConfig
-	h    PeerHandler
-	stop <-chan struct{}
+	cfg     ServerConfig
+	h       PeerHandler
+	stop    <-chan struct{}
+	batches sync.Pool // *streamBatch answered and let go, for reuse
 }
 
 func (s *peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.ForwardResponse, error) {
@@ -312,22 +313,45 @@ type forwardStream struct {
 }
 
 // streamBatch is one batch received on a ForwardStream with everything its
-// serving needs, allocated together.
+// serving needs, allocated together and reused (peerServer.batches) once the
+// batch is answered, unless its context was handed out for waiting.
 type streamBatch struct {
 	req  fwdRequest
 	resp fwdResponse
 	ctx  batchContext
 }
 
+func (s *peerServer) getBatch() *streamBatch {
+	sb, _ := s.batches.Get().(*streamBatch)
+	if sb == nil {
+		sb = new(streamBatch)
+	}
+	sb.req.maxKeyLen = s.cfg.MaxKeyLen
+	return sb
+}
+
+// putBatch makes sb, which nothing refers to any more, available for reuse.
+func (s *peerServer) putBatch(sb *streamBatch) {
+	checks := sb.req.checks
+	if cap(checks) > maxKeptItems {
+		checks = nil
+	}
+	clear(checks) // the keys
+	*sb = streamBatch{req: fwdRequest{checks: checks[:0]}}
+	s.batches.Put(sb)
+}
+
 func (fs *forwardStream) recvLoop() error {
 	for {
-		sb := &streamBatch{req: fwdRequest{maxKeyLen: fs.srv.cfg.MaxKeyLen}}
+		sb := fs.srv.getBatch()
 		if err := fs.stream.RecvMsg(&sb.req); err != nil {
+			fs.srv.putBatch(sb)
 			return err
 		}
 		fs.mu.Lock()
 		if fs.stopped {
 			fs.mu.Unlock()
+			fs.srv.putBatch(sb)
 			return nil // the handler is returning; the sender sees the stream end
 		}
 		fs.wg.Add(1)
@@ -340,7 +364,7 @@ func (fs *forwardStream) recvLoop() error {
 	}
 }
 
-// serve decides one batch and sends its answer.
+// serve decides one batch, sends its answer, and lets sb go.
 func (fs *forwardStream) serve(sb *streamBatch) {
 	defer fs.wg.Done()
 	req, resp := &sb.req, &sb.resp
@@ -348,7 +372,11 @@ func (fs *forwardStream) serve(sb *streamBatch) {
 	if req.timeout > 0 {
 		sb.ctx.deadline = time.Now().Add(time.Duration(req.timeout))
 	}
-	defer sb.ctx.end()
+	defer func() {
+		if sb.ctx.end() {
+			fs.srv.putBatch(sb)
+		}
+	}()
 	resp.id = req.id
 	var results []Result
 	var err error
@@ -450,8 +478,10 @@ func (c *batchContext) Value(key any) any {
 }
 
 // end cancels the context once the batch is answered, as the cancel of
-// context.WithDeadline would.
-func (c *batchContext) end() {
+// context.WithDeadline would. It reports whether Done was never called: then
+// no derived context or goroutine can refer to c, and (PeerHandler.Forward
+// keeps no ctx beyond its return) c may be reused.
+func (c *batchContext) end() (unused bool) {
 	c.mu.Lock()
 	c.ended = true
 	cancel := c.cancel
@@ -459,6 +489,7 @@ func (c *batchContext) end() {
 	if cancel != nil {
 		cancel()
 	}
+	return cancel == nil
 }
 
 func (s *peerServer) Transfer(ctx context.Context, req *pb.TransferRequest) (*pb.TransferResponse, error) {

@@ -326,3 +326,56 @@ func TestForwardFallsBackToUnaryForOldPeers(t *testing.T) {
 		t.Fatalf("old peer's handler saw %d batches, want 3", got)
 	}
 }
+
+// TestStreamCallersGivingUpDoNotDisturbOthers has callers give up on checks
+// in flight (their deadline passes while the peer is slow) among callers that
+// wait: batches are recycled once their last caller lets go and their late
+// answers are dropped, so every answer a caller gets must be its own check's,
+// and a caller that gives up gets its context's error.
+func TestStreamCallersGivingUpDoNotDisturbOthers(t *testing.T) {
+	t.Parallel()
+	h := &slowPeer{max: 2 * time.Millisecond, rnd: rand.New(rand.NewPCG(3, 4))}
+	addr, _ := startServer(t, ServerConfig{}, h, nil)
+	p := newPool(t, ClientConfig{BatchMaxItems: 8, BatchMaxWait: 100 * time.Microsecond, MaxInflightBatches: 8, ForwardTimeout: 30 * time.Second})
+
+	const callers, perCaller = 32, 60
+	var wg sync.WaitGroup
+	var gaveUp, answered atomic.Int64
+	errs := make(chan error, callers)
+	for g := range callers {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), 5))
+			for i := range perCaller {
+				key := fmt.Sprintf("k%d-%d", g, i)
+				hits := int64(g*perCaller + i)
+				ctx, cancel := context.Background(), context.CancelFunc(func() {})
+				if g%2 == 0 {
+					ctx, cancel = context.WithTimeout(ctx, time.Duration(r.Int64N(int64(6*time.Millisecond))))
+				}
+				res, err := p.Forward(ctx, addr, validCheck(key, hits))
+				cancel()
+				switch {
+				case err != nil && g%2 == 0 && errors.Is(err, ErrUnavailable) && errors.Is(err, context.DeadlineExceeded):
+					gaveUp.Add(1)
+				case err != nil:
+					errs <- fmt.Errorf("key %s: %w", key, err)
+					return
+				case res.Code != CodeOK || res.Owner != "owner:"+key || res.Decision.Remaining != hits:
+					errs <- fmt.Errorf("key %s: got %+v, want owner:%s remaining %d", key, res, key, hits)
+					return
+				default:
+					answered.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if gaveUp.Load() == 0 || answered.Load() == 0 {
+		t.Fatalf("%d checks given up and %d answered, want some of each", gaveUp.Load(), answered.Load())
+	}
+	t.Logf("%d checks given up, %d answered", gaveUp.Load(), answered.Load())
+}

@@ -136,7 +136,12 @@ type TransferBatch struct {
 type PeerHandler interface {
 	// Forward decides checks this node owns; it returns one Result per check, in
 	// order (CodeNotOwner for keys it does not own). now for checks without
-	// CreatedAt is read by the handler.
+	// CreatedAt is read by the handler. ctx and the checks slice are the
+	// server's to reuse once Forward returns: keep neither (a goroutine that
+	// outlives the call may keep a context derived from ctx). The keys of one
+	// batch may share one allocation: a key kept beyond the call (strings.Clone
+	// it) keeps the others alive; keys of checks with a Penalty are copies of
+	// their own.
 	Forward(ctx context.Context, checks []Check) []Result
 	// Transfer installs key states handed off by a previous owner, keeping the more
 	// restrictive state where the key already exists. A handoff arrives as one or
