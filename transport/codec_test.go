@@ -50,6 +50,7 @@ func randChecks(r *rand.Rand, n int) []Check {
 		if i%3 == 0 {
 			checks[i] = validCheck(fmt.Sprint("valid-", i), int64(i))
 		}
+		checks[i].AsBackup = r.IntN(2) == 0 // peer-only field 11
 	}
 	return checks
 }
