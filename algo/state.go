@@ -230,7 +230,15 @@ const stateVersion = 1
 // hits are less than 128 ns apart and up to 12+9n bytes otherwise. The error is
 // always nil for a State built by this package.
 func (s State) MarshalBinary() ([]byte, error) {
-	b := make([]byte, 0, 2+3*binary.MaxVarintLen64)
+	return s.AppendBinary(make([]byte, 0, 2+3*binary.MaxVarintLen64))
+}
+
+// AppendBinary appends the binary form of MarshalBinary to b and returns the
+// extended slice (encoding.BinaryAppender), so that many states can share one
+// buffer. On error (a State of no valid Kind, never one built by this
+// package) it returns b unchanged and the error.
+func (s State) AppendBinary(b []byte) ([]byte, error) {
+	start := len(b)
 	b = append(b, stateVersion, byte(s.kind))
 	switch s.kind {
 	case 0:
@@ -273,7 +281,7 @@ func (s State) MarshalBinary() ([]byte, error) {
 			b = binary.AppendUvarint(b, uint64(s.bw.counts[slot(k)]))
 		}
 	default:
-		return nil, fmt.Errorf("%w: kind %d", ErrInvalidState, uint8(s.kind))
+		return b[:start], fmt.Errorf("%w: kind %d", ErrInvalidState, uint8(s.kind))
 	}
 	return b, nil
 }

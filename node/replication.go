@@ -202,6 +202,7 @@ func (n *Node) replicate() {
 		states []transport.KeyState
 	}
 	to := make(map[string]*dest)
+	buf := make([]byte, 0, 16*len(ms)) // every state's bytes, one allocation (mostly)
 	for _, m := range ms {
 		owner, ok := rs.snap.OwnerOfHash(m.h)
 		if !ok || owner.Name != self || rs.leaving {
@@ -211,10 +212,12 @@ func (n *Node) replicate() {
 		if !ok {
 			continue
 		}
-		st, err := m.st.MarshalBinary()
-		if err != nil {
+		start := len(buf)
+		var err error
+		if buf, err = m.st.AppendBinary(buf); err != nil {
 			continue
 		}
+		st := buf[start:len(buf):len(buf)]
 		d := to[b.Name]
 		if d == nil {
 			d = &dest{addr: b.Addr}
@@ -279,10 +282,11 @@ type ReplicationMetrics interface {
 
 // awaitReplicated waits, under ReplicationSync, until a replication send that
 // began after this call has finished: every state changed before the call has
-// then reached its backup (or its send failed and will be retried). It waits at
-// most ForwardTimeout (then the decision stands: availability first). It
-// returns ErrStopped if the node stops first, or ctx's error: the decision
-// then must not be reported as made (the backup may never learn of it).
+// then reached its backup, or its send failed (it is retried with the next
+// send; the decision stands: availability first). Each send is bounded by
+// ForwardTimeout, so the wait is at most about twice that. It returns
+// ErrStopped if the node stops first, or ctx's error: the decision then must
+// not be reported as made (the backup may never learn of it).
 func (n *Node) awaitReplicated(ctx context.Context) error {
 	if n.cfg.Replication != ReplicationSync || n.rs.Load().backups == nil {
 		return nil
@@ -293,15 +297,10 @@ func (n *Node) awaitReplicated(ctx context.Context) error {
 	case r.kick <- struct{}{}:
 	default:
 	}
-	var timer *time.Timer
 	for {
 		ch := *r.doneCh.Load()
 		if r.done.Load() >= want {
 			return nil
-		}
-		if timer == nil {
-			timer = time.NewTimer(n.cfg.ForwardTimeout)
-			defer timer.Stop()
 		}
 		select {
 		case <-ch:
@@ -309,8 +308,6 @@ func (n *Node) awaitReplicated(ctx context.Context) error {
 			return ctx.Err()
 		case <-n.stop:
 			return ErrStopped
-		case <-timer.C:
-			return nil
 		}
 	}
 }
