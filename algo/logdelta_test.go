@@ -116,3 +116,61 @@ func TestLogDeltaRefusesOutOfOrder(t *testing.T) {
 		t.Fatal("LogSince of a State of no Kind")
 	}
 }
+
+// FuzzAppendLog feeds AppendLog a replica and a delta decoded from arbitrary
+// bytes (what a peer could send) and an arbitrary tail: it must never panic,
+// a refusal must leave the replica unchanged, and an accepted update must
+// leave a log in time order within the limit.
+func FuzzAppendLog(f *testing.F) {
+	l := Limit{Kind: SlidingWindowLog, Limit: 8, Period: time.Second}
+	base := int64(1_700_000_000_000_000_000)
+	var a State
+	for i := range int64(3) {
+		a.Take(base+i*1000, 1, l)
+	}
+	tt, tn := a.LogTail()
+	ab, _ := a.MarshalBinary()
+	a.Take(base+5000, 2, l)
+	d, _ := a.LogSince(tt, tn)
+	db, _ := d.MarshalBinary()
+	f.Add(ab, db, tt, tn, int64(8), int64(1e9))
+	f.Add([]byte{1, 1, 0}, db, int64(0), int64(0), int64(3), int64(10))
+	f.Add(ab, []byte{1, 1, 2, 0, 0}, tt, tn, int64(1), int64(1))
+	f.Fuzz(func(t *testing.T, rb, db []byte, tt, tn, limit, period int64) {
+		var r, d State
+		if r.UnmarshalBinary(rb) != nil || d.UnmarshalBinary(db) != nil {
+			return
+		}
+		l := Limit{Kind: SlidingWindowLog, Limit: limit, Period: time.Duration(period)}
+		before, _ := r.MarshalBinary()
+		if !r.AppendLog(tt, tn, &d, l) {
+			after, _ := r.MarshalBinary()
+			if !bytes.Equal(before, after) {
+				t.Fatalf("a refused AppendLog changed the replica: %x -> %x", before, after)
+			}
+			return
+		}
+		if r.Kind() != SlidingWindowLog {
+			t.Fatalf("accepted, but the replica is of kind %v", r.Kind())
+		}
+		if r.log != nil {
+			if int64(r.log.n) > min(l.Limit, MaxLogLimit) {
+				t.Fatalf("replica holds %d entries, limit %d", r.log.n, l.Limit)
+			}
+			for i := int32(1); i < r.log.n; i++ {
+				if r.log.at(i) < r.log.at(i-1) {
+					t.Fatalf("replica out of order at %d", i)
+				}
+			}
+		}
+		// The result encodes and decodes as any state does.
+		b, err := r.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back State
+		if err := back.UnmarshalBinary(b); err != nil {
+			t.Fatalf("accepted result does not decode: %v", err)
+		}
+	})
+}
