@@ -190,11 +190,18 @@ func (n *Node) replicate() {
 		ch := make(chan struct{})
 		close(*r.doneCh.Swap(&ch))
 	}()
+	rs := n.rs.Load()
+	if rs.backups == nil {
+		// No backup (one member, or replication off): forget the changes
+		// without copying them; a ring change that brings backups lists every
+		// owned key again (resync).
+		n.owned.clearDirty()
+		return
+	}
 	ms := n.owned.takeDirty(n.clock())
 	if len(ms) == 0 {
 		return
 	}
-	rs := n.rs.Load()
 	self := n.cfg.Name
 	type dest struct {
 		addr   string

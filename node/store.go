@@ -223,6 +223,7 @@ type anyKindTable interface {
 	markWhere(sh *shard, k algo.Kind, pred func(h uint64) bool)
 	mark(sh *shard, k algo.Kind, h uint64)
 	sendWhole(sh *shard, k algo.Kind, h uint64)
+	clearDirty(h uint64)
 	appendLog(sh *shard, m movedState, wall int64) bool
 }
 
@@ -465,6 +466,13 @@ func (t *kindTable[W]) copyDirty(sh *shard, k algo.Kind, h uint64, wall int64) (
 	return m, true
 }
 
+// clearDirty clears the dirty flag of the key with hash h, if it is stored.
+func (t *kindTable[W]) clearDirty(h uint64) {
+	if i := t.find(h); i >= 0 {
+		t.slots[i].flags &^= flagDirty
+	}
+}
+
 // sendWhole makes the next replication send of the key with hash h carry its
 // whole state (its replica is missing or behind) and lists it as changed.
 func (t *kindTable[W]) sendWhole(sh *shard, k algo.Kind, h uint64) {
@@ -632,6 +640,27 @@ func (s *store) takeDirty(wall int64) []movedState {
 		}
 	}
 	return out
+}
+
+// clearDirty empties every dirty list and clears the keys' dirty flags,
+// copying nothing.
+func (s *store) clearDirty() {
+	for w := range s.dirtyShards {
+		bitsSet := s.dirtyShards[w].Swap(0)
+		for bitsSet != 0 {
+			b := bits.TrailingZeros64(bitsSet)
+			bitsSet &^= 1 << b
+			sh := &s.shards[w*64+b]
+			sh.mu.Lock()
+			for _, r := range sh.dirty {
+				if t := sh.table(r.k); t != nil {
+					t.clearDirty(r.h)
+				}
+			}
+			sh.dirty = sh.dirty[:0]
+			sh.mu.Unlock()
+		}
+	}
 }
 
 // takeDirtyShard appends copies of shard sh's changed states to out and
