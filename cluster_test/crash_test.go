@@ -183,12 +183,16 @@ func TestCrashUnderLoadAsync(t *testing.T) {
 }
 
 // issue 14 (a), the crash while the keys are still admitting: with
-// asynchronous replication the owner's last ReplicationLag of admissions may
-// be lost, and no key may be admitted more than 1.05 times its limit.
+// asynchronous replication the owner's last ReplicationLag of admissions (plus
+// the send in flight) may be lost. The README's bound is what a key admits in
+// that time, L + s; at this test's rate (about 40 admissions per second per
+// key) and with sends taking up to tens of ms under -race on a loaded machine,
+// that is a few hits: the test allows 5 (10 % of the limit) and logs the
+// figures. Without replication every key of the dead owner admits 50 more.
 func TestCrashMidAdmissionAsync(t *testing.T) {
 	res := runCrashAt(t, replication(node.ReplicationAsync), 3*time.Second, 0.3)
 	t.Logf("async, crash at 30%% admitted: %d keys over the limit, max per key %d, %d extra admissions", res.sum.over, res.sum.maxKey, res.sum.extra)
-	checkBound(t, res, crashLimit.Limit*105/100)
+	checkBound(t, res, crashLimit.Limit+5)
 }
 
 // issue 14 (b), the crash while the keys are still admitting: with synchronous
@@ -249,10 +253,10 @@ func TestFastRestart(t *testing.T) {
 	// (connections, TLS) and the machine's load set the floor, logged above.
 	// The stall this guards against is a wait for the handoff timeout (1 s in
 	// the test profile). On a loaded machine (-race, other packages' tests on
-	// the same two cores) scheduling alone delays calls: the bound is 200 ms
-	// or, when calls before the crash already took longer than 100 ms, twice
-	// the slowest of them, so load is not mistaken for a stall.
-	bound := max(slowCall, 2*res.sum.phaseMax[0])
+	// the same two cores) scheduling alone delays calls: the slowest call
+	// before the crash measures that noise, and the bound is 200 ms on top of
+	// it, so load is not mistaken for a stall.
+	bound := slowCall + res.sum.phaseMax[0]
 	for p := 1; p < len(phaseNames); p++ {
 		if lat := res.sum.phaseMax[p]; lat > bound {
 			t.Errorf("a call that ended %s waited %v, want at most %v (before the crash: at most %v)",

@@ -469,7 +469,17 @@ func (n *Node) forwardAsBackup(ctx context.Context, c transport.Check) transport
 		return transport.Result{Code: transport.CodeNotOwner, Message: "not the key's backup"}
 	}
 	if !n.breakers.skip(owner.Name) {
-		res, err := n.peers.Forward(ctx, owner.Addr, c)
+		// At most half of what the sender left us (and of ForwardTimeout): an
+		// owner that is gone without a reset (a killed container, a cut cable)
+		// must not make the sender's forward to this backup time out too,
+		// which would send the check to the local fallback.
+		wait := n.cfg.ForwardTimeout / 2
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(dl)/2)
+		}
+		octx, cancel := context.WithTimeout(ctx, wait)
+		res, err := n.peers.Forward(octx, owner.Addr, c)
+		cancel()
 		switch {
 		case err == nil && (res.Code == transport.CodeOK || res.Code == transport.CodeInvalidArgument):
 			n.breakers.reset(owner.Name)
