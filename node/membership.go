@@ -426,6 +426,7 @@ func (n *Node) resync(old, ns *ringState, restarted map[string]bool) {
 	}
 	if any {
 		n.owned.markWhere(func(h uint64) bool { return parts[snap.PartitionOfHash(h)] })
+		n.bans.markWhere(func(key string) bool { return parts[snap.Partition(key)] })
 	}
 }
 
@@ -497,9 +498,33 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]b
 		}
 		return sendState
 	}, n.clock())
-	movedBans := n.bans.extract(func(key string) bool {
-		m, ok := snap.Owner(key)
-		return !ok || m.Name != self || ns.leaving
+	// Ban states move as key states do, except that a replica this node no
+	// longer backs up is dropped: its owner holds the whole of it, and a
+	// handed-off ban state is merged (its denials would count twice).
+	movedBans := n.bans.extract(func(key string) moveAction {
+		h := snap.Hash(key)
+		m, ok := snap.OwnerOfHash(h)
+		switch {
+		case !ok || ns.leaving:
+			return sendState
+		case m.Name == self:
+			return keepState
+		}
+		wasOwner := old.Len() == 0
+		if !wasOwner {
+			o, _ := old.OwnerOfHash(h)
+			wasOwner = o.Name == self
+		}
+		if b, ok := ns.backupOfHash(h); ok && b.Name == self {
+			if wasOwner || restarted[m.Name] {
+				return sendCopy
+			}
+			return keepState
+		}
+		if wasOwner {
+			return sendState
+		}
+		return dropState
 	})
 	byOwner := make(map[string][]transport.KeyState)
 	bansByOwner := make(map[string][]transport.PenaltyState)

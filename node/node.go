@@ -223,7 +223,7 @@ func New(cfg Config) (*Node, error) {
 		clock:     cfg.Clock,
 		id:        newInstanceID(),
 		ring:      r,
-		bans:      &penalties{},
+		bans:      &penalties{track: cfg.Replication != ReplicationOff},
 		memberSig: make(chan struct{}, 1),
 		members:   make(map[string]Member),
 		admit:     make(map[string]*admission),
@@ -857,20 +857,20 @@ func (n *Node) checkTransfer(b transport.TransferBatch) ([]algo.State, int64, er
 			return nil, 0, err
 		}
 	}
-	return states, wall, nil
-}
-
-// installHandoff installs a validated handoff batch (see Transfer).
-func (n *Node) installHandoff(b transport.TransferBatch, states []algo.State, wall int64) error {
 	for _, ps := range b.Penalties {
 		for _, t := range ps.Denials {
 			if t > wall+int64(n.cfg.MaxPeerClockSkew) {
 				n.refused("state")
 				n.log.Warn("refused handed-off ban state", "from", b.From, "key", ps.Key, "denial", t)
-				return fmt.Errorf("%w: ban state of key %q: a denial at %d ns is after now %d + skew %v", ErrRefusedState, ps.Key, t, wall, n.cfg.MaxPeerClockSkew)
+				return nil, 0, fmt.Errorf("%w: ban state of key %q: a denial at %d ns is after now %d + skew %v", ErrRefusedState, ps.Key, t, wall, n.cfg.MaxPeerClockSkew)
 			}
 		}
 	}
+	return states, wall, nil
+}
+
+// installHandoff installs a validated handoff batch (see Transfer).
+func (n *Node) installHandoff(b transport.TransferBatch, states []algo.State, wall int64) error {
 	for i, ks := range b.States {
 		h := ks.KeyHash
 		if ks.Key != "" {

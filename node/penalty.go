@@ -45,12 +45,18 @@ func (n *Node) AllowPenalized(ctx context.Context, key string, l algo.Limit, hit
 // without a penalty never touch it.
 type penalties struct {
 	shards [numShards]penaltyShard
+	// track lists changed ban states for replication (Config.Replication not
+	// off).
+	track bool
 }
 
 type penaltyShard struct {
 	mu        sync.Mutex
 	m         map[string]*penaltyState
 	nextSweep int
+	// dirty holds the keys whose ban state changed since the last
+	// replication send (penalties.track only).
+	dirty map[string]struct{}
 }
 
 // penaltyState is one key's ban state on its owner.
@@ -79,6 +85,7 @@ func (p *penalties) take(h uint64, key string, pen Penalty, hits, now int64, dec
 		// shortened since, or the state came from a peer that claimed more
 		// (handed-off ban states are untrusted input).
 		st.banUntil = now + int64(pen.Ban)
+		p.markDirty(sh, key)
 	}
 	if st != nil && now < st.banUntil {
 		d, err := decide(0) // the limit's capacity and reset, nothing consumed
@@ -111,6 +118,7 @@ func (p *penalties) take(h uint64, key string, pen Penalty, hits, now int64, dec
 	}
 	st.denials = append(st.denials, now)
 	st.touch(now + int64(pen.Within))
+	p.markDirty(sh, key)
 	if int64(len(st.denials)) == pen.Denials && st.denials[0] > now-int64(pen.Within) {
 		st.banUntil = now + int64(pen.Ban)
 		st.denials = st.denials[:0]
@@ -119,6 +127,79 @@ func (p *penalties) take(h uint64, key string, pen Penalty, hits, now int64, dec
 		return d, true, nil
 	}
 	return d, false, nil
+}
+
+// markDirty lists key's ban state as changed (shard lock held).
+func (p *penalties) markDirty(sh *penaltyShard, key string) {
+	if !p.track {
+		return
+	}
+	if sh.dirty == nil {
+		sh.dirty = make(map[string]struct{})
+	}
+	sh.dirty[key] = struct{}{}
+}
+
+// markWhere lists as changed the ban states of the keys for which pred is
+// true (a ring change gave them a new backup), and markKeys those of keys.
+func (p *penalties) markWhere(pred func(key string) bool) {
+	if !p.track {
+		return
+	}
+	for i := range p.shards {
+		sh := &p.shards[i]
+		sh.mu.Lock()
+		for k := range sh.m {
+			if pred(k) {
+				p.markDirty(sh, k)
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// markKeys lists the ban states of the given keys (ring hashes hs) as
+// changed again (their send failed).
+func (p *penalties) markKeys(keys []string, hs []uint64) {
+	for i, k := range keys {
+		sh := &p.shards[shardOf(hs[i])]
+		sh.mu.Lock()
+		if sh.m[k] != nil {
+			p.markDirty(sh, k)
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// takeDirty returns copies of the ban states changed since the last call
+// (those still held) and forgets the changes.
+func (p *penalties) takeDirty() []transport.PenaltyState {
+	var out []transport.PenaltyState
+	for i := range p.shards {
+		sh := &p.shards[i]
+		sh.mu.Lock()
+		for k := range sh.dirty {
+			if st := sh.m[k]; st != nil {
+				out = append(out, transport.PenaltyState{Key: k, BanUntil: st.banUntil, Denials: slices.Clone(st.denials), Expire: st.expire})
+			}
+		}
+		clear(sh.dirty)
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// replace sets key's ban state to s, a replica from the key's owner (which
+// holds the whole truth of it, so nothing is merged: merging would count the
+// same denials twice).
+func (p *penalties) replace(h uint64, s transport.PenaltyState) {
+	sh := &p.shards[shardOf(h)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.m == nil {
+		sh.m = make(map[string]*penaltyState)
+	}
+	sh.m[s.Key] = &penaltyState{banUntil: s.BanUntil, denials: slices.Clone(s.Denials), expire: s.Expire}
 }
 
 func banned(d *algo.Decision, left time.Duration) {
@@ -139,16 +220,21 @@ func (sh *penaltyShard) sweep(now int64) {
 	sh.nextSweep = 2*len(sh.m) + 64
 }
 
-// extract removes and returns the ban states of keys for which move is true.
-func (p *penalties) extract(move func(key string) bool) []transport.PenaltyState {
+// extract applies act(key) to every ban state (see moveAction) and returns
+// those to send.
+func (p *penalties) extract(act func(key string) moveAction) []transport.PenaltyState {
 	var out []transport.PenaltyState
 	for i := range p.shards {
 		sh := &p.shards[i]
 		sh.mu.Lock()
 		for k, st := range sh.m {
-			if move(k) {
-				out = append(out, transport.PenaltyState{Key: k, BanUntil: st.banUntil, Denials: st.denials, Expire: st.expire})
+			a := act(k)
+			if a == sendState || a == sendCopy {
+				out = append(out, transport.PenaltyState{Key: k, BanUntil: st.banUntil, Denials: slices.Clone(st.denials), Expire: st.expire})
+			}
+			if a == sendState || a == dropState {
 				delete(sh.m, k)
+				delete(sh.dirty, k)
 			}
 		}
 		sh.mu.Unlock()

@@ -90,7 +90,7 @@ func TestPenaltyStateMovesWithHandoff(t *testing.T) {
 	if d, _ := a.AllowPenalized(ctx, "k", l, 1, pen); !d.Banned {
 		t.Fatalf("got %+v, want banned", d)
 	}
-	moved := a.bans.extract(func(string) bool { return true })
+	moved := a.bans.extract(func(string) moveAction { return sendState })
 	if len(moved) != 1 || moved[0].Key != "k" {
 		t.Fatalf("extracted %+v, want the state of k", moved)
 	}

@@ -199,7 +199,8 @@ func (n *Node) replicate() {
 		return
 	}
 	ms := n.owned.takeDirty(n.clock())
-	if len(ms) == 0 {
+	pens := n.bans.takeDirty()
+	if len(ms) == 0 && len(pens) == 0 {
 		return
 	}
 	self := n.cfg.Name
@@ -207,6 +208,8 @@ func (n *Node) replicate() {
 		addr   string
 		moved  []movedState
 		states []transport.KeyState
+		pens   []transport.PenaltyState
+		penH   []uint64
 	}
 	to := make(map[string]*dest)
 	buf := make([]byte, 0, 16*len(ms)) // every state's bytes, one allocation (mostly)
@@ -236,6 +239,24 @@ func (n *Node) replicate() {
 			LogDelta: m.delta, LogAfter: m.after, LogAfterCount: m.afterN,
 		})
 	}
+	for _, ps := range pens {
+		h := rs.snap.Hash(ps.Key)
+		owner, ok := rs.snap.OwnerOfHash(h)
+		if !ok || owner.Name != self || rs.leaving {
+			continue
+		}
+		b, ok := rs.backupOfHash(h)
+		if !ok {
+			continue
+		}
+		d := to[b.Name]
+		if d == nil {
+			d = &dest{addr: b.Addr}
+			to[b.Name] = d
+		}
+		d.pens = append(d.pens, ps)
+		d.penH = append(d.penH, h)
+	}
 	if len(to) == 0 {
 		return
 	}
@@ -248,10 +269,11 @@ func (n *Node) replicate() {
 			// new backup after the ring drops this one), and do not make a sync
 			// caller wait out a send that cannot succeed.
 			n.owned.remark(d.moved)
+			n.bans.markKeys(penKeys(d.pens), d.penH)
 			continue
 		}
 		wg.Go(func() {
-			needFull, err := n.peers.Replicate(ctx, d.addr, transport.TransferBatch{From: self, Replica: true, States: d.states})
+			needFull, err := n.peers.Replicate(ctx, d.addr, transport.TransferBatch{From: self, Replica: true, States: d.states, Penalties: d.pens})
 			if len(needFull) > 0 {
 				kinds := make(map[uint64]algo.Kind, len(d.moved))
 				for _, m := range d.moved {
@@ -274,10 +296,20 @@ func (n *Node) replicate() {
 			if err != nil {
 				n.log.Debug("replication send failed; retrying with the next send", "backup", name, "keys", len(d.states), "err", err)
 				n.owned.remark(d.moved)
+				n.bans.markKeys(penKeys(d.pens), d.penH)
 			}
 		})
 	}
 	wg.Wait()
+}
+
+// penKeys returns the keys of ps.
+func penKeys(ps []transport.PenaltyState) []string {
+	out := make([]string, len(ps))
+	for i := range ps {
+		out[i] = ps[i].Key
+	}
+	return out
 }
 
 // ReplicationMetrics is an optional interface of Config.Metrics: Replicated is
@@ -346,6 +378,20 @@ func (n *Node) acceptReplica(b transport.TransferBatch, states []algo.State, wal
 			}
 		default:
 			n.owned.install(h, ks.Limit, states[i], ks.LastNow, ks.CallerClock, wall, owner.Name == self)
+		}
+	}
+	for _, ps := range b.Penalties {
+		h := rs.snap.Hash(ps.Key)
+		owner, ok := rs.snap.OwnerOfHash(h)
+		if !ok {
+			continue
+		}
+		bk, hasB := rs.backupOfHash(h)
+		switch {
+		case owner.Name == self:
+			n.bans.install(h, ps) // a late send from the previous owner
+		case hasB && bk.Name == self && owner.Name == b.From:
+			n.bans.replace(h, ps)
 		}
 	}
 	return needFull

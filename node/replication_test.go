@@ -339,3 +339,52 @@ func TestLogReplicationSendsDeltas(t *testing.T) {
 	take(1)
 	send(false, 13, 13)
 }
+
+// A key's ban (penalty) is replicated with its state: after the owner
+// crashes, its backup, now the owner, still bans the key.
+func TestCrashKeepsBan(t *testing.T) {
+	t.Parallel()
+	_, nodes := memCluster(t, 3, nil)
+	sender, owner, backup := nodes[0], nodes[1], nodes[2]
+	key := keyWith(t, sender, owner, backup)
+	l := algo.Limit{Kind: algo.GCRA, Burst: 0, Limit: 1, Period: 24 * time.Hour}
+	pen := Penalty{Denials: 1, Within: time.Hour, Ban: time.Hour}
+	ctx := context.Background()
+	if d, err := sender.AllowPenalized(ctx, key, l, 1, pen); err != nil || !d.Allowed {
+		t.Fatalf("first check: %+v, %v", d, err)
+	}
+	if d, err := sender.AllowPenalized(ctx, key, l, 1, pen); err != nil || !d.Banned {
+		t.Fatalf("second check: %+v, %v; want banned", d, err)
+	}
+	h := backup.owned.hash(key)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		sh := &backup.bans.shards[shardOf(h)]
+		sh.mu.Lock()
+		st := sh.m[key]
+		replicated := st != nil && st.banUntil > 0
+		sh.mu.Unlock()
+		if replicated {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the ban did not reach the backup within 5 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	owner.Abort()
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		if o, _ := sender.Owner(key); o.Name == backup.Name() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the crash was not detected within 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	d, err := sender.AllowPenalized(ctx, key, l, 1, pen)
+	if err != nil || !d.Banned || d.Owner != backup.Name() {
+		t.Fatalf("after the crash: %+v, %v; want banned by %s", d, err, backup.Name())
+	}
+}

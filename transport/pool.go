@@ -328,7 +328,7 @@ func (p *Pool) transfer(ctx context.Context, addr string, b TransferBatch) (need
 			size += sz
 			n++
 		}
-		req := &pb.TransferRequest{From: b.From, RingDigest: b.RingDigest, Penalties: make([]*pb.PenaltyState, n)}
+		req := &pb.TransferRequest{From: b.From, RingDigest: b.RingDigest, Penalties: make([]*pb.PenaltyState, n), Replica: b.Replica}
 		for j := range n {
 			req.Penalties[j] = penaltyStateToWire(pens[j])
 		}
