@@ -32,8 +32,10 @@ const MaxPenaltyDenials = transport.MaxPenaltyDenials
 // for p.Ban afterwards are denied with Decision.Banned set, RetryAfter the ban's
 // remaining time, Remaining 0, whatever the algorithm says; checks denied by
 // the ban consume nothing and do not count as denials. The ban state moves
-// with the key on a handoff. A check decided by the OwnerUnreachable fallback
-// applies no penalty (the owner's ban state is out of reach). Errors as AllowN,
+// with the key on a handoff and is replicated to the key's backup (see
+// Config.Replication), which applies it while the owner is unreachable. A
+// check decided by the OwnerUnreachable fallback applies no penalty (the
+// owner's ban state is out of reach). Errors as AllowN,
 // plus a wrapped transport.ErrInvalidCheck for an invalid p.
 func (n *Node) AllowPenalized(ctx context.Context, key string, l algo.Limit, hits int64, p Penalty) (Decision, error) {
 	return n.decide(ctx, transport.Check{Key: key, Limit: l, Hits: hits, Penalty: p})
