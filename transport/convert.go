@@ -264,10 +264,10 @@ func keyStateFromWire(m *pb.KeyState) (KeyState, error) {
 		return KeyState{}, err
 	}
 	return KeyState{
-		Key:         string(m.GetKey()),
-		KeyHash:     m.GetKeyHash(),
-		Limit:       l,
-		State:       m.GetState(),
+		Key:           string(m.GetKey()),
+		KeyHash:       m.GetKeyHash(),
+		Limit:         l,
+		State:         m.GetState(),
 		LastNow:       m.GetLastNowUnixNs(),
 		CallerClock:   m.GetCallerClock(),
 		LogDelta:      m.GetLogDelta(),

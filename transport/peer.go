@@ -132,7 +132,7 @@ type batch struct {
 
 	req     fwdRequest    // the message of the batch; only its sender uses it
 	done    chan struct{} // capacity BatchMaxItems
-	results []Result // backing array kept across reuse
+	results []Result      // backing array kept across reuse
 	err     error
 }
 
