@@ -377,6 +377,38 @@ func (n *Node) rebuild() {
 	n.handoff(ns, old.snap, restarted)
 }
 
+// moveOf says what the ring change from old to ns does with the state this
+// node holds of the key with ring hash h: keep it (owned, or still its
+// replica), hand it to the new owner (and keep a copy where this node is the
+// key's new backup, or the new owner is a restarted member it backs up), or,
+// for a state that is neither, stray (stale replica or handed to it by
+// mistake): stray, sendState or dropState.
+func (n *Node) moveOf(ns *ringState, old *ring.Snapshot, restarted map[string]bool, h uint64, stray moveAction) moveAction {
+	self := n.cfg.Name
+	m, ok := ns.snap.OwnerOfHash(h)
+	switch {
+	case !ok || ns.leaving:
+		return sendState
+	case m.Name == self:
+		return keepState
+	}
+	wasOwner := old.Len() == 0
+	if !wasOwner {
+		o, _ := old.OwnerOfHash(h)
+		wasOwner = o.Name == self
+	}
+	if b, ok := ns.backupOfHash(h); ok && b.Name == self {
+		if wasOwner || restarted[m.Name] {
+			return sendCopy
+		}
+		return keepState // still its replica
+	}
+	if wasOwner {
+		return sendState
+	}
+	return stray
+}
+
 // restartedMembers returns the names of the members of cur that are also in
 // old under another instance id: processes restarted under the same name.
 func restartedMembers(old, cur *ring.Snapshot) map[string]bool {
@@ -478,53 +510,13 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]b
 	self := n.cfg.Name
 	snap := ns.snap
 	moved := n.owned.extract(func(h uint64) moveAction {
-		m, ok := snap.OwnerOfHash(h)
-		switch {
-		case !ok || ns.leaving:
-			return sendState
-		case m.Name == self:
-			return keepState
-		}
-		wasOwner := old.Len() == 0
-		if !wasOwner {
-			o, _ := old.OwnerOfHash(h)
-			wasOwner = o.Name == self
-		}
-		if b, ok := ns.backupOfHash(h); ok && b.Name == self {
-			if wasOwner || restarted[m.Name] {
-				return sendCopy
-			}
-			return keepState // still its replica
-		}
-		return sendState
+		return n.moveOf(ns, old, restarted, h, sendState)
 	}, n.clock())
 	// Ban states move as key states do, except that a replica this node no
 	// longer backs up is dropped: its owner holds the whole of it, and a
 	// handed-off ban state is merged (its denials would count twice).
 	movedBans := n.bans.extract(func(key string) moveAction {
-		h := snap.Hash(key)
-		m, ok := snap.OwnerOfHash(h)
-		switch {
-		case !ok || ns.leaving:
-			return sendState
-		case m.Name == self:
-			return keepState
-		}
-		wasOwner := old.Len() == 0
-		if !wasOwner {
-			o, _ := old.OwnerOfHash(h)
-			wasOwner = o.Name == self
-		}
-		if b, ok := ns.backupOfHash(h); ok && b.Name == self {
-			if wasOwner || restarted[m.Name] {
-				return sendCopy
-			}
-			return keepState
-		}
-		if wasOwner {
-			return sendState
-		}
-		return dropState
+		return n.moveOf(ns, old, restarted, snap.Hash(key), dropState)
 	})
 	byOwner := make(map[string][]transport.KeyState)
 	bansByOwner := make(map[string][]transport.PenaltyState)
