@@ -221,7 +221,6 @@ type anyKindTable interface {
 	install(sh *shard, m movedState, wall int64, track bool) bool
 	copyDirty(sh *shard, k algo.Kind, h uint64, wall int64) (movedState, bool)
 	markWhere(sh *shard, k algo.Kind, pred func(h uint64) bool)
-	mark(sh *shard, k algo.Kind, h uint64)
 	sendWhole(sh *shard, k algo.Kind, h uint64)
 	clearDirty(h uint64)
 	appendLog(sh *shard, m movedState, wall int64) bool
@@ -519,14 +518,6 @@ func (t *kindTable[W]) appendLog(sh *shard, m movedState, wall int64) bool {
 	last, _ := t.lastNow(sl, wall)
 	setClock(t, sl, max(last, m.lastNow), wall, sl.flags&flagCaller != 0 || m.callerClock)
 	return true
-}
-
-// mark lists the key with hash h as dirty, if it is still stored.
-func (t *kindTable[W]) mark(sh *shard, k algo.Kind, h uint64) {
-	if i := t.find(h); i >= 0 {
-		sl := &t.slots[i]
-		sh.markDirty(k, sl.h, &sl.flags)
-	}
 }
 
 // install merges m into t; it reports whether it added a key. With track, the
