@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
@@ -50,6 +51,9 @@ type penalties struct {
 	// track lists changed ban states for replication (Config.Replication not
 	// off).
 	track bool
+	// dirtyN counts keys listed dirty since the last takeDirty, so that a
+	// replication send with no changed ban (the usual case) takes no lock.
+	dirtyN atomic.Int64
 }
 
 type penaltyShard struct {
@@ -139,7 +143,10 @@ func (p *penalties) markDirty(sh *penaltyShard, key string) {
 	if sh.dirty == nil {
 		sh.dirty = make(map[string]struct{})
 	}
-	sh.dirty[key] = struct{}{}
+	if _, ok := sh.dirty[key]; !ok {
+		sh.dirty[key] = struct{}{}
+		p.dirtyN.Add(1)
+	}
 }
 
 // markWhere lists as changed the ban states of the keys for which pred is
@@ -176,6 +183,9 @@ func (p *penalties) markKeys(keys []string, hs []uint64) {
 // takeDirty returns copies of the ban states changed since the last call
 // (those still held) and forgets the changes.
 func (p *penalties) takeDirty() []transport.PenaltyState {
+	if p.dirtyN.Swap(0) == 0 {
+		return nil
+	}
 	var out []transport.PenaltyState
 	for i := range p.shards {
 		sh := &p.shards[i]
