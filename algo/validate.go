@@ -20,47 +20,49 @@ import (
 //
 // Validate allocates only when it returns an error.
 func (l Limit) Validate() error {
-	_, err := l.check()
-	return err
+	return l.check()
 }
 
-// check is Validate that also returns GCRA's emission interval T (ns), 0 for
-// the other Kinds.
-func (l Limit) check() (t int64, err error) {
+// check is Validate. It divides only when it must: GCRA's T = Period/Limit is
+// computed only when Period*(Burst+1) (an upper bound of tau) overflows.
+func (l Limit) check() error {
 	if !l.Kind.Valid() {
-		return 0, fmt.Errorf("%w: field Kind value %d: not one of the six algorithms", ErrInvalidLimit, uint8(l.Kind))
+		return fmt.Errorf("%w: field Kind value %d: not one of the six algorithms", ErrInvalidLimit, uint8(l.Kind))
 	}
 	if l.Limit <= 0 {
-		return 0, fmt.Errorf("%w: field Limit value %d: must be > 0", ErrInvalidLimit, l.Limit)
+		return fmt.Errorf("%w: field Limit value %d: must be > 0", ErrInvalidLimit, l.Limit)
 	}
 	if l.Period <= 0 || l.Period > MaxDuration {
-		return 0, fmt.Errorf("%w: field Period value %d ns: must be in 1..%d ns", ErrInvalidLimit, int64(l.Period), int64(MaxDuration))
+		return fmt.Errorf("%w: field Period value %d ns: must be in 1..%d ns", ErrInvalidLimit, int64(l.Period), int64(MaxDuration))
 	}
 	if l.Burst < 0 {
-		return 0, fmt.Errorf("%w: field Burst value %d: must be >= 0", ErrInvalidLimit, l.Burst)
+		return fmt.Errorf("%w: field Burst value %d: must be >= 0", ErrInvalidLimit, l.Burst)
 	}
 	switch l.Kind {
 	case SlidingWindowLog:
 		if l.Limit > MaxLogLimit {
-			return 0, fmt.Errorf("%w: field Limit value %d: sliding_window_log stores one timestamp per hit, must be <= MaxLogLimit (%d)", ErrInvalidLimit, l.Limit, MaxLogLimit)
+			return fmt.Errorf("%w: field Limit value %d: sliding_window_log stores one timestamp per hit, must be <= MaxLogLimit (%d)", ErrInvalidLimit, l.Limit, MaxLogLimit)
 		}
 	case GCRA:
-		t = int64(l.Period) / l.Limit
-		if t < 1 {
-			return 0, fmt.Errorf("%w: field Limit value %d: emission interval Period/Limit = %d ns / %d is below 1 ns", ErrInvalidLimit, l.Limit, int64(l.Period), l.Limit)
+		if int64(l.Period) < l.Limit { // T = Period/Limit < 1
+			return fmt.Errorf("%w: field Limit value %d: emission interval Period/Limit = %d ns / %d is below 1 ns", ErrInvalidLimit, l.Limit, int64(l.Period), l.Limit)
 		}
-		if !mulFits(t, l.Burst, 1) {
-			return 0, fmt.Errorf("%w: field Burst value %d: tau = T*(Burst+1) = %d ns * %d overflows MaxDuration", ErrInvalidLimit, l.Burst, t, uint64(l.Burst)+1)
+		// tau = T*(Burst+1) <= Period*(Burst+1): when that fits, so does tau,
+		// and the division is skipped.
+		if !mulFits(int64(l.Period), l.Burst, 1) {
+			if t := int64(l.Period) / l.Limit; !mulFits(t, l.Burst, 1) {
+				return fmt.Errorf("%w: field Burst value %d: tau = T*(Burst+1) = %d ns * %d overflows MaxDuration", ErrInvalidLimit, l.Burst, t, uint64(l.Burst)+1)
+			}
 		}
 	case TokenBucket:
 		if l.Burst < 1 {
-			return 0, fmt.Errorf("%w: field Burst value %d: token_bucket needs a capacity >= 1", ErrInvalidLimit, l.Burst)
+			return fmt.Errorf("%w: field Burst value %d: token_bucket needs a capacity >= 1", ErrInvalidLimit, l.Burst)
 		}
 		if !mulFits(int64(l.Period), l.Burst, 0) {
-			return 0, fmt.Errorf("%w: field Burst value %d: Burst*Period = %d * %d ns overflows MaxDuration", ErrInvalidLimit, l.Burst, l.Burst, int64(l.Period))
+			return fmt.Errorf("%w: field Burst value %d: Burst*Period = %d * %d ns overflows MaxDuration", ErrInvalidLimit, l.Burst, l.Burst, int64(l.Period))
 		}
 	}
-	return t, nil
+	return nil
 }
 
 // fast is the allocation-free form of check for the hot path: GCRA's T and
