@@ -149,6 +149,7 @@ func (r *Ring) SetMembers(members []Member) error {
 	r.snap.Store(&Snapshot{
 		version:        version,
 		partitionCount: uint64(r.cfg.PartitionCount),
+		pmod:           newModulus(uint64(r.cfg.PartitionCount)),
 		hash:           r.hash,
 		members:        sorted,
 		owners:         owners,
@@ -201,6 +202,7 @@ func (r *Ring) emptySnapshot(version uint64) *Snapshot {
 	return &Snapshot{
 		version:        version,
 		partitionCount: uint64(r.cfg.PartitionCount),
+		pmod:           newModulus(uint64(r.cfg.PartitionCount)),
 		hash:           r.hash,
 		digest:         digest(r.cfg.PartitionCount, nil, nil),
 	}

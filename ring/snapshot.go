@@ -14,6 +14,7 @@ import (
 type Snapshot struct {
 	version        uint64
 	partitionCount uint64
+	pmod           modulus // % partitionCount without a division
 	hash           func(string) uint64
 	members        []Member // sorted by Name, unique names
 	owners         []int32  // partition -> index in members; nil when members is empty
@@ -27,7 +28,7 @@ func (s *Snapshot) Owner(key string) (Member, bool) {
 	if len(s.members) == 0 {
 		return Member{}, false
 	}
-	return s.members[s.owners[s.hash(key)%s.partitionCount]], true
+	return s.members[s.owners[s.pmod.mod(s.hash(key))]], true
 }
 
 // Hash returns the ring's hash of key (Config.Hasher; xxhash by default), the
@@ -41,17 +42,17 @@ func (s *Snapshot) OwnerOfHash(h uint64) (Member, bool) {
 	if len(s.members) == 0 {
 		return Member{}, false
 	}
-	return s.members[s.owners[h%s.partitionCount]], true
+	return s.members[s.owners[s.pmod.mod(h)]], true
 }
 
 // PartitionOfHash is Partition for a key whose Hash is h.
-func (s *Snapshot) PartitionOfHash(h uint64) int { return int(h % s.partitionCount) }
+func (s *Snapshot) PartitionOfHash(h uint64) int { return int(s.pmod.mod(h)) }
 
 // Partition returns the partition of key: hash(key) % PartitionCount, in
 // [0, PartitionCount). It depends only on the key, the Hasher and PartitionCount,
 // not on the members, so it is stable across rebuilds.
 func (s *Snapshot) Partition(key string) int {
-	return int(s.hash(key) % s.partitionCount)
+	return int(s.pmod.mod(s.hash(key)))
 }
 
 // PartitionCount returns the number of partitions, Config.PartitionCount.
