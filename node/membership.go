@@ -33,6 +33,24 @@ type ringState struct {
 	// backups[p] is the backup of partition p (see Node.Backup); nil when
 	// the ring has fewer than two members or replication is off.
 	backups []ring.Member
+	// mine[p] reports that this node owns partition p (and is not leaving):
+	// the owner-local fast path reads it instead of copying the owner's
+	// Member and comparing names. nil (rings built in tests) means unknown.
+	mine []bool
+}
+
+// setMine fills rs.mine for the node named self.
+func (rs *ringState) setMine(self string) {
+	if rs.snap.Len() == 0 {
+		return
+	}
+	rs.mine = make([]bool, rs.snap.PartitionCount())
+	if rs.leaving {
+		return
+	}
+	for p := range rs.mine {
+		rs.mine[p] = rs.snap.PartitionOwner(p).Name == self
+	}
 }
 
 // gate returns the channel of the partition of a key whose ring hash is h, nil
@@ -41,7 +59,15 @@ func (rs *ringState) gate(h uint64) chan struct{} {
 	if rs.gates == nil {
 		return nil
 	}
-	g := rs.gates[rs.snap.PartitionOfHash(h)]
+	return rs.gateOf(rs.snap.PartitionOfHash(h))
+}
+
+// gateOf is gate for partition p.
+func (rs *ringState) gateOf(p int) chan struct{} {
+	if rs.gates == nil {
+		return nil
+	}
+	g := rs.gates[p]
 	if g == nil {
 		return nil
 	}
@@ -496,6 +522,7 @@ func without(ms []ring.Member, name string) []ring.Member {
 }
 
 func (n *Node) publish(ns, old *ringState) {
+	ns.setMine(n.cfg.Name)
 	ns.next = make(chan struct{})
 	n.rs.Store(ns)
 	close(old.next)

@@ -39,7 +39,8 @@ const MaxPenaltyDenials = transport.MaxPenaltyDenials
 // owner's ban state is out of reach). Errors as AllowN,
 // plus a wrapped transport.ErrInvalidCheck for an invalid p.
 func (n *Node) AllowPenalized(ctx context.Context, key string, l algo.Limit, hits int64, p Penalty) (Decision, error) {
-	return n.decide(ctx, transport.Check{Key: key, Limit: l, Hits: hits, Penalty: p})
+	c := transport.Check{Key: key, Limit: l, Hits: hits, Penalty: p}
+	return n.decide(ctx, &c)
 }
 
 // penalties shards the ban states like a store, by the key's ring hash.

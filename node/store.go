@@ -133,29 +133,38 @@ func shardOf(h uint64) uint64 { return h & (numShards - 1) }
 // shard's states after a ring change. It returns errNotOwner when owns says no,
 // ErrTooManyKeys at the key bound, or the algorithm's validation error.
 func (s *store) take(h uint64, l algo.Limit, hits, now, wall int64, owns func() bool) (algo.Decision, error) {
+	var d algo.Decision
+	err := s.takeInto(&d, h, l, hits, now, wall, owns)
+	return d, err
+}
+
+// takeInto is take writing its Decision to *out (left unchanged on error): the
+// owner-local path passes the caller's Decision down instead of copying one up
+// through every call.
+func (s *store) takeInto(out *algo.Decision, h uint64, l algo.Limit, hits, now, wall int64, owns func() bool) error {
 	h = fold(h)
 	sh := &s.shards[shardOf(h)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if owns != nil && !owns() {
-		return algo.Decision{}, errNotOwner
+		return errNotOwner
 	}
 	c := check{s: s, sh: sh, h: h, l: l, hits: hits, now: now, wall: wall}
 	switch l.Kind {
 	case algo.GCRA:
-		return takeIn(&c, &sh.gcra, owns)
+		return takeIn(out, &c, &sh.gcra, owns)
 	case algo.TokenBucket:
-		return takeIn(&c, &sh.tb, owns)
+		return takeIn(out, &c, &sh.tb, owns)
 	case algo.FixedWindow:
-		return takeIn(&c, &sh.fw, owns)
+		return takeIn(out, &c, &sh.fw, owns)
 	case algo.SlidingWindowCounter:
-		return takeIn(&c, &sh.swc, owns)
+		return takeIn(out, &c, &sh.swc, owns)
 	case algo.SlidingWindowLog:
-		return takeIn(&c, &sh.swl, owns)
+		return takeIn(out, &c, &sh.swl, owns)
 	case algo.BucketedSlidingWindow:
-		return takeIn(&c, &sh.bsw, owns)
+		return takeIn(out, &c, &sh.bsw, owns)
 	}
-	return algo.Decision{}, l.Validate()
+	return l.Validate()
 }
 
 // check is one check in flight under a shard lock.
@@ -168,19 +177,23 @@ type check struct {
 }
 
 // takeIn is take on the table of c.l.Kind; the shard lock is held.
-func takeIn[W words](c *check, t *kindTable[W], owns func() bool) (algo.Decision, error) {
+func takeIn[W words](out *algo.Decision, c *check, t *kindTable[W], owns func() bool) error {
 	i := t.find(c.h)
 	if i < 0 {
 		if c.hits == 0 {
 			// A peek on an unknown key: answer from a fresh state, store nothing.
 			var fresh algo.State
-			return fresh.Take(c.now, 0, c.l)
+			d, err := fresh.Take(c.now, 0, c.l)
+			if err == nil {
+				*out = d
+			}
+			return err
 		}
 		// Validate before anything is stored or dropped.
 		var fresh algo.State
 		d, err := fresh.Take(c.now, c.hits, c.l)
 		if err != nil {
-			return d, err
+			return err
 		}
 		if c.s.keys.Load() >= c.s.maxKeys {
 			// Drop idle keys everywhere: release this shard's lock so shard locks are
@@ -189,16 +202,16 @@ func takeIn[W words](c *check, t *kindTable[W], owns func() bool) (algo.Decision
 			c.s.dropIdle(c.wall)
 			c.sh.mu.Lock()
 			if owns != nil && !owns() {
-				return algo.Decision{}, errNotOwner
+				return errNotOwner
 			}
 			if i = t.find(c.h); i >= 0 {
-				return t.update(c, i)
+				return t.update(out, c, i)
 			}
 			if c.s.keys.Load() >= c.s.maxKeys {
 				if c.s.onEvict != nil {
 					c.s.onEvict("refused")
 				}
-				return algo.Decision{}, ErrTooManyKeys
+				return ErrTooManyKeys
 			}
 		}
 		i = t.insert(c.h)
@@ -208,9 +221,10 @@ func takeIn[W words](c *check, t *kindTable[W], owns func() bool) (algo.Decision
 		setClock(t, sl, c.now, c.wall, c.now != c.wall)
 		c.s.keys.Add(1)
 		c.markDirty(sl.h, &sl.flags)
-		return d, nil
+		*out = d
+		return nil
 	}
-	return t.update(c, i)
+	return t.update(out, c, i)
 }
 
 // anyKindTable is what the cold paths (idle scans, handoffs) need of a
@@ -243,18 +257,21 @@ const (
 	dropState
 )
 
-func (t *kindTable[W]) update(c *check, i int) (algo.Decision, error) {
+func (t *kindTable[W]) update(out *algo.Decision, c *check, i int) error {
 	sl := &t.slots[i]
 	var scratch algo.State
 	// The hint is the emission interval of the key's last Limit: GCRA's Take
 	// skips its division when the Limit is the same.
 	st, boxed := c.sh.load(c.l.Kind, sl.words(), &scratch, c.sh.limits.ls[sl.lim].t)
-	d, err := st.Take(c.now, c.hits, c.l)
-	if err != nil {
-		return d, err
+	// Written straight to *out: a Decision spilled and copied right after its
+	// fields were stored stalls the CPU's store forwarding.
+	var err error
+	if *out, err = st.Take(c.now, c.hits, c.l); err != nil {
+		*out = algo.Decision{}
+		return err
 	}
 	if c.hits > 0 {
-		if d.Allowed {
+		if out.Allowed {
 			if !boxed {
 				st.Pack(sl.words())
 			}
@@ -274,7 +291,7 @@ func (t *kindTable[W]) update(c *check, i int) (algo.Decision, error) {
 		}
 		setClock(t, sl, last, c.wall, c.now != c.wall)
 	}
-	return d, nil
+	return nil
 }
 
 // markDirty lists the key with hash h and slot flags *flags as changed, once,

@@ -36,7 +36,10 @@ const DefaultMaxBatch = 1000
 // clock), and a Limit accepted by algo.Limit.Validate. The error wraps
 // ErrInvalidCheck, and also algo.ErrInvalidLimit for limit and hits errors, and
 // names the field and value. It allocates only when it returns an error.
-func ValidateCheck(c Check, maxKeyLen int) error {
+func ValidateCheck(c Check, maxKeyLen int) error { return c.Validate(maxKeyLen) }
+
+// Validate is ValidateCheck(*c, maxKeyLen) without copying c.
+func (c *Check) Validate(maxKeyLen int) error {
 	if err := validateKey(c.Key, maxKeyLen); err != nil {
 		return err
 	}
