@@ -45,20 +45,28 @@ type State struct {
 // false. For GCRA, TokenBucket, FixedWindow and SlidingWindowCounter, Take does
 // not allocate; a SlidingWindowLog allocates its log as it grows.
 func (s *State) Take(now, hits int64, l Limit) (Decision, error) {
+	var d Decision
+	err := s.TakeInto(&d, now, hits, l)
+	return d, err
+}
+
+// TakeInto is Take writing the Decision to *d (left unchanged on error)
+// instead of returning it: for callers that keep the Decision in a larger
+// value, which saves a copy per check.
+func (s *State) TakeInto(d *Decision, now, hits int64, l Limit) error {
 	var hint int64
 	if s.kind == GCRA {
 		hint = s.b // the emission interval of the last check
 	}
 	t, ok := l.fast(hint)
 	if !ok || uint64(hits) > uint64(MaxHits) || uint64(now-MinTime) > uint64(MaxTime-MinTime) {
-		return Decision{}, takeError(now, hits, l)
+		return takeError(now, hits, l)
 	}
 	if s.kind != l.Kind {
 		*s = State{kind: l.Kind}
 	}
-	var d Decision
-	s.take(&d, now, hits, l, t)
-	return d, nil
+	s.take(d, now, hits, l, t)
+	return nil
 }
 
 // takeError returns the error of a check that Take rejects.

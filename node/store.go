@@ -149,7 +149,8 @@ func (s *store) takeInto(out *algo.Decision, h uint64, l algo.Limit, hits, now, 
 	if owns != nil && !owns() {
 		return errNotOwner
 	}
-	c := check{s: s, sh: sh, h: h, l: l, hits: hits, now: now, wall: wall}
+	var c check // filled field by field: no temporary to copy
+	c.s, c.sh, c.h, c.l, c.hits, c.now, c.wall = s, sh, h, l, hits, now, wall
 	switch l.Kind {
 	case algo.GCRA:
 		return takeIn(out, &c, &sh.gcra, owns)
@@ -265,9 +266,7 @@ func (t *kindTable[W]) update(out *algo.Decision, c *check, i int) error {
 	st, boxed := c.sh.load(c.l.Kind, sl.words(), &scratch, c.sh.limits.ls[sl.lim].t)
 	// Written straight to *out: a Decision spilled and copied right after its
 	// fields were stored stalls the CPU's store forwarding.
-	var err error
-	if *out, err = st.Take(c.now, c.hits, c.l); err != nil {
-		*out = algo.Decision{}
+	if err := st.TakeInto(out, c.now, c.hits, c.l); err != nil {
 		return err
 	}
 	if c.hits > 0 {
