@@ -522,7 +522,7 @@ func (n *Node) decideInto(ctx context.Context, c *transport.Check, out *Decision
 			if err != nil {
 				*out = Decision{}
 			}
-			if errors.Is(err, errNotOwner) && attempt < 8 {
+			if err != nil && errors.Is(err, errNotOwner) && attempt < 8 {
 				rs = n.rs.Load() // the ring changed under us: route again
 				continue
 			}
