@@ -103,6 +103,18 @@ type Options struct {
 	// OnTargetEvent, if not nil, is called when a target is marked down or answers
 	// again, from the caller goroutine that saw it. It must not block.
 	OnTargetEvent func(TargetEvent)
+	// Prefill, when set, sends one check (of Hits) for every key before the
+	// timed phase, split over the callers (caller i sends keys i, i+Concurrency,
+	// ...), so that the timed phase meets every key already stored: it then
+	// measures a cluster that holds Keys keys, not one inserting them. Prefill
+	// checks are neither timed nor counted in Checks or Throughput (see
+	// Report.Prefill); what they admit counts toward each key's bound, which is
+	// then computed over Report.Span. Default false.
+	Prefill bool
+	// PrefillProgress, if not nil, is called from one goroutine about every
+	// 100 ms during the prefill, and once at its end, with the number of keys
+	// done so far (sent or left unsent; Keys at the end). It must not block.
+	PrefillProgress func(sent int64)
 }
 
 func (o *Options) defaults() error {
@@ -191,16 +203,23 @@ type Report struct {
 	// Latency holds the latency of decided checks in ns: from send (closed loop)
 	// or from the scheduled send time (open loop) to the answer.
 	Latency *hdrhistogram.Histogram
-	// Elapsed is the wall time from the first check sent to the last answer.
-	// It is the span MaxAdmitted is computed over.
+	// Elapsed is the wall time of the timed phase, from its first check sent to
+	// its last answer: Throughput is Checks/Elapsed.
 	Elapsed time.Duration
+	// Span is the wall time from the first check sent (the prefill's, with
+	// Options.Prefill) to the last answer: the span MaxAdmitted is computed over,
+	// since the prefill's admissions count toward each key's bound. Without
+	// Prefill it equals Elapsed.
+	Span time.Duration
+	// Prefill reports the prefill phase; zero without Options.Prefill.
+	Prefill PrefillReport
 	// Scheduled and Missed are open-loop counts: checks scheduled within
 	// Duration, and those never sent because the callers were all busy until the
 	// end (the offered rate was not reached).
 	Scheduled, Missed int64
 	// KeysUsed is the number of keys that saw at least one check.
 	KeysUsed int
-	// Bound is the sum of MaxAdmitted(Limit, Elapsed) over the keys used.
+	// Bound is the sum of MaxAdmitted(Limit, Span) over the keys used.
 	Bound int64
 	// KeysOverBound counts keys admitted more than KeyBound, the per-key
 	// MaxAdmitted. WorstKey and WorstAdmitted name the key with the most admitted
@@ -210,6 +229,18 @@ type Report struct {
 	WorstKey      string
 	WorstAdmitted int64
 	KeyBound      int64
+}
+
+// PrefillReport is the outcome of Options.Prefill: one check per key sent
+// before the timed phase.
+type PrefillReport struct {
+	// Decided and Errors count the prefill's checks decided (allowed or denied)
+	// and failed; Admitted is the hits they admitted (included in
+	// Report.Admitted). Unsent counts keys not sent: every target was down with
+	// no probe due, or ctx ended first. Decided+Errors+Unsent = Options.Keys.
+	Decided, Errors, Admitted, Unsent int64
+	// Elapsed is the prefill's wall time.
+	Elapsed time.Duration
 }
 
 // Throughput is the rate of decided checks in checks per second; errors are
@@ -231,6 +262,9 @@ func (r *Report) Err() error {
 	if r.Errors > 0 {
 		return fmt.Errorf("%w: %d errors beside %d decided checks", ErrChecksFailed, r.Errors, r.Checks)
 	}
+	if r.Prefill.Errors > 0 {
+		return fmt.Errorf("%w: %d prefill checks failed", ErrChecksFailed, r.Prefill.Errors)
+	}
 	return nil
 }
 
@@ -249,6 +283,11 @@ func (r *Report) Write(w io.Writer) error {
 	fmt.Fprintf(tw, "mode\t%s, %d targets\n", mode, len(o.Targets))
 	fmt.Fprintf(tw, "limit\t%s %d per %v, burst %d, %d hits per check\n", o.Limit.Kind, o.Limit.Limit, o.Limit.Period, o.Limit.Burst, o.Hits)
 	fmt.Fprintf(tw, "keys\t%d %s (seed %d), %d used, prefix %s\n", o.Keys, dist, o.Seed, r.KeysUsed, o.Prefix)
+	if o.Prefill {
+		p := r.Prefill
+		fmt.Fprintf(tw, "prefill\t%d keys in %v (untimed): %d decided, %d admitted hits, %d errors, %d unsent\n",
+			o.Keys, p.Elapsed.Round(time.Millisecond), p.Decided, p.Admitted, p.Errors, p.Unsent)
+	}
 	fmt.Fprintf(tw, "elapsed\t%v\n", r.Elapsed.Round(time.Millisecond))
 	fmt.Fprintf(tw, "checks\t%d decided (%.0f/s)\n", r.Checks, r.Throughput())
 	if o.Rate > 0 {
@@ -279,7 +318,7 @@ func (r *Report) Write(w io.Writer) error {
 	if r.KeysOverBound > 0 {
 		verdict = fmt.Sprintf("EXCEEDED on %d keys", r.KeysOverBound)
 	}
-	fmt.Fprintf(tw, "bound\t%d hits over %d keys (%d per key over %v): %s\n", r.Bound, r.KeysUsed, r.KeyBound, r.Elapsed.Round(time.Millisecond), verdict)
+	fmt.Fprintf(tw, "bound\t%d hits over %d keys (%d per key over %v): %s\n", r.Bound, r.KeysUsed, r.KeyBound, r.Span.Round(time.Millisecond), verdict)
 	if r.WorstKey != "" {
 		fmt.Fprintf(tw, "most admitted key\t%s: %d of %d\n", r.WorstKey, r.WorstAdmitted, r.KeyBound)
 	}
@@ -313,37 +352,67 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
-	admitted := make([]atomic.Int64, o.Keys)
-	checked := make([]atomic.Bool, o.Keys)
+	// One word per key, so that a check touches one cache line of it (at 1M
+	// keys these are cache misses that the load generator would otherwise add
+	// to the cluster's cost): bit 0 is set once the key was sent a check, the
+	// rest counts admitted hits (2 per hit). Hits are at most algo.MaxHits
+	// (2^31), so a key overflows only after 2^31 admitted checks.
+	keys := make([]atomic.Int64, o.Keys)
 	var answered atomic.Int64
 	callers := make([]*caller, o.Concurrency)
 	keyName := func(k int) string { return o.Prefix + strconv.Itoa(k) }
 
-	start := time.Now()
-	hs := newHealthSet(o, start)
-	// One check: pick a live target, send, classify, record. lat is measured
-	// from 'from'. It returns false when every target is down and no probe is
-	// due: nothing was sent.
-	do := func(c *caller, pref int, gen KeyGen, from time.Time) bool {
+	spanStart := time.Now()
+	hs := newHealthSet(o, spanStart)
+	// send picks a live target, sends one check of key k and classifies the
+	// answer (err is set for a failed check; the code's message for a refusal).
+	send := func(pref, k int) (res transport.Result, ti int, err error, out outcome) {
 		ti, probe := hs.pick(pref)
 		if ti < 0 {
-			return false
+			return res, ti, nil, notSent
 		}
-		k := gen.Next()
-		checked[k].Store(true)
-		res, err := hs.ts[ti].chk.Check(ctx, transport.Check{Key: keyName(k), Limit: o.Limit, Hits: o.Hits})
-		lat := int64(time.Since(from))
+		if st := &keys[k]; st.Load()&1 == 0 {
+			st.Or(1)
+		}
+		res, err = hs.ts[ti].chk.Check(ctx, transport.Check{Key: keyName(k), Limit: o.Limit, Hits: o.Hits})
 		if err != nil && ctx.Err() != nil {
 			if probe {
 				hs.result(ti, true, err)
 			}
-			return true
+			return res, ti, err, cancelled
 		}
 		if err == nil && res.Code != transport.CodeOK {
 			err = fmt.Errorf("code %d: %s", res.Code, res.Message)
 		}
 		hs.result(ti, probe, err)
 		if err != nil {
+			return res, ti, err, failed
+		}
+		if res.Decision.Allowed {
+			keys[k].Add(2 * o.Hits)
+		}
+		return res, ti, nil, decided
+	}
+	var pre PrefillReport
+	if o.Prefill {
+		pre = prefill(ctx, o, send)
+	}
+
+	start := time.Now()
+	if !o.Prefill {
+		spanStart = start
+	}
+	// One check: send, record. lat is measured from 'from'. It returns false
+	// when every target is down and no probe is due: nothing was sent.
+	do := func(c *caller, pref int, gen KeyGen, from time.Time) bool {
+		res, ti, err, out := send(pref, gen.Next())
+		lat := int64(time.Since(from))
+		switch out {
+		case notSent:
+			return false
+		case cancelled:
+			return true
+		case failed:
 			c.errs++
 			c.perTarget[ti][1]++
 			if len(c.errSample) < 3 {
@@ -360,7 +429,6 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		if res.Decision.Allowed {
 			c.admChecks++
-			admitted[k].Add(o.Hits)
 		} else {
 			c.denChks++
 		}
@@ -464,11 +532,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	span := time.Since(spanStart)
+	if !o.Prefill {
+		span = elapsed
+	}
 	close(stopProgress)
 	progressDone.Wait()
 
 	r := &Report{
-		Options: o, Elapsed: elapsed, Scheduled: scheduled, Missed: missed,
+		Options: o, Elapsed: elapsed, Span: span, Prefill: pre, Scheduled: scheduled, Missed: missed,
 		Routes:  map[transport.Route]int64{},
 		Latency: hdrhistogram.New(1, maxLatency, 3),
 	}
@@ -499,15 +571,16 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	r.Checks = r.Decided
-	r.KeyBound, _ = MaxAdmitted(o.Limit, elapsed)
+	r.KeyBound, _ = MaxAdmitted(o.Limit, span)
 	worst := -1
-	for k := range admitted {
-		if !checked[k].Load() {
+	for k := range keys {
+		v := keys[k].Load()
+		if v&1 == 0 {
 			continue
 		}
 		r.KeysUsed++
 		r.Bound = satAdd(r.Bound, r.KeyBound)
-		a := admitted[k].Load()
+		a := v >> 1
 		r.Admitted += a
 		if a > r.KeyBound {
 			r.KeysOverBound++
@@ -520,6 +593,75 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		r.WorstKey = keyName(worst)
 	}
 	return r, ctx.Err()
+}
+
+// outcome is what became of one check sent by Run.
+type outcome uint8
+
+const (
+	// notSent: every target was down and no probe was due.
+	notSent outcome = iota
+	// cancelled: ctx ended while the check was in flight; it is not counted.
+	cancelled
+	// failed: the check was not decided (an error or an error answer).
+	failed
+	// decided: allowed or denied.
+	decided
+)
+
+// prefill sends one check per key with send, split over o.Concurrency
+// goroutines (goroutine i sends keys i, i+Concurrency, ...), and reports what
+// they decided. A key is left unsent when every target is down with no probe
+// due, or once ctx has ended.
+func prefill(ctx context.Context, o Options, send func(pref, k int) (transport.Result, int, error, outcome)) PrefillReport {
+	start := time.Now()
+	var sent, dec, errs, adm, unsent atomic.Int64
+	stop := make(chan struct{})
+	var progress sync.WaitGroup
+	if o.PrefillProgress != nil {
+		progress.Go(func() {
+			t := time.NewTicker(100 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					o.PrefillProgress(sent.Load())
+					return
+				case <-t.C:
+					o.PrefillProgress(sent.Load())
+				}
+			}
+		})
+	}
+	var wg sync.WaitGroup
+	for i := range o.Concurrency {
+		pref := i % len(o.Targets)
+		wg.Go(func() {
+			for k := i; k < o.Keys; k += o.Concurrency {
+				out := notSent
+				var res transport.Result
+				if ctx.Err() == nil {
+					res, _, _, out = send(pref, k)
+				}
+				switch out {
+				case notSent, cancelled:
+					unsent.Add(1)
+				case failed:
+					errs.Add(1)
+				case decided:
+					dec.Add(1)
+					if res.Decision.Allowed {
+						adm.Add(o.Hits)
+					}
+				}
+				sent.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	progress.Wait()
+	return PrefillReport{Decided: dec.Load(), Errors: errs.Load(), Admitted: adm.Load(), Unsent: unsent.Load(), Elapsed: time.Since(start)}
 }
 
 func satAdd(a, b int64) int64 {

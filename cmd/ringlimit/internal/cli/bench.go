@@ -56,6 +56,12 @@ gcra floor(E/floor(P/L))+B+1;
 token_bucket B+floor(E/floor(P/L)). Keys are fresh per run (--prefix). Exit code
 1 if any key exceeds its bound or any check fails.
 
+--prefill sends one check for every key before the timed phase (split over the
+callers, not timed, not counted in checks/s), so the timed phase measures a
+cluster already holding --keys keys rather than one inserting them (at 1M keys
+and a few seconds most checks would otherwise be a key's first). Its admissions
+count toward each key's bound, and E then starts at the prefill's first check.
+
 A progress bar is drawn on stderr when it is a terminal, unless --quiet.`,
 		Example: `  ringlimit bench --duration 10s --concurrency 64
   ringlimit bench --rate 20000 --keys 100000 --dist zipf --zipf-s 1.2 --algorithm token_bucket --limit 100 --period 1s --burst 20
@@ -127,6 +133,21 @@ A progress bar is drawn on stderr when it is a terminal, unless --quiet.`,
 					bar.Set64(min(elapsed.Milliseconds(), o.Duration.Milliseconds()))
 				}
 			}
+			if o.Prefill && !quiet && isTerminal(stderr) {
+				pbar := progressbar.NewOptions64(int64(o.Keys),
+					progressbar.OptionSetWriter(stderr),
+					progressbar.OptionSetDescription("prefill"),
+					progressbar.OptionSetWidth(30),
+					progressbar.OptionThrottle(100*time.Millisecond),
+					progressbar.OptionClearOnFinish(),
+				)
+				o.PrefillProgress = func(done int64) {
+					pbar.Set64(done)
+					if done == int64(o.Keys) {
+						pbar.Finish()
+					}
+				}
+			}
 			r, runErr := bench.Run(cmd.Context(), o)
 			if bar != nil {
 				bar.Finish()
@@ -158,6 +179,7 @@ A progress bar is drawn on stderr when it is a terminal, unless --quiet.`,
 	fs.Uint64Var(&o.Seed, "seed", bench.DefaultSeed, "seed of the key generators (caller i uses PCG(seed, i))")
 	fs.StringVar(&prefix, "prefix", "", `key prefix (default "bench:<unix ns>:", fresh per run)`)
 	fs.BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
+	fs.BoolVar(&o.Prefill, "prefill", false, "before the timed phase, send one check for every key (untimed, counted in each key's bound), so the run measures a cluster already holding --keys keys")
 	fs.IntVar(&o.DownAfter, "down-after", bench.DefaultDownAfter, "consecutive errors that mark a target down")
 	fs.DurationVar(&o.ProbeInterval, "probe-interval", bench.DefaultProbeInterval, "first wait before a down target is probed again (doubles per failed probe)")
 	fs.StringVar(&redisU, "redis", "", "redis:// or rediss:// URL: send the same load to the Redis-backed limiter (the algorithms as Lua scripts) instead of ringlimit")

@@ -227,6 +227,21 @@ func TestBenchInProcessFake(t *testing.T) {
 	}
 }
 
+// TestBenchPrefillFlag: --prefill sends every key a check before the timed
+// phase and reports it.
+func TestBenchPrefillFlag(t *testing.T) {
+	t.Parallel()
+	code, out, stderr := run(t, Deps{InProcess: fakeInProcess(newExact())}, "bench", "--prefill", "--duration", "100ms", "--concurrency", "4", "--keys", "50", "--limit", "5", "--period", "1h")
+	if code != ExitOK {
+		t.Fatalf("got exit %d, want 0\n%s%s", code, out, stderr)
+	}
+	for _, want := range []string{"prefill            50 keys", "50 decided", "50 used", ": ok"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 // fakeLimiter answers the gRPC Limiter service for check's tests.
 type fakeLimiter struct{ allowed bool }
 
