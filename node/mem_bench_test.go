@@ -2,11 +2,14 @@ package node
 
 import (
 	"context"
+	"encoding/binary"
 	"os"
 	"runtime"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/ringlimit/ringlimit/algo"
 )
@@ -96,4 +99,40 @@ func heapPerKey(b *testing.B, kind algo.Kind, keys int) (perKey, total float64) 
 	total = float64(after.HeapAlloc) - float64(before.HeapAlloc)
 	runtime.KeepAlive(n)
 	return total / float64(keys), total
+}
+
+// BenchmarkMemoryPerReplica reports the heap growth per key of a backup's
+// store after GC when 1M GCRA states arrive by replication: each was last
+// checked on its owner 5 ms before the backup's clock (a replication send's
+// delay), as store.install receives them from acceptReplica.
+//
+//	go test -run '^$' -bench MemoryPerReplica -benchtime=1x ./node/
+func BenchmarkMemoryPerReplica(b *testing.B) {
+	const keys = 1_000_000
+	l := memBenchLimit(algo.GCRA)
+	wall := int64(1_700_000_000) * int64(time.Second)
+	last := wall - 5*int64(time.Millisecond)
+	var st algo.State
+	if _, err := st.Take(last, 1, l); err != nil {
+		b.Fatal(err)
+	}
+	var perKey float64
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		s := newStore(keys, xxhash.Sum64String, nil)
+		s.track = true
+		for i := range keys {
+			s.install(xxhash.Sum64(binary.LittleEndian.AppendUint64(nil, uint64(i))), l, st, last, false, wall, false)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if s.len() != keys {
+			b.Fatalf("store holds %d keys, want %d", s.len(), keys)
+		}
+		perKey = (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / keys
+		runtime.KeepAlive(s)
+	}
+	b.ReportMetric(perKey, "B/key")
 }

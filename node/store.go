@@ -315,6 +315,29 @@ func (sh *shard) markDirty(k algo.Kind, h uint64, flags *uint32) {
 	sh.dirty = append(sh.dirty, dirtyRec{h: h, k: k})
 }
 
+// peerLastNow is the last check time to record for a state installed from a
+// peer (a replica, a handoff) whose last check was at lastNow, when this
+// node's clock reads wall: wall itself, so that no clockRec is kept, when
+// lastNow is a node's clock (not a caller's timestamp) and not later than wall.
+//
+// Why that is exact: such a state's times (a TAT, a window start) are the
+// sending node's clock, and this node judges it with its own clock from now
+// on: it decides on it with its own clock once it owns the key, so it judges
+// idleness with the same clock. With synchronized clocks a state is then idle
+// here exactly when it is idle on its sender (a clockRec would age it from
+// lastNow instead and keep it the transfer delay longer, which changes no
+// decision); a clock skew between the two nodes shifts both the same way.
+// Every replicated key used to carry a clockRec for the few milliseconds
+// between its owner's clock and its backup's: a map entry per key and a map
+// assignment per replication send (BenchmarkMemoryPerReplica: 89.5 B per
+// replicated GCRA key with it, 33.8 B without).
+func peerLastNow(lastNow, wall int64, caller bool) int64 {
+	if !caller && lastNow <= wall {
+		return wall
+	}
+	return lastNow
+}
+
 // setClock records that the last check of sl was at lastNow, owner clock wall,
 // and whether lastNow was the caller's timestamp.
 func setClock[W words](t *kindTable[W], sl *slot[W], lastNow, wall int64, caller bool) {
@@ -532,7 +555,8 @@ func (t *kindTable[W]) appendLog(sh *shard, m movedState, wall int64) bool {
 		sl.lim = sh.limits.ref(m.limit)
 	}
 	last, _ := t.lastNow(sl, wall)
-	setClock(t, sl, max(last, m.lastNow), wall, sl.flags&flagCaller != 0 || m.callerClock)
+	cc := sl.flags&flagCaller != 0 || m.callerClock
+	setClock(t, sl, peerLastNow(max(last, m.lastNow), wall, cc), wall, cc)
 	return true
 }
 
@@ -550,7 +574,8 @@ func (t *kindTable[W]) install(sh *shard, m movedState, wall int64, track bool) 
 		if !boxed {
 			st.Pack(sl.words())
 		}
-		setClock(t, sl, at, wall, sl.flags&flagCaller != 0 || m.callerClock)
+		cc := sl.flags&flagCaller != 0 || m.callerClock
+		setClock(t, sl, peerLastNow(at, wall, cc), wall, cc)
 		if track {
 			sh.markDirty(k, sl.h, &sl.flags)
 		}
@@ -559,7 +584,7 @@ func (t *kindTable[W]) install(sh *shard, m movedState, wall int64, track bool) 
 	sl := &t.slots[t.insert(m.h)]
 	sl.lim = sh.limits.ref(m.limit)
 	sh.save(k, &m.st, sl.words())
-	setClock(t, sl, m.lastNow, wall, m.callerClock)
+	setClock(t, sl, peerLastNow(m.lastNow, wall, m.callerClock), wall, m.callerClock)
 	if track {
 		sh.markDirty(k, sl.h, &sl.flags)
 	}

@@ -178,3 +178,62 @@ func TestStoreExtractInstallRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestStoreInstallFromPeerKeepsNoClock: a state installed from a peer (a
+// replica, a handoff) whose last check time is that peer's clock, not later
+// than ours, is judged by our clock from then on, as our decisions on it are:
+// no clockRec (which cost every replica a map entry), and it goes idle when
+// its state is idle at our clock. A caller's timestamp, or a peer time ahead
+// of ours, keeps a clockRec.
+func TestStoreInstallFromPeerKeepsNoClock(t *testing.T) {
+	t.Parallel()
+	l := algo.Limit{Kind: algo.GCRA, Limit: 10, Period: time.Second} // emission interval 100 ms
+	wall := int64(1_700_000_000) * int64(time.Second)
+	last := wall - 5*int64(time.Millisecond) // the owner's last check, 5 ms before the backup's clock
+	var st algo.State
+	if _, err := st.Take(last, 1, l); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name      string
+		lastNow   int64
+		caller    bool
+		wantClock bool
+	}{
+		{"peer clock before ours", last, false, false},
+		{"peer clock equal to ours", wall, false, false},
+		{"caller timestamp", last, true, true},
+		{"peer clock ahead of ours", wall + int64(time.Millisecond), false, true},
+	} {
+		s := newStore(10, xxhash.Sum64String, nil)
+		h := fold(xxhash.Sum64String(c.name))
+		s.install(h, l, st, c.lastNow, c.caller, wall, false)
+		// Installed again (the next replication send): merged, same outcome.
+		s.install(h, l, st, c.lastNow, c.caller, wall+1, false)
+		sh := &s.shards[shardOf(h)]
+		i := sh.gcra.find(h)
+		if i < 0 {
+			t.Fatalf("%s: state not installed", c.name)
+		}
+		_, rec := sh.gcra.clocks[h]
+		flag := sh.gcra.slots[i].flags&flagClock != 0
+		if rec != c.wantClock || flag != c.wantClock {
+			t.Errorf("%s: got clockRec %v, flagClock %v; want %v", c.name, rec, flag, c.wantClock)
+		}
+	}
+
+	// Idle by our clock: the state (TAT = last + 100 ms) is kept just before
+	// its TAT and dropped at it, as its owner would drop it.
+	s := newStore(10, xxhash.Sum64String, nil)
+	h := fold(xxhash.Sum64String("idle"))
+	s.install(h, l, st, last, false, wall, false)
+	tat := last + int64(100*time.Millisecond)
+	s.dropIdle(tat - 1)
+	if s.len() != 1 {
+		t.Fatalf("dropped at TAT-1 ns: got %d keys, want 1", s.len())
+	}
+	s.dropIdle(tat)
+	if s.len() != 0 {
+		t.Fatalf("kept at its TAT: got %d keys, want 0 (idle at our clock)", s.len())
+	}
+}
