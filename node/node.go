@@ -768,9 +768,15 @@ func (p peerService) Forward(ctx context.Context, checks []transport.Check) []tr
 	n.inbound.Add(1)
 	out := make([]transport.Result, len(checks))
 	changed := false
-	var backups sync.WaitGroup
+	// Made for the first check sent here as a backup only: a WaitGroup that a
+	// goroutine's closure captures lives on the heap, one allocation per
+	// batch that almost every batch does not need.
+	var backups *sync.WaitGroup
 	for i, c := range checks {
 		if c.AsBackup && !n.stopping.Load() {
+			if backups == nil {
+				backups = new(sync.WaitGroup)
+			}
 			backups.Go(func() { out[i] = n.forwardAsBackup(ctx, c) })
 			continue
 		}
@@ -794,7 +800,9 @@ func (p peerService) Forward(ctx context.Context, checks []transport.Check) []tr
 		out[i] = n.decideResult(ctx, rs, c, h)
 		changed = changed || c.Hits > 0 && out[i].Code == transport.CodeOK && out[i].Decision.Allowed
 	}
-	backups.Wait()
+	if backups != nil {
+		backups.Wait()
+	}
 	if changed {
 		if err := n.awaitReplicated(ctx); err != nil {
 			// Not acknowledged by the backups: not reported as decided.
