@@ -60,7 +60,7 @@ func (c wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	case *fwdResponse:
 		return decodeWith(data, m.decode)
 	case *xferRequest:
-		return decodeWith(data, m.decode)
+		return m.unmarshal(data)
 	case *xferResponse:
 		return decodeWith(data, m.decode)
 	}

@@ -543,23 +543,23 @@ func (s *peerServer) getXfer() *xferRequest {
 }
 
 // Bounds on what a recycled xferRequest keeps: a replication batch's states
-// and their bytes, not those of a large handoff.
+// and message, not those of a large handoff.
 const (
-	maxKeptStates     = DefaultMaxBatch
-	maxKeptStateBytes = 256 << 10
+	maxKeptStates    = DefaultMaxBatch
+	maxKeptWireBytes = 256 << 10
 )
 
 // putXfer makes m, which nothing refers to any more, available for reuse.
 func (s *peerServer) putXfer(m *xferRequest) {
-	states, buf := m.batch.States, m.stateBuf
+	states, wire := m.batch.States, m.wire
 	if cap(states) > maxKeptStates {
 		states = nil
 	}
-	if cap(buf) > maxKeptStateBytes {
-		buf = nil
+	if cap(wire) > maxKeptWireBytes {
+		wire = nil
 	}
 	clear(states) // keys and state slices
-	*m = xferRequest{batch: TransferBatch{States: states[:0]}, stateBuf: buf[:0], lastFrom: m.lastFrom}
+	*m = xferRequest{batch: TransferBatch{States: states[:0]}, wire: wire[:0], lastFrom: m.lastFrom}
 	s.xfers.Put(m)
 }
 

@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -38,20 +39,36 @@ var (
 // this order, nStates and nPens count the items of the message; when nStates
 // is at most maxBatch the states are decoded and validated (keyStateFromWire,
 // validateKeyState) up to the first invalid one, recorded in badState; the
-// penalties likewise (validatePenaltyState) into badPen. The states are
-// decoded into the backing array of batch.States and their bytes into
-// stateBuf, both reused by the next decode; their keys share one allocation
-// of their own per message (see keyString), never reused. Penalties, their
-// keys and denials are allocated afresh: the owner keeps them. A From equal
-// to the previous decode's is not allocated again (lastFrom).
+// penalties likewise (validatePenaltyState) into badPen. The codec copies
+// the message into wire and decodes the states into the backing array of
+// batch.States, their State bytes aliasing wire: both are reused by the next
+// decode. The states' keys share one allocation of their own per message
+// (see keyString), never reused. Penalties, their keys and denials are
+// allocated afresh: the owner keeps them. A From equal to the previous
+// decode's is not allocated again (lastFrom).
 type xferRequest struct {
 	batch TransferBatch
 
 	maxKeyLen, maxBatch int
 	nStates, nPens      int
 	badState, badPen    invalidItem // err nil: none
-	stateBuf            []byte
-	lastFrom            string // the From of an earlier decode, kept across reuse
+	wire                []byte      // the message received; reused
+	lastFrom            string      // the From of an earlier decode, kept across reuse
+}
+
+// unmarshal copies data into m.wire and decodes it. gRPC frees data when the
+// codec returns, and the message of a large batch comes in several buffers:
+// one copy into a buffer of m's own serves both, where
+// mem.BufferSlice.MaterializeToBuffer would take (and zero) a pooled buffer of
+// up to 1 MiB for it, and the state bytes would still need a copy.
+func (m *xferRequest) unmarshal(data mem.BufferSlice) error {
+	n := data.Len()
+	if cap(m.wire) < n {
+		m.wire = make([]byte, n)
+	}
+	m.wire = m.wire[:n]
+	data.CopyTo(m.wire)
+	return m.decode(m.wire)
 }
 
 // size returns the encoded size of m.
@@ -209,8 +226,9 @@ func scanTransfer(b []byte) (states, pens, keyBytes int, err error) {
 	return states, pens, keyBytes, nil
 }
 
-// decode decodes the TransferRequest b into m (see xferRequest). Only a
-// malformed message is an error; invalid items are recorded.
+// decode decodes the TransferRequest b into m (see xferRequest); the State
+// bytes of the states alias b. Only a malformed message is an error; invalid
+// items are recorded.
 func (m *xferRequest) decode(b []byte) error {
 	nStates, nPens, keyBytes, err := scanTransfer(b)
 	if err != nil {
@@ -221,12 +239,6 @@ func (m *xferRequest) decode(b []byte) error {
 	if keepStates && cap(states) < nStates {
 		states = make([]KeyState, 0, nStates)
 	}
-	if keepStates && cap(m.stateBuf) < len(b) {
-		// Every state's bytes are part of b: the buffer never grows while
-		// decoding, so no state refers to a buffer let go.
-		m.stateBuf = make([]byte, 0, len(b))
-	}
-	m.stateBuf = m.stateBuf[:0]
 	var keys []byte
 	if keepStates && keyBytes > 0 {
 		keys = make([]byte, 0, keyBytes)
@@ -259,7 +271,7 @@ func (m *xferRequest) decode(b []byte) error {
 					return err
 				}
 				if keepStates && m.badState.err == nil {
-					ks, err := m.keyState(&w, &keys)
+					ks, err := w.keyState(&keys)
 					if err == nil {
 						err = validateKeyState(ks, m.maxKeyLen)
 					}
@@ -414,10 +426,10 @@ func (w *wireKeyState) decode(b []byte) error {
 	return nil
 }
 
-// keyState converts w as keyStateFromWire does: the key into keys (see
-// keyString), the state bytes into m.stateBuf (an empty state is nil, as the
-// protobuf runtime leaves it).
-func (m *xferRequest) keyState(w *wireKeyState, keys *[]byte) (KeyState, error) {
+// keyState converts w as keyStateFromWire does, the key into keys (see
+// keyString); the state bytes alias the message (an empty state is nil, as
+// the protobuf runtime leaves it).
+func (w *wireKeyState) keyState(keys *[]byte) (KeyState, error) {
 	k, err := kindFromWire(w.alg)
 	if err != nil {
 		return KeyState{}, err
@@ -433,9 +445,7 @@ func (m *xferRequest) keyState(w *wireKeyState, keys *[]byte) (KeyState, error) 
 		LogAfterCount: w.logAfterCount,
 	}
 	if len(w.state) > 0 {
-		start := len(m.stateBuf)
-		m.stateBuf = append(m.stateBuf, w.state...)
-		ks.State = m.stateBuf[start:len(m.stateBuf):len(m.stateBuf)]
+		ks.State = w.state[:len(w.state):len(w.state)]
 	}
 	return ks, nil
 }
