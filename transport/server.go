@@ -86,7 +86,7 @@ type ServerConfig struct {
 	// ForwardStream and Transfer rely on the one NewServer installs. Their
 	// messages are this package's own types, not protobuf messages, and
 	// Transfer's request is reused once its handler returns: an interceptor
-	// must not keep it.
+	// or stats handler must not keep it.
 	ServerOptions []grpc.ServerOption
 }
 
