@@ -76,8 +76,12 @@ const smallMsgBuffer = 4 << 10
 // pool once the message is written. Small messages get a 4 KiB buffer, above
 // gRPC's pooling threshold, too (mem.NewBuffer pools no smaller capacity): a
 // stream sends one or two such messages per batch, and a pooled buffer saves
-// the allocation of the bytes and of their Buffer each time.
+// the allocation of the bytes and of their Buffer each time. An empty
+// message (Transfer's usual answer) takes no buffer: gRPC sends a nil one.
 func encodeWith(size int, fill func([]byte) []byte) mem.BufferSlice {
+	if size == 0 {
+		return nil
+	}
 	pool := mem.DefaultBufferPool()
 	n := size
 	if mem.IsBelowBufferPoolingThreshold(n) {

@@ -115,6 +115,11 @@ func TestTransferOverTheWire(t *testing.T) {
 	if err != nil || !slices.Equal(resp.GetNeedFull(), want[:1]) {
 		t.Fatalf("protobuf client: got %v, %v, want %v", resp.GetNeedFull(), err, want[:1])
 	}
+	keyStateToWire(states[1], &m) // answered with an empty message
+	resp, err = pb.NewPeerClient(conn).Transfer(context.Background(), &pb.TransferRequest{States: []*pb.KeyState{&m}, Replica: true})
+	if err != nil || len(resp.GetNeedFull()) != 0 {
+		t.Fatalf("protobuf client, nothing needed whole: got %v, %v, want none", resp.GetNeedFull(), err)
+	}
 
 	valid := appendKeyState(nil, &KeyState{Key: "k", Limit: lim})
 	msgOf := func(num protowire.Number, inner []byte) []byte {
@@ -147,7 +152,7 @@ func TestTransferOverTheWire(t *testing.T) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.senders) != 4 || slices.ContainsFunc(h.senders, func(s string) bool { return s != "" }) {
-		t.Fatalf("Replicate saw senders %q, want 4 batches over plaintext (\"\")", h.senders)
+	if len(h.senders) != 5 || slices.ContainsFunc(h.senders, func(s string) bool { return s != "" }) {
+		t.Fatalf("Replicate saw senders %q, want 5 batches over plaintext (\"\")", h.senders)
 	}
 }
