@@ -2,11 +2,15 @@ package transport
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ringlimit/ringlimit/algo"
 )
 
 // echoPeer is the cheapest PeerHandler: it allows everything.
@@ -152,4 +156,83 @@ func cpuTime(b *testing.B) time.Duration {
 // the checks/s the package can sustain.
 func reportCPU(b *testing.B, start time.Duration) {
 	b.ReportMetric(float64(cpuTime(b)-start)/float64(b.N), "cpu-ns/op")
+}
+
+// replicaPeer is echoPeer that also takes replication batches: it keeps
+// nothing and asks for no whole state.
+type replicaPeer struct{ echoPeer }
+
+func (replicaPeer) Replicate(context.Context, TransferBatch) ([]uint64, error) { return nil, nil }
+
+// benchStates returns n GCRA states of about 10 bytes each, as node sends
+// them: by key hash without the key (replication), or with a key of about 20
+// bytes too (withKeys, a handoff of a caller that keeps keys).
+func benchStates(b *testing.B, n int, withKeys bool) []KeyState {
+	l := algo.Limit{Kind: algo.GCRA, Burst: 15, Limit: 30, Period: time.Minute}
+	const now = 1_700_000_000_000_000_000
+	out := make([]KeyState, n)
+	for i := range out {
+		var st algo.State
+		if _, err := st.Take(now+int64(i), 1, l); err != nil {
+			b.Fatal(err)
+		}
+		bin, err := st.MarshalBinary()
+		if err != nil {
+			b.Fatal(err)
+		}
+		out[i] = KeyState{KeyHash: 0x9e3779b97f4a7c15 * uint64(i+1), Limit: l, State: bin, LastNow: now + int64(i)}
+		if withKeys {
+			out[i].Key = benchKeys[i%len(benchKeys)]
+		}
+	}
+	return out
+}
+
+// BenchmarkTransferReplica sends one batch of n states per op through a Pool
+// to a loopback server whose handler keeps nothing: mode=replica as node's
+// replication sends them (Pool.Replicate, key hashes only), mode=handoff as
+// a handoff with keys (Pool.Handoff). Allocations and CPU count both ends;
+// the per-state metrics divide them by n.
+func BenchmarkTransferReplica(b *testing.B) {
+	for _, tc := range []struct {
+		mode string
+		n    int
+	}{
+		{"replica", 100},
+		{"replica", 1000},
+		{"handoff", 1000},
+	} {
+		b.Run(fmt.Sprintf("mode=%s/states=%d", tc.mode, tc.n), func(b *testing.B) {
+			addr, _ := startServer(b, ServerConfig{}, replicaPeer{}, nil)
+			p := newPool(b, ClientConfig{})
+			batch := TransferBatch{From: "node-a", States: benchStates(b, tc.n, tc.mode == "handoff")}
+			send := func() error {
+				if tc.mode == "handoff" {
+					return p.Handoff(context.Background(), addr, batch)
+				}
+				_, err := p.Replicate(context.Background(), addr, batch)
+				return err
+			}
+			if err := send(); err != nil {
+				b.Fatal(err)
+			}
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu0 := cpuTime(b)
+			for range b.N {
+				if err := send(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			reportCPU(b, cpu0)
+			runtime.ReadMemStats(&m1)
+			states := float64(b.N) * float64(tc.n)
+			b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/states, "allocs/state")
+			b.ReportMetric(float64(m1.TotalAlloc-m0.TotalAlloc)/states, "B/state")
+			b.ReportMetric(float64(cpuTime(b)-cpu0)/states, "cpu-ns/state")
+		})
+	}
 }

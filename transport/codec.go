@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 	"unsafe"
 
 	"google.golang.org/grpc/encoding"
@@ -16,14 +17,15 @@ import (
 	pb "github.com/ringlimit/ringlimit/transport/ringlimitv1"
 )
 
-// wireCodec is the gRPC codec of ForwardStream on both ends. The stream's
-// messages travel as *fwdRequest and *fwdResponse, which it encodes straight
-// from []Check and []Result and decodes straight into them with protowire:
-// the bytes are those of ringlimitv1.ForwardRequest and ForwardResponse, so
-// the wire protocol is unchanged, but the per-check message structs, key
-// copies and reflection of the protobuf runtime are skipped. Every other
-// message goes to the protobuf codec. Its name is "proto": peers see plain
-// application/grpc+proto.
+// wireCodec is the gRPC codec of ForwardStream and Transfer on both ends.
+// The stream's messages travel as *fwdRequest and *fwdResponse, which it
+// encodes straight from []Check and []Result and decodes straight into them
+// with protowire: the bytes are those of ringlimitv1.ForwardRequest and
+// ForwardResponse, so the wire protocol is unchanged, but the per-check
+// message structs, key copies and reflection of the protobuf runtime are
+// skipped. Transfer's travel as *xferRequest and *xferResponse likewise (see
+// transfercodec.go). Every other message goes to the protobuf codec. Its name
+// is "proto": peers see plain application/grpc+proto.
 type wireCodec struct{ proto encoding.CodecV2 }
 
 func newWireCodec() wireCodec { return wireCodec{proto: encoding.GetCodecV2(grpcproto.Name)} }
@@ -38,6 +40,13 @@ func (c wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 		return encodeWith(m.size(), m.append), nil
 	case *fwdResponse:
 		return encodeWith(m.size(), m.append), nil
+	case *xferRequest:
+		if !utf8.ValidString(m.batch.From) {
+			return nil, errFromNotUTF8 // as protobuf refuses a proto3 string
+		}
+		return encodeWith(m.size(), m.append), nil
+	case *xferResponse:
+		return encodeWith(m.size(), m.append), nil
 	}
 	return c.proto.Marshal(v)
 }
@@ -49,6 +58,10 @@ func (c wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	case *fwdRequest:
 		return decodeWith(data, m.decode)
 	case *fwdResponse:
+		return decodeWith(data, m.decode)
+	case *xferRequest:
+		return m.unmarshal(data)
+	case *xferResponse:
 		return decodeWith(data, m.decode)
 	}
 	return c.proto.Unmarshal(data, v)
@@ -63,8 +76,12 @@ const smallMsgBuffer = 4 << 10
 // pool once the message is written. Small messages get a 4 KiB buffer, above
 // gRPC's pooling threshold, too (mem.NewBuffer pools no smaller capacity): a
 // stream sends one or two such messages per batch, and a pooled buffer saves
-// the allocation of the bytes and of their Buffer each time.
+// the allocation of the bytes and of their Buffer each time. An empty
+// message (Transfer's usual answer) takes no buffer: gRPC sends a nil one.
 func encodeWith(size int, fill func([]byte) []byte) mem.BufferSlice {
+	if size == 0 {
+		return nil
+	}
 	pool := mem.DefaultBufferPool()
 	n := size
 	if mem.IsBelowBufferPoolingThreshold(n) {

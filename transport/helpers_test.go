@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -81,7 +82,10 @@ func (f *fakePeer) Transfer(ctx context.Context, b TransferBatch) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.xferSizes = append(f.xferSizes, len(b.States))
-	f.states = append(f.states, b.States...)
+	for _, s := range b.States {
+		s.State = slices.Clone(s.State) // the server reuses them
+		f.states = append(f.states, s)
+	}
 	b.States = nil
 	f.batches = append(f.batches, b)
 	return nil

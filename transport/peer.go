@@ -48,9 +48,12 @@ type peer struct {
 	addr   string
 	conn   *grpc.ClientConn
 	client pb.PeerClient
-	timer  *time.Timer // flushes cur after BatchMaxWait; fires into timerFired
-	expiry *time.Timer // fails live batches at their deadline; fires into expiryFired
-	free   sync.Pool   // *batch no longer referred to, for reuse
+	// codecOpts make a call use codec (Transfer; ForwardStream asks for it
+	// when it opens).
+	codecOpts []grpc.CallOption
+	timer     *time.Timer // flushes cur after BatchMaxWait; fires into timerFired
+	expiry    *time.Timer // fails live batches at their deadline; fires into expiryFired
+	free      sync.Pool   // *batch no longer referred to, for reuse
 
 	mu          sync.Mutex
 	cur         *batch     // open batch, or nil
@@ -187,7 +190,8 @@ type fwdStream struct {
 }
 
 func newPeer(cfg *ClientConfig, codec wireCodec, addr string, conn *grpc.ClientConn) *peer {
-	pe := &peer{cfg: cfg, codec: codec, addr: addr, conn: conn, client: pb.NewPeerClient(conn), unary: cfg.UnaryForward}
+	pe := &peer{cfg: cfg, codec: codec, addr: addr, conn: conn, client: pb.NewPeerClient(conn), unary: cfg.UnaryForward,
+		codecOpts: []grpc.CallOption{grpc.ForceCodecV2(codec)}}
 	pe.timer = time.AfterFunc(time.Hour, pe.timerFired)
 	pe.timer.Stop()
 	pe.expiry = time.AfterFunc(time.Hour, pe.expiryFired)
@@ -637,4 +641,18 @@ func (pe *peer) close(err error) {
 		s.cancel()
 	}
 	_ = pe.conn.Close()
+}
+
+// sendTransfer sends req as one Transfer RPC, bounded by
+// ClientConfig.TransferTimeout, and returns needFull with the answer's
+// need_full hashes appended (needFull itself when the call fails). wireCodec
+// encodes req straight from its chunk and decodes the answer.
+func (pe *peer) sendTransfer(ctx context.Context, req *xferRequest, needFull []uint64) ([]uint64, error) {
+	resp := &xferResponse{needFull: needFull}
+	cctx, cancel := context.WithTimeout(ctx, pe.cfg.TransferTimeout)
+	defer cancel()
+	if err := pe.conn.Invoke(cctx, pb.Peer_Transfer_FullMethodName, req, resp, pe.codecOpts...); err != nil {
+		return needFull, errorFromStatus("transfer to "+pe.addr, err)
+	}
+	return resp.needFull, nil
 }

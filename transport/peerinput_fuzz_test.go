@@ -4,11 +4,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"google.golang.org/protobuf/proto"
-
-	"github.com/ringlimit/ringlimit/algo"
-	pb "github.com/ringlimit/ringlimit/transport/ringlimitv1"
 )
 
 // FuzzStreamRequest decodes arbitrary bytes as a ForwardStream message with
@@ -74,42 +69,6 @@ func FuzzStreamResponse(f *testing.F) {
 		}
 		if err == nil && (reused.id != m.id || reused.code != m.code || reused.message != m.message || fmt.Sprint(reused.results) != fmt.Sprint(m.results)) {
 			t.Fatalf("decoded into a reused message %+v, want %+v", reused, m)
-		}
-	})
-}
-
-// FuzzTransferRequest decodes arbitrary bytes as a Transfer request and
-// converts and validates its states as the server does before the handler
-// sees them: no panic, and every accepted state has a valid key and limit
-// and a state that algo.State.UnmarshalBinary can be asked to read.
-func FuzzTransferRequest(f *testing.F) {
-	var st algo.State
-	l := algo.Limit{Kind: algo.GCRA, Burst: 1, Limit: 10, Period: time.Second}
-	_, _ = st.Take(1e18, 1, l)
-	b, _ := st.MarshalBinary()
-	var m pb.KeyState
-	keyStateToWire(KeyState{Key: "k", Limit: l, State: b, LastNow: 1e18}, &m)
-	seed, _ := proto.Marshal(&pb.TransferRequest{States: []*pb.KeyState{&m}, From: "node-1", Done: true})
-	f.Add(seed)
-	f.Add([]byte{0x0a, 0x00})
-	f.Fuzz(func(t *testing.T, data []byte) {
-		var req pb.TransferRequest
-		if proto.Unmarshal(data, &req) != nil {
-			return
-		}
-		for _, w := range req.GetStates() {
-			ks, err := keyStateFromWire(w)
-			if err == nil {
-				err = validateKeyState(ks, DefaultMaxKeyLen)
-			}
-			if err != nil {
-				continue
-			}
-			if err := ks.Limit.Validate(); err != nil {
-				t.Fatalf("accepted state with an invalid limit: %v", err)
-			}
-			var s algo.State
-			_ = s.UnmarshalBinary(ks.State)
 		}
 	})
 }

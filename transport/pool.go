@@ -10,8 +10,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
-
-	pb "github.com/ringlimit/ringlimit/transport/ringlimitv1"
 )
 
 // HTTP/2 flow-control windows of every connection, client and server side:
@@ -316,6 +314,9 @@ func (p *Pool) transfer(ctx context.Context, addr string, b TransferBatch) (need
 	if err != nil {
 		return nil, err
 	}
+	// One request, encoded by wireCodec straight from the chunk, for every
+	// chunk: Invoke is done with it when it returns.
+	req := &xferRequest{}
 	// Ban states go first, in requests of their own without Done, so they are
 	// installed before the receiver stops holding the keys' checks.
 	for pens := b.Penalties; len(pens) > 0; {
@@ -328,15 +329,9 @@ func (p *Pool) transfer(ctx context.Context, addr string, b TransferBatch) (need
 			size += sz
 			n++
 		}
-		req := &pb.TransferRequest{From: b.From, RingDigest: b.RingDigest, Penalties: make([]*pb.PenaltyState, n), Replica: b.Replica}
-		for j := range n {
-			req.Penalties[j] = penaltyStateToWire(pens[j])
-		}
-		cctx, cancel := context.WithTimeout(ctx, p.cfg.TransferTimeout)
-		_, err := pe.client.Transfer(cctx, req)
-		cancel()
-		if err != nil {
-			return nil, errorFromStatus("transfer to "+addr, err)
+		req.batch = TransferBatch{From: b.From, RingDigest: b.RingDigest, Penalties: pens[:n], Replica: b.Replica}
+		if _, err := pe.sendTransfer(ctx, req, nil); err != nil {
+			return nil, err
 		}
 		pens = pens[n:]
 	}
@@ -350,22 +345,13 @@ func (p *Pool) transfer(ctx context.Context, addr string, b TransferBatch) (need
 			size += sz
 			n++
 		}
-		msgs := make([]pb.KeyState, n)
-		req := &pb.TransferRequest{States: make([]*pb.KeyState, n), From: b.From, RingDigest: b.RingDigest, Done: b.Done && n == len(states), Replica: b.Replica}
 		if n == 0 && !b.Done {
 			break
 		}
-		for j := range n {
-			keyStateToWire(states[j], &msgs[j])
-			req.States[j] = &msgs[j]
+		req.batch = TransferBatch{States: states[:n], From: b.From, RingDigest: b.RingDigest, Done: b.Done && n == len(states), Replica: b.Replica}
+		if needFull, err = pe.sendTransfer(ctx, req, needFull); err != nil {
+			return needFull, err
 		}
-		cctx, cancel := context.WithTimeout(ctx, p.cfg.TransferTimeout)
-		resp, err := pe.client.Transfer(cctx, req)
-		cancel()
-		if err != nil {
-			return needFull, errorFromStatus("transfer to "+addr, err)
-		}
-		needFull = append(needFull, resp.GetNeedFull()...)
 		states = states[n:]
 	}
 	return needFull, nil

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,7 +83,10 @@ type ServerConfig struct {
 	CheckBatchConcurrency int
 	// ServerOptions are appended to the options NewServer builds (interceptors,
 	// stats handlers); later options win. They must not replace the codec:
-	// ForwardStream relies on the one NewServer installs.
+	// ForwardStream and Transfer rely on the one NewServer installs. Their
+	// messages are this package's own types, not protobuf messages, and
+	// Transfer's request is reused once its handler returns: an interceptor
+	// or stats handler must not keep it.
 	ServerOptions []grpc.ServerOption
 }
 
@@ -173,7 +177,7 @@ func (s *Server) endStreams() { s.stopOnce.Do(func() { close(s.stop) }) }
 func NewServer(cfg ServerConfig, peer PeerHandler, lim LimiterHandler) *Server {
 	s, cfg := newServer(cfg)
 	if peer != nil {
-		pb.RegisterPeerServer(s.grpc, &peerServer{cfg: cfg, h: peer, stop: s.stop})
+		s.grpc.RegisterService(peerServiceDesc(), &peerServer{cfg: cfg, h: peer, stop: s.stop})
 	}
 	if lim != nil {
 		pb.RegisterLimiterServer(s.grpc, &limiterServer{cfg: cfg, h: lim, desc: cfg.Descriptors})
@@ -224,13 +228,30 @@ func newServer(cfg ServerConfig) (*Server, ServerConfig) {
 	return &Server{grpc: grpc.NewServer(opts...), stop: make(chan struct{})}, cfg
 }
 
-// peerServer implements the Peer service on top of a PeerHandler.
+// peerServer implements the Peer service on top of a PeerHandler; its
+// Transfer method is served by transferHandler (see peerServiceDesc).
 type peerServer struct {
 	pb.UnimplementedPeerServer
-	cfg     ServerConfig
-	h       PeerHandler
-	stop    <-chan struct{}
-	batches sync.Pool // *streamBatch answered and let go, for reuse
+	cfg        ServerConfig
+	h          PeerHandler
+	stop       <-chan struct{}
+	batches    sync.Pool    // *streamBatch answered and let go, for reuse
+	xfers      sync.Pool    // *xferRequest answered and let go, for reuse
+	noNeedFull xferResponse // the empty TransferResponse; never written
+}
+
+// peerServiceDesc returns the Peer service as generated, but for its Transfer
+// method, whose handler is transferHandler: the generated one decodes into a
+// *pb.TransferRequest, one *pb.KeyState and state []byte per state.
+func peerServiceDesc() *grpc.ServiceDesc {
+	d := pb.Peer_ServiceDesc
+	d.Methods = slices.Clone(d.Methods)
+	for i := range d.Methods {
+		if d.Methods[i].MethodName == "Transfer" {
+			d.Methods[i].Handler = transferHandler
+		}
+	}
+	return &d
 }
 
 func (s *peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.ForwardResponse, error) {
@@ -492,50 +513,81 @@ func (c *batchContext) end() (unused bool) {
 	return cancel == nil
 }
 
-func (s *peerServer) Transfer(ctx context.Context, req *pb.TransferRequest) (*pb.TransferResponse, error) {
-	in := req.GetStates()
-	if len(in) > s.cfg.MaxBatch {
-		return nil, batchTooLarge("states", len(in), s.cfg.MaxBatch)
+// transferHandler serves the Transfer method (a grpc.MethodHandler): wireCodec
+// decodes the request into an *xferRequest of s.xfers, which is reused once
+// the handler returns (PeerHandler.Transfer keeps nothing of b.States).
+// Interceptors see the *xferRequest and the *xferResponse.
+func transferHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	s := srv.(*peerServer)
+	req := s.getXfer()
+	defer s.putXfer(req)
+	if err := dec(req); err != nil {
+		return nil, err
 	}
-	states := make([]KeyState, len(in))
-	for i, m := range in {
-		st, err := keyStateFromWire(m)
-		if err == nil {
-			err = validateKeyState(st, s.cfg.MaxKeyLen)
-		}
-		if err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "states[%d]: %v", i, err)
-		}
-		states[i] = st
+	if interceptor == nil {
+		return s.transfer(ctx, req)
 	}
-	var pens []PenaltyState
-	if pin := req.GetPenalties(); len(pin) > 0 {
-		if len(pin) > s.cfg.MaxBatch {
-			return nil, batchTooLarge("penalties", len(pin), s.cfg.MaxBatch)
-		}
-		pens = make([]PenaltyState, len(pin))
-		for i, m := range pin {
-			pens[i] = penaltyStateFromWire(m)
-			if err := validatePenaltyState(pens[i], s.cfg.MaxKeyLen); err != nil {
-				return nil, status.Errorf(codes.InvalidArgument, "penalties[%d]: %v", i, err)
-			}
-		}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: pb.Peer_Transfer_FullMethodName}
+	return interceptor(ctx, req, info, func(ctx context.Context, req any) (any, error) {
+		return s.transfer(ctx, req.(*xferRequest))
+	})
+}
+
+func (s *peerServer) getXfer() *xferRequest {
+	m, _ := s.xfers.Get().(*xferRequest)
+	if m == nil {
+		m = new(xferRequest)
 	}
-	if len(states) > 0 || len(pens) > 0 || req.GetDone() {
-		sender, _ := PeerMember(ctx)
-		b := TransferBatch{From: req.GetFrom(), RingDigest: req.GetRingDigest(), States: states, Done: req.GetDone(), Penalties: pens, Sender: sender, Replica: req.GetReplica()}
+	m.maxKeyLen, m.maxBatch = s.cfg.MaxKeyLen, s.cfg.MaxBatch
+	return m
+}
+
+// Bounds on what a recycled xferRequest keeps: a replication batch's states
+// and message, not those of a large handoff.
+const (
+	maxKeptStates    = DefaultMaxBatch
+	maxKeptWireBytes = 256 << 10
+)
+
+// putXfer makes m, which nothing refers to any more, available for reuse.
+func (s *peerServer) putXfer(m *xferRequest) {
+	states, wire := m.batch.States, m.wire
+	if cap(states) > maxKeptStates {
+		states = nil
+	}
+	if cap(wire) > maxKeptWireBytes {
+		wire = nil
+	}
+	clear(states) // keys and state slices
+	*m = xferRequest{batch: TransferBatch{States: states[:0]}, wire: wire[:0], lastFrom: m.lastFrom}
+	s.xfers.Put(m)
+}
+
+// transfer passes a decoded Transfer request that passes check to the
+// handler: Replicate for a replication batch when the handler is a
+// ReplicaHandler, Transfer otherwise.
+func (s *peerServer) transfer(ctx context.Context, m *xferRequest) (*xferResponse, error) {
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	b := m.batch
+	if len(b.States) > 0 || len(b.Penalties) > 0 || b.Done {
+		b.Sender, _ = PeerMember(ctx)
 		if rh, ok := s.h.(ReplicaHandler); ok && b.Replica {
 			needFull, err := rh.Replicate(ctx, b)
 			if err != nil {
 				return nil, statusFromError(err)
 			}
-			return &pb.TransferResponse{NeedFull: needFull}, nil
+			if len(needFull) > 0 {
+				return &xferResponse{needFull: needFull}, nil
+			}
+			return &s.noNeedFull, nil
 		}
 		if err := s.h.Transfer(ctx, b); err != nil {
 			return nil, statusFromError(err)
 		}
 	}
-	return &pb.TransferResponse{}, nil
+	return &s.noNeedFull, nil
 }
 
 // limiterServer implements the public Limiter service on top of a LimiterHandler.

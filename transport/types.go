@@ -146,13 +146,18 @@ type PeerHandler interface {
 	// Transfer installs key states handed off by a previous owner, keeping the more
 	// restrictive state where the key already exists. A handoff arrives as one or
 	// more batches; only the last has Done set (and may hold no states).
+	// b.States and the State bytes of its items are the server's to reuse once
+	// Transfer returns: keep neither (copy what you keep). The keys of the
+	// states may share one allocation, never reused; b.Penalties, their keys
+	// and denials are the handler's to keep.
 	Transfer(ctx context.Context, b TransferBatch) error
 }
 
 // ReplicaHandler is an optional interface of a PeerHandler: the server calls
 // Replicate instead of Transfer for a replication batch (TransferBatch.Replica)
 // and returns its needFull (the key hashes whose LogDelta state could not be
-// applied) to the sender.
+// applied) to the sender. b is the server's to reuse once Replicate returns,
+// as in PeerHandler.Transfer.
 type ReplicaHandler interface {
 	Replicate(ctx context.Context, b TransferBatch) (needFull []uint64, err error)
 }
