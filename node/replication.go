@@ -152,6 +152,84 @@ type replicator struct {
 	started atomic.Uint64
 	done    atomic.Uint64
 	doneCh  atomic.Pointer[chan struct{}]
+	// scratch is reused by every send; only the replication loop (the one
+	// caller of replicate) touches it.
+	scratch replScratch
+}
+
+// replScratch holds what one replication send builds, kept for the next send:
+// made afresh, these slices (a copy of every changed state, then a KeyState
+// and an index per state and backup, grown by append) were most of the bytes
+// allocated per check in a replicated cluster.
+type replScratch struct {
+	ms    []movedState // the changed states taken from the store
+	buf   []byte       // their binary forms, back to back
+	dests map[string]*replDest
+}
+
+// replDest is one backup's part of a replication send.
+type replDest struct {
+	addr   string
+	idx    []int32 // indexes into replScratch.ms of the states in states
+	states []transport.KeyState
+	pens   []transport.PenaltyState
+	penH   []uint64
+}
+
+// replKeep bounds the slices a send leaves to the next (in states): a resync
+// after a ring change lists every key once and should not pin its slices.
+const replKeep = 1 << 14
+
+// reset empties sc for a new send: a backup that got nothing in the last send
+// is forgotten (it may have left the ring), the others keep their slices.
+func (sc *replScratch) reset() {
+	if sc.dests == nil {
+		sc.dests = make(map[string]*replDest)
+	}
+	for name, d := range sc.dests {
+		if len(d.states) == 0 && len(d.pens) == 0 || cap(d.states) > replKeep || cap(d.pens) > replKeep {
+			delete(sc.dests, name)
+			continue
+		}
+		d.idx, d.states, d.pens, d.penH = d.idx[:0], d.states[:0], d.pens[:0], d.penH[:0]
+	}
+}
+
+// done drops what the send's slices refer to (states' logs, keys, bytes) and
+// the slices themselves when a burst made them large.
+func (sc *replScratch) done() {
+	clear(sc.ms)
+	sc.ms = sc.ms[:0]
+	if cap(sc.ms) > replKeep {
+		sc.ms = nil
+	}
+	if cap(sc.buf) > 16*replKeep {
+		sc.buf = nil
+	}
+	for _, d := range sc.dests {
+		clear(d.states)
+		clear(d.pens)
+	}
+}
+
+// dest returns the part of the send for backup b.
+func (sc *replScratch) dest(b ring.Member) *replDest {
+	d := sc.dests[b.Name]
+	if d == nil {
+		d = &replDest{}
+		sc.dests[b.Name] = d
+	}
+	d.addr = b.Addr
+	return d
+}
+
+// moved returns copies of the states of d (for remark), from ms.
+func (d *replDest) moved(ms []movedState) []movedState {
+	out := make([]movedState, len(d.idx))
+	for i, j := range d.idx {
+		out[i] = ms[j]
+	}
+	return out
 }
 
 func newReplicator() *replicator {
@@ -198,22 +276,21 @@ func (n *Node) replicate() {
 		n.owned.clearDirty()
 		return
 	}
-	ms := n.owned.takeDirty(n.clock())
+	sc := &r.scratch
+	sc.ms = n.owned.takeDirtyInto(n.clock(), sc.ms[:0])
+	ms := sc.ms
 	pens := n.bans.takeDirty()
 	if len(ms) == 0 && len(pens) == 0 {
 		return
 	}
+	defer sc.done()
+	sc.reset()
 	self := n.cfg.Name
-	type dest struct {
-		addr   string
-		moved  []movedState
-		states []transport.KeyState
-		pens   []transport.PenaltyState
-		penH   []uint64
-	}
-	to := make(map[string]*dest)
-	buf := make([]byte, 0, 16*len(ms)) // every state's bytes, one allocation (mostly)
-	for _, m := range ms {
+	// Every state's bytes back to back in one buffer: a state's slice of it
+	// stays valid if a later append moves the buffer (it keeps the old array).
+	buf := sc.buf[:0]
+	for i := range ms {
+		m := &ms[i]
 		owner, ok := rs.snap.OwnerOfHash(m.h)
 		if !ok || owner.Name != self || rs.leaving {
 			continue // a replica held here, or a key handed off meanwhile
@@ -228,12 +305,8 @@ func (n *Node) replicate() {
 			continue
 		}
 		st := buf[start:len(buf):len(buf)]
-		d := to[b.Name]
-		if d == nil {
-			d = &dest{addr: b.Addr}
-			to[b.Name] = d
-		}
-		d.moved = append(d.moved, m)
+		d := sc.dest(b)
+		d.idx = append(d.idx, int32(i))
 		d.states = append(d.states, transport.KeyState{
 			KeyHash: m.h, Limit: m.limit, State: st, LastNow: m.lastNow, CallerClock: m.callerClock,
 			LogDelta: m.delta, LogAfter: m.after, LogAfterCount: m.afterN,
@@ -249,35 +322,32 @@ func (n *Node) replicate() {
 		if !ok {
 			continue
 		}
-		d := to[b.Name]
-		if d == nil {
-			d = &dest{addr: b.Addr}
-			to[b.Name] = d
-		}
+		d := sc.dest(b)
 		d.pens = append(d.pens, ps)
 		d.penH = append(d.penH, h)
 	}
-	if len(to) == 0 {
-		return
-	}
+	sc.buf = buf
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ForwardTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
-	for name, d := range to {
+	for name, d := range sc.dests {
+		if len(d.states) == 0 && len(d.pens) == 0 {
+			continue
+		}
 		if n.breakers.isOpen(name) {
 			// Known unreachable: keep the states for a later send (or for the
 			// new backup after the ring drops this one), and do not make a sync
 			// caller wait out a send that cannot succeed.
-			n.owned.remark(d.moved)
+			n.owned.remark(d.moved(ms))
 			n.bans.markKeys(penKeys(d.pens), d.penH)
 			continue
 		}
 		wg.Go(func() {
 			needFull, err := n.peers.Replicate(ctx, d.addr, transport.TransferBatch{From: self, Replica: true, States: d.states, Penalties: d.pens})
 			if len(needFull) > 0 {
-				kinds := make(map[uint64]algo.Kind, len(d.moved))
-				for _, m := range d.moved {
-					kinds[m.h] = m.limit.Kind
+				kinds := make(map[uint64]algo.Kind, len(d.idx))
+				for _, j := range d.idx {
+					kinds[ms[j].h] = ms[j].limit.Kind
 				}
 				for _, h := range needFull {
 					if k, ok := kinds[h]; ok {
@@ -295,7 +365,7 @@ func (n *Node) replicate() {
 			}
 			if err != nil {
 				n.log.Debug("replication send failed; retrying with the next send", "backup", name, "keys", len(d.states), "err", err)
-				n.owned.remark(d.moved)
+				n.owned.remark(d.moved(ms))
 				n.bans.markKeys(penKeys(d.pens), d.penH)
 			}
 		})

@@ -388,3 +388,48 @@ func TestCrashKeepsBan(t *testing.T) {
 		t.Fatalf("after the crash: %+v, %v; want banned by %s", d, err, backup.Name())
 	}
 }
+
+// TestReplicationResendsAfterFailedSend: states whose send to one backup failed
+// are sent again once it is reachable, while the other backup's states of the
+// same sends arrive at once. The keys of both backups are mixed in every send,
+// so a send's part for one backup is not a prefix of its states.
+func TestReplicationResendsAfterFailedSend(t *testing.T) {
+	t.Parallel()
+	mn, nodes := memCluster(t, 3, nil)
+	owner, cutB, liveB := nodes[0], nodes[1], nodes[2]
+	l := algo.Limit{Kind: algo.FixedWindow, Limit: 10, Period: 24 * time.Hour}
+	ctx := context.Background()
+	var cutKeys, liveKeys []string
+	for i := 0; len(cutKeys) < 20 || len(liveKeys) < 20; i++ {
+		k := fmt.Sprintf("resend-%d", i)
+		o, _ := owner.Owner(k)
+		b, _ := owner.Backup(k)
+		switch {
+		case o.Name != owner.Name():
+		case b.Name == cutB.Name() && len(cutKeys) < 20:
+			cutKeys = append(cutKeys, k)
+		case b.Name == liveB.Name() && len(liveKeys) < 20:
+			liveKeys = append(liveKeys, k)
+		}
+	}
+	mn.setCut(owner, cutB, true)
+	for i := range cutKeys {
+		for _, k := range []string{liveKeys[i], cutKeys[i]} {
+			if d, err := owner.AllowN(ctx, k, l, 3); err != nil || !d.Allowed || d.Route != RouteOwner {
+				t.Fatalf("%s: got %+v, %v; want admitted by the owner", k, d, err)
+			}
+		}
+	}
+	for _, k := range liveKeys {
+		waitReplica(t, liveB, k, l, 7)
+	}
+	for _, k := range cutKeys {
+		if got := replica(t, cutB, k, l).Remaining; got != 10 {
+			t.Fatalf("%s reached its backup over a cut link: %d remaining", k, got)
+		}
+	}
+	mn.setCut(owner, cutB, false)
+	for _, k := range cutKeys {
+		waitReplica(t, cutB, k, l, 7)
+	}
+}

@@ -662,7 +662,11 @@ func (s *store) extract(act func(h uint64) moveAction, wall int64) []movedState 
 // takeDirty returns copies of the states changed since the last call (those
 // listed dirty) and clears the list, one shard lock at a time.
 func (s *store) takeDirty(wall int64) []movedState {
-	var out []movedState
+	return s.takeDirtyInto(wall, nil)
+}
+
+// takeDirtyInto is takeDirty appending to out.
+func (s *store) takeDirtyInto(wall int64, out []movedState) []movedState {
 	for w := range s.dirtyShards {
 		bitsSet := s.dirtyShards[w].Swap(0)
 		for bitsSet != 0 {
