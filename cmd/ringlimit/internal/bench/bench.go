@@ -458,17 +458,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	deadline := start.Add(o.Duration)
 	if o.Progress != nil {
 		progressDone.Go(func() {
-			t := time.NewTicker(100 * time.Millisecond)
-			defer t.Stop()
-			for {
-				select {
-				case <-stopProgress:
-					o.Progress(time.Since(start), answered.Load())
-					return
-				case <-t.C:
-					o.Progress(time.Since(start), answered.Load())
-				}
-			}
+			every100ms(stopProgress, func() { o.Progress(time.Since(start), answered.Load()) })
 		})
 	}
 	var sched chan time.Duration
@@ -619,19 +609,7 @@ func prefill(ctx context.Context, o Options, send func(pref, k int) (transport.R
 	stop := make(chan struct{})
 	var progress sync.WaitGroup
 	if o.PrefillProgress != nil {
-		progress.Go(func() {
-			t := time.NewTicker(100 * time.Millisecond)
-			defer t.Stop()
-			for {
-				select {
-				case <-stop:
-					o.PrefillProgress(sent.Load())
-					return
-				case <-t.C:
-					o.PrefillProgress(sent.Load())
-				}
-			}
-		})
+		progress.Go(func() { every100ms(stop, func() { o.PrefillProgress(sent.Load()) }) })
 	}
 	var wg sync.WaitGroup
 	for i := range o.Concurrency {
@@ -662,6 +640,21 @@ func prefill(ctx context.Context, o Options, send func(pref, k int) (transport.R
 	close(stop)
 	progress.Wait()
 	return PrefillReport{Decided: dec.Load(), Errors: errs.Load(), Admitted: adm.Load(), Unsent: unsent.Load(), Elapsed: time.Since(start)}
+}
+
+// every100ms calls f every 100 ms until stop is closed, then once more.
+func every100ms(stop <-chan struct{}, f func()) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			f()
+			return
+		case <-t.C:
+			f()
+		}
+	}
 }
 
 func satAdd(a, b int64) int64 {
