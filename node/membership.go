@@ -523,6 +523,7 @@ func without(ms []ring.Member, name string) []ring.Member {
 
 func (n *Node) publish(ns, old *ringState) {
 	ns.setMine(n.cfg.Name)
+	n.owned.live.Store(ns.backups != nil) // before resync lists the owned keys
 	ns.next = make(chan struct{})
 	n.rs.Store(ns)
 	close(old.next)

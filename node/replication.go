@@ -424,9 +424,12 @@ func (n *Node) awaitReplicated(ctx context.Context) error {
 // acceptReplica installs replicated states sent by their owner: a state is
 // kept when this node is the key's backup and the sender its owner in this
 // node's ring, or this node owns the key now (a late send from the previous
-// owner: merged, the more restrictive state wins). Others are skipped (the
-// rings disagree for a moment; the owner sends again after the next ring
-// change).
+// owner: merged, the more restrictive state wins). Others are skipped and
+// listed in needFull with the log deltas that could not be applied: the
+// rings disagree for a moment (this node joined and has not yet seen the
+// ring that makes it the backup), and the owner sends them again, whole, with
+// its next send. (Before, a replica sent in that moment was lost until its key
+// changed again.)
 func (n *Node) acceptReplica(b transport.TransferBatch, states []algo.State, wall int64) (needFull []uint64) {
 	rs := n.rs.Load()
 	self := n.cfg.Name
@@ -436,12 +439,15 @@ func (n *Node) acceptReplica(b transport.TransferBatch, states []algo.State, wal
 			h = n.owned.hash(ks.Key)
 		}
 		owner, ok := rs.snap.OwnerOfHash(h)
-		if !ok {
-			continue
-		}
 		bk, hasB := rs.backupOfHash(h)
 		switch {
-		case !(owner.Name == self || hasB && bk.Name == self && owner.Name == b.From):
+		case !ok || !(owner.Name == self || hasB && bk.Name == self && owner.Name == b.From):
+			// The rings disagree (this node has not yet seen the ring change
+			// that made it the backup, or has no ring yet right after it
+			// joined): ask for the state again, whole, with the next send.
+			// The sender drops it from its sends once its own ring says it
+			// is no longer the owner.
+			needFull = append(needFull, h)
 		case ks.LogDelta:
 			if !n.owned.appendLog(h, ks.Limit, states[i], ks.LogAfter, ks.LogAfterCount, ks.LastNow, ks.CallerClock, wall) {
 				needFull = append(needFull, h)

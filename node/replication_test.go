@@ -269,6 +269,7 @@ func TestLogReplicationSendsDeltas(t *testing.T) {
 	t.Parallel()
 	owner := newStore(1000, func(k string) uint64 { return uint64(len(k)) * 0x9e3779b97f4a7c15 }, nil)
 	owner.track = true
+	owner.live.Store(true)
 	backup := newStore(1000, owner.hash, nil)
 	l := algo.Limit{Kind: algo.SlidingWindowLog, Limit: 1000, Period: time.Hour}
 	h := owner.hash("k")
@@ -431,5 +432,66 @@ func TestReplicationResendsAfterFailedSend(t *testing.T) {
 	mn.setCut(owner, cutB, false)
 	for _, k := range cutKeys {
 		waitReplica(t, cutB, k, l, 7)
+	}
+}
+
+// TestNoBackupListsNothing: a node without a backup (alone in its ring) lists
+// no changed key: the list would only be cleared, touching every changed
+// key's slot again.
+func TestNoBackupListsNothing(t *testing.T) {
+	t.Parallel()
+	a := testNode(t, nil)
+	ctx := context.Background()
+	l := algo.Limit{Kind: algo.GCRA, Limit: 10, Period: 24 * time.Hour, Burst: 9}
+	for i := range 50 {
+		if d, err := a.AllowN(ctx, fmt.Sprint("solo-", i), l, 4); err != nil || !d.Allowed {
+			t.Fatalf("key %d: got %+v, %v; want admitted", i, d, err)
+		}
+	}
+	for w := range a.owned.dirtyShards {
+		if bits := a.owned.dirtyShards[w].Load(); bits != 0 {
+			t.Fatalf("a node without a backup listed changed keys (dirty shard bits %#x)", bits)
+		}
+	}
+}
+
+// TestJoinedBackupGetsReplicas: when a member joins a node that is alone, the
+// node's keys reach their new backup, even though the first replication send
+// arrives before the joiner has a ring of its own (it asks for them again).
+func TestJoinedBackupGetsReplicas(t *testing.T) {
+	t.Parallel()
+	_, nodes, base := memClusterBase(t, 1, nil)
+	a := nodes[0]
+	ctx := context.Background()
+	l := algo.Limit{Kind: algo.GCRA, Limit: 10, Period: 24 * time.Hour, Burst: 9}
+	const keys = 50
+	for i := range keys {
+		if d, err := a.AllowN(ctx, fmt.Sprint("solo-", i), l, 4); err != nil || !d.Allowed {
+			t.Fatalf("key %d: got %+v, %v; want admitted", i, d, err)
+		}
+	}
+	cfg := base
+	cfg.Name = "node-1"
+	cfg.Join = []string{a.GossipAddr()}
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Abort() })
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := WaitConverged(wctx, a, b); err != nil {
+		t.Fatal(err)
+	}
+	kept := 0
+	for i := range keys {
+		k := fmt.Sprint("solo-", i)
+		if o, _ := a.Owner(k); o.Name == a.Name() {
+			kept++
+			waitReplica(t, b, k, l, 6) // capacity 10, 4 taken
+		}
+	}
+	if kept == 0 {
+		t.Fatal("the joiner took every key: nothing left to replicate")
 	}
 }

@@ -109,6 +109,12 @@ type store struct {
 	maxKeys int64
 	// track lists changed keys in their shard's dirty list, for replication.
 	track bool
+	// live is whether the keys have backups now (set by Node.publish): while
+	// not, a check does not list the key it changes (nothing would be sent;
+	// the list would only be cleared, a second cache miss on the key's slot
+	// per admitted check). A ring that brings backups lists every owned key
+	// again (Node.resync) after setting live.
+	live atomic.Bool
 	// dirtyShards has bit i set while shard i's dirty list may be non-empty,
 	// so a replication send visits only those shards.
 	dirtyShards [numShards / 64]atomic.Uint64
@@ -296,7 +302,7 @@ func (t *kindTable[W]) update(out *algo.Decision, c *check, i int) error {
 // markDirty lists the key with hash h and slot flags *flags as changed, once,
 // when the store tracks changes.
 func (c *check) markDirty(h uint64, flags *uint32) {
-	if c.s.track {
+	if c.s.track && c.s.live.Load() {
 		c.sh.markDirty(c.l.Kind, h, flags)
 	}
 }
