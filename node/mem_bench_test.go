@@ -3,11 +3,13 @@ package node
 import (
 	"context"
 	"encoding/binary"
+	"math/bits"
 	"os"
 	"runtime"
 	"strconv"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -135,4 +137,45 @@ func BenchmarkMemoryPerReplica(b *testing.B) {
 		runtime.KeepAlive(s)
 	}
 	b.ReportMetric(perKey, "B/key")
+}
+
+// BenchmarkAllowLocalKeys is BenchmarkAllowLocal's GCRA check on the owner
+// with the keys drawn at random from 1k, 10k and 1M stored keys: what the
+// table's size costs a check (cache and TLB misses on its slots). Each key is
+// written into one reused buffer, as a request's key would arrive in a hot
+// buffer, so that only the store's memory is cold.
+//
+//	go test -run '^$' -bench AllowLocalKeys ./node/
+func BenchmarkAllowLocalKeys(b *testing.B) {
+	n := testNode(b, func(c *Config) { c.MaxKeys = 2_000_000; c.IdleScanInterval = time.Hour })
+	ctx := context.Background()
+	l := algo.Limit{Kind: algo.GCRA, Limit: 1 << 20, Period: time.Hour, Burst: 1 << 20}
+	buf := make([]byte, 0, 32)
+	key := func(i uint64) string {
+		buf = strconv.AppendUint(append(buf[:0], "user:"...), i, 10)
+		// The node keeps no key string on this path (it stores hashes), so
+		// the buffer may be reused by the next check.
+		return unsafe.String(unsafe.SliceData(buf), len(buf))
+	}
+	stored := uint64(0)
+	for _, keys := range []uint64{1_000, 10_000, 1_000_000} {
+		for ; stored < keys; stored++ {
+			if _, err := n.Allow(ctx, key(stored), l); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.Run("keys="+strconv.FormatUint(keys, 10), func(b *testing.B) {
+			b.ReportAllocs()
+			x := uint64(0x9e3779b97f4a7c15)
+			for b.Loop() {
+				x ^= x << 13 // xorshift64: a uniform key each check
+				x ^= x >> 7
+				x ^= x << 17
+				hi, _ := bits.Mul64(x, keys)
+				if _, err := n.Allow(ctx, key(hi), l); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
