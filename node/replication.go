@@ -345,15 +345,25 @@ func (n *Node) replicate() {
 		wg.Go(func() {
 			needFull, err := n.peers.Replicate(ctx, d.addr, transport.TransferBatch{From: self, Replica: true, States: d.states, Penalties: d.pens})
 			if len(needFull) > 0 {
-				kinds := make(map[uint64]algo.Kind, len(d.idx))
-				for _, j := range d.idx {
-					kinds[ms[j].h] = ms[j].limit.Kind
-				}
+				// Send again, whole, the states and ban states the backup
+				// could not apply or place.
+				want := make(map[uint64]bool, len(needFull))
 				for _, h := range needFull {
-					if k, ok := kinds[h]; ok {
-						n.owned.sendWhole(h, k)
+					want[h] = true
+				}
+				for _, j := range d.idx {
+					if m := &ms[j]; want[m.h] {
+						n.owned.sendWhole(m.h, m.limit.Kind)
 					}
 				}
+				var keys []string
+				var hs []uint64
+				for i, h := range d.penH {
+					if want[h] {
+						keys, hs = append(keys, d.pens[i].Key), append(hs, h)
+					}
+				}
+				n.bans.markKeys(keys, hs)
 			}
 			if errors.Is(err, transport.ErrUnavailable) {
 				n.breakers.trip(name)
@@ -424,12 +434,12 @@ func (n *Node) awaitReplicated(ctx context.Context) error {
 // acceptReplica installs replicated states sent by their owner: a state is
 // kept when this node is the key's backup and the sender its owner in this
 // node's ring, or this node owns the key now (a late send from the previous
-// owner: merged, the more restrictive state wins). Others are skipped and
-// listed in needFull with the log deltas that could not be applied: the
-// rings disagree for a moment (this node joined and has not yet seen the
-// ring that makes it the backup), and the owner sends them again, whole, with
-// its next send. (Before, a replica sent in that moment was lost until its key
-// changed again.)
+// owner: merged, the more restrictive state wins); ban states likewise.
+// Others are skipped and listed in needFull (by ring hash) with the log deltas
+// that could not be applied: the rings disagree for a moment (this node
+// joined and has not yet seen the ring that makes it the backup), and the
+// owner sends them again, whole, with its next send. (Before, a replica sent
+// in that moment was lost until its key changed again.)
 func (n *Node) acceptReplica(b transport.TransferBatch, states []algo.State, wall int64) (needFull []uint64) {
 	rs := n.rs.Load()
 	self := n.cfg.Name
@@ -459,15 +469,14 @@ func (n *Node) acceptReplica(b transport.TransferBatch, states []algo.State, wal
 	for _, ps := range b.Penalties {
 		h := rs.snap.Hash(ps.Key)
 		owner, ok := rs.snap.OwnerOfHash(h)
-		if !ok {
-			continue
-		}
 		bk, hasB := rs.backupOfHash(h)
 		switch {
-		case owner.Name == self:
+		case ok && owner.Name == self:
 			n.bans.install(h, ps) // a late send from the previous owner
-		case hasB && bk.Name == self && owner.Name == b.From:
+		case ok && hasB && bk.Name == self && owner.Name == b.From:
 			n.bans.replace(h, ps)
+		default:
+			needFull = append(needFull, h) // the rings disagree, as for states
 		}
 	}
 	return needFull

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/transport"
 )
 
 // keyWith returns a key that owner owns and backup backs up in n's ring.
@@ -493,5 +494,49 @@ func TestJoinedBackupGetsReplicas(t *testing.T) {
 	}
 	if kept == 0 {
 		t.Fatal("the joiner took every key: nothing left to replicate")
+	}
+}
+
+// TestReplicaNotPlacedIsAskedAgain: a replication batch whose keys the
+// receiver neither owns nor backs up from that sender in its ring (the rings
+// disagree) is not applied, and every state and ban state of it comes back in
+// needFull, so that the sender sends them again, whole.
+func TestReplicaNotPlacedIsAskedAgain(t *testing.T) {
+	t.Parallel()
+	_, nodes := memCluster(t, 3, nil)
+	x, y, z := nodes[0], nodes[1], nodes[2]
+	key := keyWith(t, z, y, x) // owned by y, backed up by x: z is neither
+	l := algo.Limit{Kind: algo.GCRA, Limit: 10, Period: 24 * time.Hour, Burst: 9}
+	var st algo.State
+	now := z.clock()
+	if _, err := st.Take(now, 4, l); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := st.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := z.owned.hash(key)
+	b := transport.TransferBatch{
+		From: x.Name(), Sender: x.Name(), Replica: true,
+		States:    []transport.KeyState{{KeyHash: h, Limit: l, State: bin, LastNow: now}},
+		Penalties: []transport.PenaltyState{{Key: key, BanUntil: now + int64(time.Hour), Expire: now + int64(time.Hour)}},
+	}
+	needFull, err := peerService{z}.Replicate(context.Background(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(needFull) != 2 || needFull[0] != h || needFull[1] != h {
+		t.Fatalf("got needFull %v, want the key's hash %d twice (its state and its ban)", needFull, h)
+	}
+	if got := replica(t, z, key, l).Remaining; got != 10 {
+		t.Errorf("a state z cannot place was installed: %d remaining, want 10", got)
+	}
+	sh := &z.bans.shards[shardOf(h)]
+	sh.mu.Lock()
+	_, banned := sh.m[key]
+	sh.mu.Unlock()
+	if banned {
+		t.Error("a ban state z cannot place was installed")
 	}
 }
