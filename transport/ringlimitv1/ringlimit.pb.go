@@ -1464,8 +1464,11 @@ func (x *PenaltyState) GetExpireUnixNs() int64 {
 
 type TransferResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Replication only: key hashes whose log_delta state could not be applied
-	// (the replica is missing or behind); the sender sends their whole state.
+	// Replication only: ring hashes of the keys whose state or ban state the
+	// receiver did not apply: a log_delta state whose replica is missing or
+	// behind, or a state the receiver cannot place (it neither owns the key nor
+	// backs it up from this sender in its ring, as right after it joined). The
+	// sender sends them again, whole, with its next send.
 	NeedFull      []uint64 `protobuf:"fixed64,1,rep,packed,name=need_full,json=needFull,proto3" json:"need_full,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
