@@ -901,7 +901,8 @@ func (p peerService) Transfer(ctx context.Context, b transport.TransferBatch) er
 
 // Replicate implements transport.ReplicaHandler: it validates a replication
 // batch as Transfer does and keeps its states as replicas (see acceptReplica),
-// returning the key hashes whose log deltas it could not apply.
+// returning the ring hashes of the states and ban states it did not apply:
+// log deltas it could not append, and those it cannot place in its ring.
 func (p peerService) Replicate(ctx context.Context, b transport.TransferBatch) ([]uint64, error) {
 	n := p.n
 	states, wall, err := n.checkTransfer(b)
