@@ -437,7 +437,8 @@ func TestForwardedTimestampRefused(t *testing.T) {
 }
 
 // The client-facing Limiter server (what the daemon serves on its gRPC port)
-// does not serve the Peer service: Transfer, Forward and Hello answer
+// does not serve the Peer service: Transfer, Forward, Hello and
+// ReplicateStream answer
 // Unimplemented, and the key is untouched.
 func TestPeerServiceNotOnClientPort(t *testing.T) {
 	t.Parallel()
@@ -472,6 +473,11 @@ func TestPeerServiceNotOnClientPort(t *testing.T) {
 	}
 	if _, err = peer.Hello(ctx, &pb.HelloRequest{Member: "x"}); status.Code(err) != codes.Unimplemented {
 		t.Errorf("Hello on the client port: got %v, want Unimplemented", err)
+	}
+	if rs, err := peer.ReplicateStream(ctx); err != nil {
+		t.Errorf("ReplicateStream on the client port: open: %v", err)
+	} else if _, err := rs.Recv(); status.Code(err) != codes.Unimplemented {
+		t.Errorf("ReplicateStream on the client port: got %v, want Unimplemented", err)
 	}
 	d, err := n.Allow(ctx, "victim", l)
 	if err != nil || !d.Allowed {

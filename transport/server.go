@@ -152,7 +152,7 @@ func (s *Server) Stop() {
 
 // GRPCServer returns the underlying gRPC server, to register more services
 // (health, reflection) before Serve. Stop it through Server, not directly, or
-// open ForwardStreams hold GracefulStop.
+// open ForwardStreams and ReplicateStreams hold GracefulStop.
 func (s *Server) GRPCServer() *grpc.Server { return s.grpc }
 
 func (s *Server) endStreams() { s.stopOnce.Do(func() { close(s.stop) }) }
