@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -57,8 +58,12 @@ func (pe *peer) sendReplica(ctx context.Context, req *xferRequest, needFull []ui
 	if err := ctx.Err(); err != nil {
 		return needFull, fmt.Errorf("%w: transfer to %s: %w", ErrUnavailable, pe.addr, err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, pe.cfg.TransferTimeout)
-	defer cancel()
+	cctx := ctx
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > pe.cfg.TransferTimeout {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(ctx, pe.cfg.TransferTimeout)
+		defer cancel()
+	}
 
 	l.mu.Lock()
 	if l.closed {
