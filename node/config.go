@@ -233,8 +233,8 @@ type Config struct {
 	// ReplicationLag is how often an owner sends the states changed since the
 	// last send to their backups, under ReplicationAsync: the bound on the
 	// state a crash can lose. Default 5 ms. Shorter loses less and costs more
-	// sends; each send is one Transfer RPC per backup holding only the keys
-	// that changed.
+	// sends; each send is one request per backup, on a long-lived replication
+	// stream to it, holding only the keys that changed.
 	ReplicationLag time.Duration
 	// BreakerCooldown is how long this node stops forwarding to a member after a
 	// forward to it failed (a per-peer circuit breaker): meanwhile the member's

@@ -341,7 +341,8 @@ func yearAhead(t testing.TB, now int64, l algo.Limit) []byte {
 // A handed-off state is untrusted input: a TAT a year ahead is refused even
 // from a real member, a Transfer whose From is not the sender's certificate is
 // refused, and without a cluster certificate (none, another CA's, a client
-// certificate) the peer port refuses the connection; the key is never locked.
+// certificate) the peer port refuses the connection, for Transfer and for the
+// replication stream alike; the key is never locked.
 func TestTransferInjectionRefused(t *testing.T) {
 	t.Parallel()
 	m := &secMetrics{}
@@ -367,6 +368,19 @@ func TestTransferInjectionRefused(t *testing.T) {
 	if got := m.count("sender"); got != 1 {
 		t.Errorf("PeerRefused(sender) = %d, want 1", got)
 	}
+	// The same on the replication stream (Peer.ReplicateStream).
+	replicate := func(p *transport.Pool, from, key string) error {
+		_, err := p.Replicate(ctx, n.PeerAddr(), transport.TransferBatch{
+			From: from, States: []transport.KeyState{{Key: key, Limit: l, State: yearAhead(t, time.Now().UnixNano(), l), LastNow: time.Now().UnixNano()}},
+		})
+		return err
+	}
+	if err := replicate(member, "node-0", "victim"); !errors.Is(err, transport.ErrInvalidCheck) {
+		t.Errorf("replication from another member's name: got %v, want a refusal", err)
+	}
+	if got := m.count("sender"); got != 2 {
+		t.Errorf("PeerRefused(sender) after a replication batch = %d, want 2", got)
+	}
 
 	plain, err := transport.NewPool(transport.ClientConfig{ForwardTimeout: time.Second, TransferTimeout: time.Second})
 	if err != nil {
@@ -384,6 +398,9 @@ func TestTransferInjectionRefused(t *testing.T) {
 	} {
 		if err := inject(p, "node-9", "victim"); !errors.Is(err, transport.ErrUnavailable) {
 			t.Errorf("%s: Transfer got %v, want the connection refused (ErrUnavailable)", name, err)
+		}
+		if err := replicate(p, "node-9", "victim"); !errors.Is(err, transport.ErrUnavailable) {
+			t.Errorf("%s: ReplicateStream got %v, want the connection refused (ErrUnavailable)", name, err)
 		}
 		if _, err := p.Forward(ctx, n.PeerAddr(), transport.Check{Key: "victim", Limit: l, Hits: 1, CreatedAt: 1}); !errors.Is(err, transport.ErrUnavailable) {
 			t.Errorf("%s: Forward got %v, want the connection refused (ErrUnavailable)", name, err)
@@ -420,7 +437,8 @@ func TestForwardedTimestampRefused(t *testing.T) {
 }
 
 // The client-facing Limiter server (what the daemon serves on its gRPC port)
-// does not serve the Peer service: Transfer, Forward and Hello answer
+// does not serve the Peer service: Transfer, Forward, Hello and
+// ReplicateStream answer
 // Unimplemented, and the key is untouched.
 func TestPeerServiceNotOnClientPort(t *testing.T) {
 	t.Parallel()
@@ -455,6 +473,11 @@ func TestPeerServiceNotOnClientPort(t *testing.T) {
 	}
 	if _, err = peer.Hello(ctx, &pb.HelloRequest{Member: "x"}); status.Code(err) != codes.Unimplemented {
 		t.Errorf("Hello on the client port: got %v, want Unimplemented", err)
+	}
+	if rs, err := peer.ReplicateStream(ctx); err != nil {
+		t.Errorf("ReplicateStream on the client port: open: %v", err)
+	} else if _, err := rs.Recv(); status.Code(err) != codes.Unimplemented {
+		t.Errorf("ReplicateStream on the client port: got %v, want Unimplemented", err)
 	}
 	d, err := n.Allow(ctx, "victim", l)
 	if err != nil || !d.Allowed {

@@ -17,13 +17,15 @@ import (
 	pb "github.com/ringlimit/ringlimit/transport/ringlimitv1"
 )
 
-// wireCodec is the gRPC codec of ForwardStream and Transfer on both ends.
+// wireCodec is the gRPC codec of ForwardStream, Transfer and ReplicateStream
+// on both ends.
 // The stream's messages travel as *fwdRequest and *fwdResponse, which it
 // encodes straight from []Check and []Result and decodes straight into them
 // with protowire: the bytes are those of ringlimitv1.ForwardRequest and
 // ForwardResponse, so the wire protocol is unchanged, but the per-check
 // message structs, key copies and reflection of the protobuf runtime are
-// skipped. Transfer's travel as *xferRequest and *xferResponse likewise (see
+// skipped. Transfer's and ReplicateStream's travel as *xferRequest and
+// *xferResponse likewise (see
 // transfercodec.go). Every other message goes to the protobuf codec. Its name
 // is "proto": peers see plain application/grpc+proto.
 type wireCodec struct{ proto encoding.CodecV2 }

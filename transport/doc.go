@@ -22,7 +22,10 @@
 // node's LimiterHandler. Malformed input becomes codes.InvalidArgument (per
 // item inside batches), and transport failures (including a broken stream)
 // become errors wrapping ErrUnavailable so that node can apply its
-// owner-unreachable policy. Server.GracefulStop ends open ForwardStreams
+// owner-unreachable policy. Replication batches (Pool.Replicate) travel
+// likewise on one long-lived Peer.ReplicateStream per peer, one request
+// answered before the next; handoffs (Pool.Handoff) are unary Peer.Transfer
+// RPCs. Server.GracefulStop ends open ForwardStreams and ReplicateStreams
 // before it waits for RPCs, so peers' streams never hold a shutdown.
 package transport
 

@@ -54,6 +54,7 @@ type peer struct {
 	timer     *time.Timer // flushes cur after BatchMaxWait; fires into timerFired
 	expiry    *time.Timer // fails live batches at their deadline; fires into expiryFired
 	free      sync.Pool   // *batch no longer referred to, for reuse
+	repl      replLink    // the replication stream (see sendReplica)
 
 	mu          sync.Mutex
 	cur         *batch     // open batch, or nil
@@ -607,7 +608,7 @@ func (pe *peer) runUnary(b *batch) {
 	pe.sendAll(s, out)
 }
 
-// close fails every batch not yet done with err, ends the stream and closes
+// close fails every batch not yet done with err, ends the streams and closes
 // the connection, which fails the unary RPCs in flight.
 func (pe *peer) close(err error) {
 	pe.mu.Lock()
@@ -640,6 +641,7 @@ func (pe *peer) close(err error) {
 	if s != nil {
 		s.cancel()
 	}
+	pe.repl.close()
 	_ = pe.conn.Close()
 }
 

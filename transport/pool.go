@@ -290,7 +290,12 @@ func (p *Pool) Handoff(ctx context.Context, addr string, b TransferBatch) error 
 
 // Replicate sends a replication batch (b.Replica set) as Handoff sends a
 // handoff, and returns the key hashes the receiver could not apply as deltas
-// (KeyState.LogDelta) and wants whole. Errors as Transfer.
+// (KeyState.LogDelta) and wants whole. Errors as Transfer. The chunks travel
+// as messages of one long-lived ReplicateStream per peer, one chunk answered
+// before the next is sent (calls to the same peer take turns), each bounded by
+// ctx and ClientConfig.TransferTimeout; a failure closes the stream and the
+// next call opens a new one. A peer that does not know ReplicateStream gets
+// unary Transfer RPCs instead.
 func (p *Pool) Replicate(ctx context.Context, addr string, b TransferBatch) (needFull []uint64, err error) {
 	b.Replica = true
 	return p.transfer(ctx, addr, b)
@@ -315,8 +320,12 @@ func (p *Pool) transfer(ctx context.Context, addr string, b TransferBatch) (need
 		return nil, err
 	}
 	// One request, encoded by wireCodec straight from the chunk, for every
-	// chunk: Invoke is done with it when it returns.
+	// chunk: Invoke and SendMsg are done with it when they return.
 	req := &xferRequest{}
+	send := pe.sendTransfer
+	if b.Replica {
+		send = pe.sendReplica
+	}
 	// Ban states go first, in requests of their own without Done, so they are
 	// installed before the receiver stops holding the keys' checks.
 	for pens := b.Penalties; len(pens) > 0; {
@@ -330,7 +339,7 @@ func (p *Pool) transfer(ctx context.Context, addr string, b TransferBatch) (need
 			n++
 		}
 		req.batch = TransferBatch{From: b.From, RingDigest: b.RingDigest, Penalties: pens[:n], Replica: b.Replica}
-		if _, err := pe.sendTransfer(ctx, req, nil); err != nil {
+		if _, err := send(ctx, req, nil); err != nil {
 			return nil, err
 		}
 		pens = pens[n:]
@@ -349,7 +358,7 @@ func (p *Pool) transfer(ctx context.Context, addr string, b TransferBatch) (need
 			break
 		}
 		req.batch = TransferBatch{States: states[:n], From: b.From, RingDigest: b.RingDigest, Done: b.Done && n == len(states), Replica: b.Replica}
-		if needFull, err = pe.sendTransfer(ctx, req, needFull); err != nil {
+		if needFull, err = send(ctx, req, needFull); err != nil {
 			return needFull, err
 		}
 		states = states[n:]

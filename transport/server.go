@@ -83,10 +83,10 @@ type ServerConfig struct {
 	CheckBatchConcurrency int
 	// ServerOptions are appended to the options NewServer builds (interceptors,
 	// stats handlers); later options win. They must not replace the codec:
-	// ForwardStream and Transfer rely on the one NewServer installs. Their
-	// messages are this package's own types, not protobuf messages, and
-	// Transfer's request is reused once its handler returns: an interceptor
-	// or stats handler must not keep it.
+	// ForwardStream, Transfer and ReplicateStream rely on the one NewServer
+	// installs. Their messages are this package's own types, not protobuf
+	// messages, and Transfer's and ReplicateStream's requests are reused once
+	// answered: an interceptor or stats handler must not keep them.
 	ServerOptions []grpc.ServerOption
 }
 
@@ -116,9 +116,9 @@ func (c ServerConfig) withDefaults() ServerConfig {
 }
 
 // Server is a gRPC server with ringlimit's services registered, as NewServer
-// returns it. Its stop methods first end the open ForwardStreams (which would
-// otherwise hold a graceful stop until every peer closed its stream), then stop
-// the gRPC server.
+// returns it. Its stop methods first end the open ForwardStreams and
+// ReplicateStreams (which would otherwise hold a graceful stop until every
+// peer closed its stream), then stop the gRPC server.
 type Server struct {
 	grpc     *grpc.Server
 	stop     chan struct{} // closed when the server stops: streams end
@@ -131,8 +131,9 @@ type Server struct {
 func (s *Server) Serve(lis net.Listener) error { return s.grpc.Serve(lis) }
 
 // GracefulStop stops accepting connections and RPCs, tells every open
-// ForwardStream to end (batches being decided are answered first; the peer's
-// unanswered batches fail there with ErrUnavailable), and waits for the RPCs in
+// ForwardStream and ReplicateStream to end (batches being decided are
+// answered first; the peer's unanswered batches fail there with
+// ErrUnavailable), and waits for the RPCs in
 // flight to finish. A handler that blocks keeps it waiting: callers bound it
 // and fall back to Stop, as with grpc.Server.GracefulStop. Safe to call more
 // than once, and together with Stop.
@@ -141,7 +142,8 @@ func (s *Server) GracefulStop() {
 	s.grpc.GracefulStop()
 }
 
-// Stop ends every ForwardStream and closes every connection at once: RPCs in
+// Stop ends every ForwardStream and ReplicateStream and closes every
+// connection at once: RPCs in
 // flight are cancelled and fail on their clients. Safe to call more than once.
 func (s *Server) Stop() {
 	s.endStreams()
@@ -150,7 +152,7 @@ func (s *Server) Stop() {
 
 // GRPCServer returns the underlying gRPC server, to register more services
 // (health, reflection) before Serve. Stop it through Server, not directly, or
-// open ForwardStreams hold GracefulStop.
+// open ForwardStreams and ReplicateStreams hold GracefulStop.
 func (s *Server) GRPCServer() *grpc.Server { return s.grpc }
 
 func (s *Server) endStreams() { s.stopOnce.Do(func() { close(s.stop) }) }
@@ -173,7 +175,8 @@ func (s *Server) endStreams() { s.stopOnce.Do(func() { close(s.stop) }) }
 // goroutine, or in a goroutine of its own when peer implements
 // ForwardWaitHinter and says the batch may wait (always, when it does not
 // implement it), so a handler that blocks on one batch does not hold the
-// others of that peer.
+// others of that peer. ReplicateStream checks and maps each request as
+// Transfer does; the first one refused ends the stream with its status.
 func NewServer(cfg ServerConfig, peer PeerHandler, lim LimiterHandler) *Server {
 	s, cfg := newServer(cfg)
 	if peer != nil {
@@ -573,10 +576,10 @@ func (s *peerServer) transfer(ctx context.Context, m *xferRequest) (*xferRespons
 	b := m.batch
 	if len(b.States) > 0 || len(b.Penalties) > 0 || b.Done {
 		b.Sender, _ = PeerMember(ctx)
-		if rh, ok := s.h.(ReplicaHandler); ok && b.Replica {
-			needFull, err := rh.Replicate(ctx, b)
+		if b.Replica {
+			needFull, err := s.replicate(ctx, b)
 			if err != nil {
-				return nil, statusFromError(err)
+				return nil, err
 			}
 			if len(needFull) > 0 {
 				return &xferResponse{needFull: needFull}, nil
@@ -588,6 +591,122 @@ func (s *peerServer) transfer(ctx context.Context, m *xferRequest) (*xferRespons
 		}
 	}
 	return &s.noNeedFull, nil
+}
+
+// replicate passes a checked replication batch to the handler (Replicate
+// when it is a ReplicaHandler, Transfer otherwise) and returns its needFull;
+// the error is a status error.
+func (s *peerServer) replicate(ctx context.Context, b TransferBatch) ([]uint64, error) {
+	if rh, ok := s.h.(ReplicaHandler); ok {
+		needFull, err := rh.Replicate(ctx, b)
+		return needFull, statusFromError(err)
+	}
+	return nil, statusFromError(s.h.Transfer(ctx, b))
+}
+
+// errNotReplica ends a ReplicateStream whose request is not a replication
+// batch: handoffs go through the unary Transfer.
+var errNotReplica = status.Error(codes.InvalidArgument, ErrInvalidCheck.Error()+": replica: ReplicateStream carries replication batches only (TransferRequest.replica set)")
+
+// ReplicateStream serves replication batches one after another, as Transfer
+// serves them: each request is decoded into a pooled *xferRequest, checked
+// (xferRequest.check), passed to the handler, and answered with its need_full
+// before the next is read, so answers come in request order. The first
+// request that Transfer would refuse (or that is not a replication batch, or
+// whose handler fails) ends the stream with that status: the sender closes
+// the stream on any error anyway and opens a new one for its next send, so a
+// per-request error would buy it nothing. Requests run on a goroutine of
+// their own, so that the stream ends when the server stops even while that
+// goroutine waits in RecvMsg; a request being decided is answered first.
+//
+// The handler's context is the stream's: the sender bounds each request by
+// closing the stream when its deadline passes, which cancels that context.
+func (s *peerServer) ReplicateStream(stream pb.Peer_ReplicateStreamServer) error {
+	select {
+	case <-s.stop:
+		return errStreamStopping
+	default:
+	}
+	rs := &replStream{srv: s, stream: stream}
+	done := make(chan error, 1)
+	go func() { done <- rs.loop() }()
+	var err error
+	select {
+	case err = <-done:
+		if errors.Is(err, io.EOF) {
+			err = nil // the client closed its side after its last request
+		}
+	case <-s.stop:
+		err = errStreamStopping
+	}
+	rs.mu.Lock()
+	rs.stopped = true
+	rs.mu.Unlock()
+	rs.wg.Wait() // a request being decided is answered first
+	return err
+}
+
+// replStream is the server side of one ReplicateStream.
+type replStream struct {
+	srv    *peerServer
+	stream grpc.ServerStream
+	wg     sync.WaitGroup // the request being decided and answered
+	resp   xferResponse   // the answer, reused
+
+	mu      sync.Mutex
+	stopped bool // the handler is returning: no new request is served
+}
+
+// loop serves requests until the stream ends, a request fails (its status
+// error is returned), or the handler is returning.
+func (rs *replStream) loop() error {
+	s := rs.srv
+	ctx := rs.stream.Context()
+	sender, _ := PeerMember(ctx) // one connection, one certificate
+	for {
+		req := s.getXfer()
+		if err := rs.stream.RecvMsg(req); err != nil {
+			s.putXfer(req)
+			return err
+		}
+		rs.mu.Lock()
+		if rs.stopped {
+			rs.mu.Unlock()
+			s.putXfer(req)
+			return nil // the handler is returning; the sender sees the stream end
+		}
+		rs.wg.Add(1)
+		rs.mu.Unlock()
+		err := rs.serve(ctx, req, sender)
+		s.putXfer(req)
+		rs.wg.Done()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// serve checks, decides and answers one request.
+func (rs *replStream) serve(ctx context.Context, m *xferRequest, sender string) error {
+	if err := m.check(); err != nil {
+		return err
+	}
+	b := m.batch
+	if !b.Replica {
+		return errNotReplica
+	}
+	rs.resp.needFull = nil
+	if len(b.States) > 0 || len(b.Penalties) > 0 || b.Done {
+		b.Sender = sender
+		needFull, err := rs.srv.replicate(ctx, b)
+		if err != nil {
+			return err
+		}
+		rs.resp.needFull = needFull
+	}
+	err := rs.stream.SendMsg(&rs.resp)
+	rs.resp.needFull = nil
+	return err
 }
 
 // limiterServer implements the public Limiter service on top of a LimiterHandler.

@@ -1790,11 +1790,12 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x05Check\x12\x1a.ringlimit.v1.CheckRequest\x1a\x1b.ringlimit.v1.CheckResponse\x12O\n" +
 	"\n" +
 	"CheckBatch\x12\x1f.ringlimit.v1.CheckBatchRequest\x1a .ringlimit.v1.CheckBatchResponse\x12a\n" +
-	"\x10CheckDescriptors\x12%.ringlimit.v1.CheckDescriptorsRequest\x1a&.ringlimit.v1.CheckDescriptorsResponse2\xad\x02\n" +
+	"\x10CheckDescriptors\x12%.ringlimit.v1.CheckDescriptorsRequest\x1a&.ringlimit.v1.CheckDescriptorsResponse2\x83\x03\n" +
 	"\x04Peer\x12F\n" +
 	"\aForward\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse\x12P\n" +
 	"\rForwardStream\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse(\x010\x01\x12I\n" +
-	"\bTransfer\x12\x1d.ringlimit.v1.TransferRequest\x1a\x1e.ringlimit.v1.TransferResponse\x12@\n" +
+	"\bTransfer\x12\x1d.ringlimit.v1.TransferRequest\x1a\x1e.ringlimit.v1.TransferResponse\x12T\n" +
+	"\x0fReplicateStream\x12\x1d.ringlimit.v1.TransferRequest\x1a\x1e.ringlimit.v1.TransferResponse(\x010\x01\x12@\n" +
 	"\x05Hello\x12\x1a.ringlimit.v1.HelloRequest\x1a\x1b.ringlimit.v1.HelloResponseBBZ@github.com/ringlimit/ringlimit/transport/ringlimitv1;ringlimitv1b\x06proto3"
 
 var (
@@ -1861,16 +1862,18 @@ var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	15, // 21: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
 	15, // 22: ringlimit.v1.Peer.ForwardStream:input_type -> ringlimit.v1.ForwardRequest
 	18, // 23: ringlimit.v1.Peer.Transfer:input_type -> ringlimit.v1.TransferRequest
-	21, // 24: ringlimit.v1.Peer.Hello:input_type -> ringlimit.v1.HelloRequest
-	7,  // 25: ringlimit.v1.Limiter.Check:output_type -> ringlimit.v1.CheckResponse
-	9,  // 26: ringlimit.v1.Limiter.CheckBatch:output_type -> ringlimit.v1.CheckBatchResponse
-	14, // 27: ringlimit.v1.Limiter.CheckDescriptors:output_type -> ringlimit.v1.CheckDescriptorsResponse
-	16, // 28: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
-	16, // 29: ringlimit.v1.Peer.ForwardStream:output_type -> ringlimit.v1.ForwardResponse
-	20, // 30: ringlimit.v1.Peer.Transfer:output_type -> ringlimit.v1.TransferResponse
-	22, // 31: ringlimit.v1.Peer.Hello:output_type -> ringlimit.v1.HelloResponse
-	25, // [25:32] is the sub-list for method output_type
-	18, // [18:25] is the sub-list for method input_type
+	18, // 24: ringlimit.v1.Peer.ReplicateStream:input_type -> ringlimit.v1.TransferRequest
+	21, // 25: ringlimit.v1.Peer.Hello:input_type -> ringlimit.v1.HelloRequest
+	7,  // 26: ringlimit.v1.Limiter.Check:output_type -> ringlimit.v1.CheckResponse
+	9,  // 27: ringlimit.v1.Limiter.CheckBatch:output_type -> ringlimit.v1.CheckBatchResponse
+	14, // 28: ringlimit.v1.Limiter.CheckDescriptors:output_type -> ringlimit.v1.CheckDescriptorsResponse
+	16, // 29: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
+	16, // 30: ringlimit.v1.Peer.ForwardStream:output_type -> ringlimit.v1.ForwardResponse
+	20, // 31: ringlimit.v1.Peer.Transfer:output_type -> ringlimit.v1.TransferResponse
+	20, // 32: ringlimit.v1.Peer.ReplicateStream:output_type -> ringlimit.v1.TransferResponse
+	22, // 33: ringlimit.v1.Peer.Hello:output_type -> ringlimit.v1.HelloResponse
+	26, // [26:34] is the sub-list for method output_type
+	18, // [18:26] is the sub-list for method input_type
 	18, // [18:18] is the sub-list for extension type_name
 	18, // [18:18] is the sub-list for extension extendee
 	0,  // [0:18] is the sub-list for field type_name

@@ -224,10 +224,11 @@ var Limiter_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Peer_Forward_FullMethodName       = "/ringlimit.v1.Peer/Forward"
-	Peer_ForwardStream_FullMethodName = "/ringlimit.v1.Peer/ForwardStream"
-	Peer_Transfer_FullMethodName      = "/ringlimit.v1.Peer/Transfer"
-	Peer_Hello_FullMethodName         = "/ringlimit.v1.Peer/Hello"
+	Peer_Forward_FullMethodName         = "/ringlimit.v1.Peer/Forward"
+	Peer_ForwardStream_FullMethodName   = "/ringlimit.v1.Peer/ForwardStream"
+	Peer_Transfer_FullMethodName        = "/ringlimit.v1.Peer/Transfer"
+	Peer_ReplicateStream_FullMethodName = "/ringlimit.v1.Peer/ReplicateStream"
+	Peer_Hello_FullMethodName           = "/ringlimit.v1.Peer/Hello"
 )
 
 // PeerClient is the client API for Peer service.
@@ -247,6 +248,17 @@ type PeerClient interface {
 	// Transfer installs key states handed off by a previous owner; the receiver
 	// keeps the more restrictive state where the key already exists.
 	Transfer(ctx context.Context, in *TransferRequest, opts ...grpc.CallOption) (*TransferResponse, error)
+	// ReplicateStream carries many replication batches (TransferRequest with
+	// replica set) from an owner to one of its keys' backups on one long-lived
+	// stream: members only, as Transfer (the peer port's mutual TLS), and it
+	// changes only the receiver's replicas. The sender sends one request and
+	// waits for its TransferResponse (need_full as Transfer answers it) before
+	// the next, so answers come in request order. A request that Transfer would
+	// refuse, or one without replica, ends the stream with that status; the
+	// requests answered before it stand. The receiver ends the stream
+	// (UNAVAILABLE) when it stops. A sender whose peer answers UNIMPLEMENTED
+	// uses Transfer.
+	ReplicateStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[TransferRequest, TransferResponse], error)
 	// Hello is the admission handshake: each member calls it on every peer it
 	// learns of by gossip and puts the peer in its ring only once it succeeded
 	// (same cluster label and protocol version, member names matching the
@@ -297,6 +309,19 @@ func (c *peerClient) Transfer(ctx context.Context, in *TransferRequest, opts ...
 	return out, nil
 }
 
+func (c *peerClient) ReplicateStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[TransferRequest, TransferResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Peer_ServiceDesc.Streams[1], Peer_ReplicateStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[TransferRequest, TransferResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_ReplicateStreamClient = grpc.BidiStreamingClient[TransferRequest, TransferResponse]
+
 func (c *peerClient) Hello(ctx context.Context, in *HelloRequest, opts ...grpc.CallOption) (*HelloResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(HelloResponse)
@@ -324,6 +349,17 @@ type PeerServer interface {
 	// Transfer installs key states handed off by a previous owner; the receiver
 	// keeps the more restrictive state where the key already exists.
 	Transfer(context.Context, *TransferRequest) (*TransferResponse, error)
+	// ReplicateStream carries many replication batches (TransferRequest with
+	// replica set) from an owner to one of its keys' backups on one long-lived
+	// stream: members only, as Transfer (the peer port's mutual TLS), and it
+	// changes only the receiver's replicas. The sender sends one request and
+	// waits for its TransferResponse (need_full as Transfer answers it) before
+	// the next, so answers come in request order. A request that Transfer would
+	// refuse, or one without replica, ends the stream with that status; the
+	// requests answered before it stand. The receiver ends the stream
+	// (UNAVAILABLE) when it stops. A sender whose peer answers UNIMPLEMENTED
+	// uses Transfer.
+	ReplicateStream(grpc.BidiStreamingServer[TransferRequest, TransferResponse]) error
 	// Hello is the admission handshake: each member calls it on every peer it
 	// learns of by gossip and puts the peer in its ring only once it succeeded
 	// (same cluster label and protocol version, member names matching the
@@ -349,6 +385,9 @@ func (UnimplementedPeerServer) ForwardStream(grpc.BidiStreamingServer[ForwardReq
 }
 func (UnimplementedPeerServer) Transfer(context.Context, *TransferRequest) (*TransferResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Transfer not implemented")
+}
+func (UnimplementedPeerServer) ReplicateStream(grpc.BidiStreamingServer[TransferRequest, TransferResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method ReplicateStream not implemented")
 }
 func (UnimplementedPeerServer) Hello(context.Context, *HelloRequest) (*HelloResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Hello not implemented")
@@ -417,6 +456,13 @@ func _Peer_Transfer_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_ReplicateStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(PeerServer).ReplicateStream(&grpc.GenericServerStream[TransferRequest, TransferResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_ReplicateStreamServer = grpc.BidiStreamingServer[TransferRequest, TransferResponse]
+
 func _Peer_Hello_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(HelloRequest)
 	if err := dec(in); err != nil {
@@ -459,6 +505,12 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "ForwardStream",
 			Handler:       _Peer_ForwardStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "ReplicateStream",
+			Handler:       _Peer_ReplicateStream_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},
