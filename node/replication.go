@@ -223,13 +223,24 @@ func (sc *replScratch) dest(b ring.Member) *replDest {
 	return d
 }
 
-// moved returns copies of the states of d (for remark), from ms.
-func (d *replDest) moved(ms []movedState) []movedState {
-	out := make([]movedState, len(d.idx))
-	for i, j := range d.idx {
-		out[i] = ms[j]
+// resend lists d's states (in ms) and ban states as changed again, to go
+// whole with the next send: all of them when want is nil (the send failed or
+// was not tried), else those whose ring hash want holds (the backup asked for
+// them in need_full).
+func (d *replDest) resend(n *Node, ms []movedState, want map[uint64]bool) {
+	for _, j := range d.idx {
+		if m := &ms[j]; want == nil || want[m.h] {
+			n.owned.sendWhole(m.h, m.limit.Kind)
+		}
 	}
-	return out
+	var keys []string
+	var hs []uint64
+	for i, h := range d.penH {
+		if want == nil || want[h] {
+			keys, hs = append(keys, d.pens[i].Key), append(hs, h)
+		}
+	}
+	n.bans.markKeys(keys, hs)
 }
 
 func newReplicator() *replicator {
@@ -338,32 +349,17 @@ func (n *Node) replicate() {
 			// Known unreachable: keep the states for a later send (or for the
 			// new backup after the ring drops this one), and do not make a sync
 			// caller wait out a send that cannot succeed.
-			n.owned.remark(d.moved(ms))
-			n.bans.markKeys(penKeys(d.pens), d.penH)
+			d.resend(n, ms, nil)
 			continue
 		}
 		wg.Go(func() {
 			needFull, err := n.peers.Replicate(ctx, d.addr, transport.TransferBatch{From: self, Replica: true, States: d.states, Penalties: d.pens})
 			if len(needFull) > 0 {
-				// Send again, whole, the states and ban states the backup
-				// could not apply or place.
 				want := make(map[uint64]bool, len(needFull))
 				for _, h := range needFull {
 					want[h] = true
 				}
-				for _, j := range d.idx {
-					if m := &ms[j]; want[m.h] {
-						n.owned.sendWhole(m.h, m.limit.Kind)
-					}
-				}
-				var keys []string
-				var hs []uint64
-				for i, h := range d.penH {
-					if want[h] {
-						keys, hs = append(keys, d.pens[i].Key), append(hs, h)
-					}
-				}
-				n.bans.markKeys(keys, hs)
+				d.resend(n, ms, want)
 			}
 			if errors.Is(err, transport.ErrUnavailable) {
 				n.breakers.trip(name)
@@ -375,21 +371,11 @@ func (n *Node) replicate() {
 			}
 			if err != nil {
 				n.log.Debug("replication send failed; retrying with the next send", "backup", name, "keys", len(d.states), "err", err)
-				n.owned.remark(d.moved(ms))
-				n.bans.markKeys(penKeys(d.pens), d.penH)
+				d.resend(n, ms, nil)
 			}
 		})
 	}
 	wg.Wait()
-}
-
-// penKeys returns the keys of ps.
-func penKeys(ps []transport.PenaltyState) []string {
-	out := make([]string, len(ps))
-	for i := range ps {
-		out[i] = ps[i].Key
-	}
-	return out
 }
 
 // ReplicationMetrics is an optional interface of Config.Metrics: Replicated is

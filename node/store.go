@@ -741,14 +741,6 @@ func (s *store) markWhere(pred func(h uint64) bool) {
 	}
 }
 
-// remark lists ms as dirty again (their send failed, or the receiver could
-// not apply a delta), where they still exist, to be sent whole.
-func (s *store) remark(ms []movedState) {
-	for _, m := range ms {
-		s.sendWhole(m.h, m.limit.Kind)
-	}
-}
-
 // sendWhole lists the key with (folded) hash h and algorithm k as changed, to
 // be sent whole by the next replication send.
 func (s *store) sendWhole(h uint64, k algo.Kind) {
