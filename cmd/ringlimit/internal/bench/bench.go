@@ -114,7 +114,7 @@ type Options struct {
 	// PrefillProgress, if not nil, is called from one goroutine about every
 	// 100 ms during the prefill, and once at its end, with the number of keys
 	// done so far (sent or left unsent; Keys at the end). It must not block.
-	PrefillProgress func(sent int64)
+	PrefillProgress func(done int64)
 }
 
 func (o *Options) defaults() error {
@@ -399,9 +399,6 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 
 	start := time.Now()
-	if !o.Prefill {
-		spanStart = start
-	}
 	// One check: send, record. lat is measured from 'from'. It returns false
 	// when every target is down and no probe is due: nothing was sent.
 	do := func(c *caller, pref int, gen KeyGen, from time.Time) bool {
@@ -605,11 +602,11 @@ const (
 // due, or once ctx has ended.
 func prefill(ctx context.Context, o Options, send func(pref, k int) (transport.Result, int, error, outcome)) PrefillReport {
 	start := time.Now()
-	var sent, dec, errs, adm, unsent atomic.Int64
+	var done, dec, errs, adm, unsent atomic.Int64
 	stop := make(chan struct{})
 	var progress sync.WaitGroup
 	if o.PrefillProgress != nil {
-		progress.Go(func() { every100ms(stop, func() { o.PrefillProgress(sent.Load()) }) })
+		progress.Go(func() { every100ms(stop, func() { o.PrefillProgress(done.Load()) }) })
 	}
 	var wg sync.WaitGroup
 	for i := range o.Concurrency {
@@ -632,7 +629,7 @@ func prefill(ctx context.Context, o Options, send func(pref, k int) (transport.R
 						adm.Add(o.Hits)
 					}
 				}
-				sent.Add(1)
+				done.Add(1)
 			}
 		})
 	}
