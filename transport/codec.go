@@ -18,16 +18,15 @@ import (
 )
 
 // wireCodec is the gRPC codec of ForwardStream, Transfer and ReplicateStream
-// on both ends.
-// The stream's messages travel as *fwdRequest and *fwdResponse, which it
-// encodes straight from []Check and []Result and decodes straight into them
-// with protowire: the bytes are those of ringlimitv1.ForwardRequest and
-// ForwardResponse, so the wire protocol is unchanged, but the per-check
-// message structs, key copies and reflection of the protobuf runtime are
-// skipped. Transfer's and ReplicateStream's travel as *xferRequest and
-// *xferResponse likewise (see
-// transfercodec.go). Every other message goes to the protobuf codec. Its name
-// is "proto": peers see plain application/grpc+proto.
+// on both ends. ForwardStream's messages travel as *fwdRequest and
+// *fwdResponse, which it encodes straight from []Check and []Result and
+// decodes straight into them with protowire: the bytes are those of
+// ringlimitv1.ForwardRequest and ForwardResponse, so the wire protocol is
+// unchanged, but the per-check message structs, key copies and reflection of
+// the protobuf runtime are skipped. Transfer's and ReplicateStream's travel as
+// *xferRequest and *xferResponse likewise (see transfercodec.go). Every other
+// message goes to the protobuf codec. Its name is "proto": peers see plain
+// application/grpc+proto.
 type wireCodec struct{ proto encoding.CodecV2 }
 
 func newWireCodec() wireCodec { return wireCodec{proto: encoding.GetCodecV2(grpcproto.Name)} }

@@ -289,8 +289,9 @@ func (p *Pool) Handoff(ctx context.Context, addr string, b TransferBatch) error 
 }
 
 // Replicate sends a replication batch (b.Replica set) as Handoff sends a
-// handoff, and returns the key hashes the receiver could not apply as deltas
-// (KeyState.LogDelta) and wants whole. Errors as Transfer. The chunks travel
+// handoff, and returns the ring hashes of the keys whose state or ban state
+// the receiver did not apply and wants whole (a KeyState.LogDelta it could not
+// append, or a state it cannot place in its ring). Errors as Transfer. The chunks travel
 // as messages of one long-lived ReplicateStream per peer, one chunk answered
 // before the next is sent (calls to the same peer take turns), each bounded by
 // ctx and ClientConfig.TransferTimeout; a failure closes the stream and the

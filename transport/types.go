@@ -157,8 +157,8 @@ type PeerHandler interface {
 // Replicate instead of Transfer for a replication batch (TransferBatch.Replica)
 // and returns its needFull (the ring hashes of the keys whose state or ban
 // state it did not apply: a LogDelta state it could not append, or one it
-// cannot place in its ring) to the sender, which sends them again, whole. b is the server's to reuse once Replicate returns,
-// as in PeerHandler.Transfer.
+// cannot place in its ring) to the sender, which sends them again, whole. b
+// is the server's to reuse once Replicate returns, as in PeerHandler.Transfer.
 type ReplicaHandler interface {
 	Replicate(ctx context.Context, b TransferBatch) (needFull []uint64, err error)
 }
