@@ -133,9 +133,10 @@ func (s *Server) Serve(lis net.Listener) error { return s.grpc.Serve(lis) }
 // GracefulStop stops accepting connections and RPCs, tells every open
 // ForwardStream and ReplicateStream to end (batches being decided are
 // answered first; the peer's unanswered batches fail there with
-// ErrUnavailable), and waits for the RPCs in flight to finish. A handler that blocks keeps it waiting: callers bound it
-// and fall back to Stop, as with grpc.Server.GracefulStop. Safe to call more
-// than once, and together with Stop.
+// ErrUnavailable), and waits for the RPCs in flight to finish. A handler that
+// blocks keeps it waiting: callers bound it and fall back to Stop, as with
+// grpc.Server.GracefulStop. Safe to call more than once, and together with
+// Stop.
 func (s *Server) GracefulStop() {
 	s.endStreams()
 	s.grpc.GracefulStop()
