@@ -143,7 +143,8 @@ func (s *Server) GracefulStop() {
 }
 
 // Stop ends every ForwardStream and ReplicateStream and closes every
-// connection at once: RPCs in flight are cancelled and fail on their clients. Safe to call more than once.
+// connection at once: RPCs in flight are cancelled and fail on their
+// clients. Safe to call more than once.
 func (s *Server) Stop() {
 	s.endStreams()
 	s.grpc.Stop()
