@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,7 +19,9 @@ import (
 // BenchmarkCluster3 drives a 3-node in-process cluster with 64 concurrent callers
 // spread over the nodes, on uniform random keys (about 2/3 of checks are
 // forwarded). It reports aggregate checks/s and latency percentiles (µs) from an
-// HDR histogram, and the process's CPU time per check. Run with -cpu 2 to pin
+// HDR histogram, the process's CPU time per check, its heap allocations per
+// check (allocs/check: -benchmem's allocs/op with decimals), and the mean
+// number of checks in a forwarded batch (checks/batch). Run with -cpu 2 to pin
 // GOMAXPROCS=2.
 //
 // The nodes run DefaultConfig (a LAN deployment) on loopback with free ports,
@@ -57,7 +60,22 @@ func BenchmarkCluster3Replication(b *testing.B) {
 	}
 }
 
+// batchCounter is a node.Metrics that counts the batches a node forwards and
+// the checks in them.
+type batchCounter struct{ batches, checks atomic.Int64 }
+
+func (*batchCounter) Check(algo.Kind, node.Route, bool) {}
+func (c *batchCounter) Forward(_ string, size int, _ time.Duration, err error) {
+	if err == nil {
+		c.batches.Add(1)
+		c.checks.Add(int64(size))
+	}
+}
+func (*batchCounter) Handoff(int, time.Duration, error) {}
+func (*batchCounter) Eviction(string)                   {}
+
 func benchCluster3(b *testing.B, insecure bool, repl node.Replication) {
+	batches := new(batchCounter)
 	nodes := startCluster(b, 3, func(c *node.Config) {
 		// LAN timings; loopback, free ports and security from TestConfig.
 		def := node.DefaultConfig()
@@ -67,6 +85,7 @@ func benchCluster3(b *testing.B, insecure bool, repl node.Replication) {
 			c.Insecure, c.SecretKey = true, nil
 		}
 		c.Replication = repl
+		c.Metrics = batches
 	})
 	if nodes[0].Insecure() != insecure {
 		b.Fatalf("node runs insecure=%v, want %v", nodes[0].Insecure(), insecure)
@@ -86,6 +105,10 @@ func benchCluster3(b *testing.B, insecure bool, repl node.Replication) {
 		hists[i] = hdrhistogram.New(1, int64(10*time.Second/time.Microsecond), 3)
 	}
 	b.ResetTimer()
+	batches0, batchChecks0 := batches.batches.Load(), batches.checks.Load()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	mallocs0 := ms.Mallocs
 	cpu0, cpuOK := processCPU()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -119,6 +142,9 @@ func benchCluster3(b *testing.B, insecure bool, repl node.Replication) {
 	elapsed := time.Since(start)
 	cpu1, _ := processCPU()
 	b.StopTimer()
+	runtime.ReadMemStats(&ms)
+	// allocs/op to two decimals (-benchmem rounds down to whole allocations).
+	b.ReportMetric(float64(ms.Mallocs-mallocs0)/float64(b.N), "allocs/check")
 	if cpuOK {
 		// CPU time of the whole process (three nodes and the callers) per check.
 		// checks/s is about (CPUs the process gets) / this, so a change that
@@ -130,4 +156,7 @@ func benchCluster3(b *testing.B, insecure bool, repl node.Replication) {
 	b.ReportMetric(float64(hist.ValueAtQuantile(50)), "p50-µs")
 	b.ReportMetric(float64(hist.ValueAtQuantile(99)), "p99-µs")
 	b.ReportMetric(float64(forwarded.Load())/float64(b.N), "forwarded-share")
+	if n := batches.batches.Load() - batches0; n > 0 {
+		b.ReportMetric(float64(batches.checks.Load()-batchChecks0)/float64(n), "checks/batch")
+	}
 }
