@@ -112,7 +112,9 @@ func (c *memClient) Forward(ctx context.Context, addr string, chk transport.Chec
 	if err := ctx.Err(); err != nil {
 		return transport.Result{}, fmt.Errorf("%w: forward to %s: %w", transport.ErrUnavailable, addr, err)
 	}
-	return peerService{t}.Forward(ctx, []transport.Check{chk})[0], nil
+	out := make([]transport.Result, 1)
+	peerService{t}.Forward(ctx, []transport.Check{chk}, out)
+	return out[0], nil
 }
 
 func (c *memClient) Handoff(ctx context.Context, addr string, b transport.TransferBatch) error {

@@ -763,10 +763,9 @@ type peerService struct{ n *Node }
 // sent to this node as the key's backup (AsBackup) are decided concurrently by
 // forwardAsBackup, which may ask the owner once. Under ReplicationSync the
 // batch is answered once the states it changed reached their backups.
-func (p peerService) Forward(ctx context.Context, checks []transport.Check) []transport.Result {
+func (p peerService) Forward(ctx context.Context, checks []transport.Check, out []transport.Result) {
 	n := p.n
 	n.inbound.Add(1)
-	out := make([]transport.Result, len(checks))
 	changed := false
 	// Made for the first check sent here as a backup only: a WaitGroup that a
 	// goroutine's closure captures lives on the heap, one allocation per
@@ -813,7 +812,6 @@ func (p peerService) Forward(ctx context.Context, checks []transport.Check) []tr
 			}
 		}
 	}
-	return out
 }
 
 // decideResult decides c as the owner of its key (hash h) under rs and maps

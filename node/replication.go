@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -595,6 +596,10 @@ func (n *Node) forwardAsBackup(ctx context.Context, c transport.Check) transport
 			wait = min(wait, time.Until(dl)/2)
 		}
 		octx, cancel := context.WithTimeout(ctx, wait)
+		// The key is the inbound batch's, whose bytes the server reuses once
+		// Forward returns (see transport.PeerHandler); a forward that gives up
+		// at octx's end may still be sent later, so it gets a copy.
+		c.Key = strings.Clone(c.Key)
 		res, err := n.peers.Forward(octx, owner.Addr, c)
 		cancel()
 		switch {

@@ -108,8 +108,11 @@ var errMalformed = errors.New("transport: malformed ForwardStream message")
 // and checks. The receiver sets maxKeyLen before decoding; decode then fills
 // id, timeout, n (the number of checks in the message), the valid checks in
 // order, and the rejected ones with their index and reason. decode reuses the
-// backing array of checks; the keys of one message share one allocation of
-// their own (see keyString), which nothing reuses.
+// backing array of checks, and stores the keys of one message in keyBuf (see
+// keyString), which it reuses too when it is large enough: the keys of a
+// decoded request are valid until the next decode into the same fwdRequest
+// (the server decodes a stream batch's next message only after its handler
+// returned; a key with a Penalty is a copy of its own).
 type fwdRequest struct {
 	id        uint64
 	timeout   int64 // ns
@@ -117,6 +120,7 @@ type fwdRequest struct {
 	maxKeyLen int
 	n         int
 	invalid   []invalidItem
+	keyBuf    []byte // receiver only: the bytes of the keys, kept across reuse
 }
 
 func (m *fwdRequest) size() int {
@@ -183,7 +187,11 @@ func (m *fwdRequest) decode(b []byte) error {
 		m.checks = make([]Check, 0, n)
 	}
 	m.checks = m.checks[:0]
-	keys := make([]byte, 0, keyBytes)
+	keys := m.keyBuf[:0]
+	if cap(keys) < keyBytes {
+		keys = make([]byte, 0, keyBytes)
+		m.keyBuf = keys
+	}
 	i := 0
 	for len(b) > 0 {
 		num, typ, l := protowire.ConsumeTag(b)
@@ -308,10 +316,10 @@ func decodeCheck(b []byte, keys *[]byte) (Check, error) {
 
 // keyString returns v as a string stored in the room left in *keys, which it
 // extends, or as a string of its own when *keys has no room left. Bytes of
-// *keys are written once, before any string refers to them, and never again
-// (keys is never reset or reused), so the strings are as immutable as any:
-// the keys of one message cost one allocation instead of one each. A key kept
-// beyond the batch keeps that allocation alive.
+// *keys are written once per decoded message, before any string refers to
+// them, so the strings stay unchanged while the message is being handled: the
+// keys of one message cost no allocation when the buffer is reused (see
+// fwdRequest) and one otherwise. A key kept beyond the batch must be cloned.
 func keyString(keys *[]byte, v []byte) string {
 	k := *keys
 	if len(v) == 0 || cap(k)-len(k) < len(v) {

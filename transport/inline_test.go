@@ -31,9 +31,8 @@ func (h *hintedPeer) ForwardMayWait(checks []Check) bool {
 	return false
 }
 
-func (h *hintedPeer) Forward(ctx context.Context, checks []Check) []Result {
+func (h *hintedPeer) Forward(ctx context.Context, checks []Check, out []Result) {
 	h.decided <- decidedBatch{key: checks[0].Key, inline: onRecvLoop()}
-	out := make([]Result, len(checks))
 	for i, c := range checks {
 		if strings.HasPrefix(c.Key, "held") {
 			select {
@@ -43,7 +42,6 @@ func (h *hintedPeer) Forward(ctx context.Context, checks []Check) []Result {
 		}
 		out[i] = answer(c)
 	}
-	return out
 }
 
 func (h *hintedPeer) Transfer(context.Context, TransferBatch) error { return nil }
@@ -127,12 +125,11 @@ func TestForwardStreamWithoutHintDecidesInOwnGoroutine(t *testing.T) {
 // check with CodeUnavailable when it runs on the receive goroutine.
 type onRecvLoopRecorder struct{ *fakePeer }
 
-func (o onRecvLoopRecorder) Forward(ctx context.Context, checks []Check) []Result {
-	out := o.fakePeer.Forward(ctx, checks)
+func (o onRecvLoopRecorder) Forward(ctx context.Context, checks []Check, out []Result) {
+	o.fakePeer.Forward(ctx, checks, out)
 	if onRecvLoop() {
 		for i := range out {
 			out[i] = Result{Code: CodeUnavailable, Message: "decided on the receive goroutine"}
 		}
 	}
-	return out
 }

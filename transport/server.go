@@ -266,23 +266,19 @@ func (s *peerServer) Forward(ctx context.Context, req *pb.ForwardRequest) (*pb.F
 		return &pb.ForwardResponse{}, nil
 	}
 	checks, invalid := decodeChecks(in, s.cfg.MaxKeyLen)
-	results, err := s.decide(ctx, checks, invalid, len(in))
+	results, err := s.decide(ctx, checks, invalid, len(in), make([]Result, len(checks)))
 	if err != nil {
 		return nil, err
 	}
 	return &pb.ForwardResponse{Results: resultsToWire(results)}, nil
 }
 
-// decide passes the valid checks of a batch of n items to the handler and
-// merges its results with the rejected items; the error is a status error for
-// the batch as a whole.
-func (s *peerServer) decide(ctx context.Context, checks []Check, invalid []invalidItem, n int) ([]Result, error) {
-	var results []Result
+// decide passes the valid checks of a batch of n items to the handler, which
+// fills results (zeroed, len(checks)), and merges those with the rejected
+// items; the error is a status error for the batch as a whole.
+func (s *peerServer) decide(ctx context.Context, checks []Check, invalid []invalidItem, n int, results []Result) ([]Result, error) {
 	if len(checks) > 0 {
-		results = s.h.Forward(ctx, checks)
-		if len(results) != len(checks) {
-			return nil, status.Errorf(codes.Internal, "transport: peer handler returned %d results for %d checks", len(results), len(checks))
-		}
+		s.h.Forward(ctx, checks, results)
 	}
 	return mergeInvalid(results, invalid, n), nil
 }
@@ -343,6 +339,10 @@ type streamBatch struct {
 	req  fwdRequest
 	resp fwdResponse
 	ctx  batchContext
+	// results is the handler's out slice, kept across reuse (up to
+	// maxKeptItems) so that a batch's answer costs no allocation; zeroed
+	// whenever the batch is put back.
+	results []Result
 }
 
 func (s *peerServer) getBatch() *streamBatch {
@@ -354,6 +354,11 @@ func (s *peerServer) getBatch() *streamBatch {
 	return sb
 }
 
+// maxKeptKeyBytes bounds the capacity of the key bytes a recycled stream batch
+// keeps (maxKeptItems keys of 256 bytes); a larger buffer, from a burst of long
+// keys, is let go.
+const maxKeptKeyBytes = maxKeptItems * 256
+
 // putBatch makes sb, which nothing refers to any more, available for reuse.
 func (s *peerServer) putBatch(sb *streamBatch) {
 	checks := sb.req.checks
@@ -361,7 +366,16 @@ func (s *peerServer) putBatch(sb *streamBatch) {
 		checks = nil
 	}
 	clear(checks) // the keys
-	*sb = streamBatch{req: fwdRequest{checks: checks[:0]}}
+	keyBuf := sb.req.keyBuf
+	if cap(keyBuf) > maxKeptKeyBytes {
+		keyBuf = nil
+	}
+	results := sb.results
+	if cap(results) > maxKeptItems {
+		results = nil
+	}
+	clear(results) // owner names and messages, and zero for the next handler
+	*sb = streamBatch{req: fwdRequest{checks: checks[:0], keyBuf: keyBuf[:0]}, results: results}
 	s.batches.Put(sb)
 }
 
@@ -407,7 +421,10 @@ func (fs *forwardStream) serve(sb *streamBatch) {
 	if req.n > fs.srv.cfg.MaxBatch {
 		err = batchTooLarge("checks", req.n, fs.srv.cfg.MaxBatch)
 	} else if req.n > 0 {
-		results, err = fs.srv.decide(&sb.ctx, req.checks, req.invalid, req.n)
+		if cap(sb.results) < len(req.checks) {
+			sb.results = make([]Result, len(req.checks))
+		}
+		results, err = fs.srv.decide(&sb.ctx, req.checks, req.invalid, req.n, sb.results[:len(req.checks)])
 	}
 	if err != nil {
 		st := status.Convert(err)

@@ -3,7 +3,10 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -218,18 +221,97 @@ func TestUnregisteredServiceIsUnimplemented(t *testing.T) {
 	}
 }
 
-// badPeer returns the wrong number of results.
-type badPeer struct{ fakePeer }
+// dirtyPeer checks that every out slice it gets is as long as the batch and
+// zero, then fills each Result with every field set, and answers a key's
+// decision only through Remaining, so that a result left from an earlier
+// batch shows. It keeps the key of every check with a Penalty, as node keeps
+// ban states, and checks that every key names its hits ("k<caller>-<hits>").
+type dirtyPeer struct {
+	fakePeer
+	mu   sync.Mutex
+	errs []string
+	kept []string
+}
 
-func (b *badPeer) Forward(ctx context.Context, checks []Check) []Result { return nil }
+func (d *dirtyPeer) Forward(_ context.Context, checks []Check, out []Result) {
+	if len(out) != len(checks) {
+		d.fail(fmt.Sprintf("out has %d results for %d checks", len(out), len(checks)))
+		return
+	}
+	for i := range checks {
+		if !strings.HasSuffix(checks[i].Key, fmt.Sprintf("-%d", checks[i].Hits)) {
+			d.fail(fmt.Sprintf("check %q has %d hits", checks[i].Key, checks[i].Hits))
+		}
+		if !checks[i].Penalty.IsZero() {
+			d.mu.Lock()
+			d.kept = append(d.kept, checks[i].Key)
+			d.mu.Unlock()
+		}
+	}
+	for i := range out {
+		if out[i] != (Result{}) {
+			d.fail(fmt.Sprintf("out[%d] not zero on entry: %+v", i, out[i]))
+		}
+		out[i] = Result{
+			Decision: algo.Decision{Allowed: true, Limit: 7, Remaining: checks[i].Hits, RetryAfter: 1, ResetAfter: 2},
+			Route:    RouteOwner, Owner: "member-with-a-long-name", Message: "note", Banned: true,
+		}
+	}
+}
 
-func TestForwardHandlerWrongResultCount(t *testing.T) {
+func (d *dirtyPeer) fail(msg string) {
+	d.mu.Lock()
+	d.errs = append(d.errs, msg)
+	d.mu.Unlock()
+}
+
+// The server reuses a stream batch's results and key bytes across batches: the
+// handler gets results zeroed and as long as the batch every time, each caller
+// gets its own check's answer, and the keys a handler keeps (those of checks
+// with a Penalty) stay as they were sent.
+func TestForwardStreamReusesResultsAndKeysSafely(t *testing.T) {
 	t.Parallel()
-	addr, _ := startServer(t, ServerConfig{}, &badPeer{}, nil)
-	p := newPool(t, ClientConfig{})
-	_, err := p.Forward(context.Background(), addr, validCheck("k", 1))
-	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "0 results for 1 checks") {
-		t.Fatalf("got %v, want ErrUnavailable about the result count", err)
+	h := &dirtyPeer{}
+	addr, _ := startServer(t, ServerConfig{}, h, nil)
+	p := newPool(t, ClientConfig{BatchMaxItems: 8, BatchMaxWait: 100 * time.Microsecond})
+	const callers, perCaller = 16, 50
+	var want []string
+	var wg sync.WaitGroup
+	for g := range callers {
+		for i := range perCaller {
+			if i%3 == 0 {
+				want = append(want, fmt.Sprintf("k%d-%d", g, g*perCaller+i+1))
+			}
+		}
+		wg.Go(func() {
+			for i := range perCaller {
+				hits := int64(g*perCaller + i + 1)
+				c := validCheck(fmt.Sprintf("k%d-%d", g, hits), hits)
+				if i%3 == 0 {
+					c.Penalty = Penalty{Denials: 2, Within: time.Minute, Ban: time.Hour}
+				}
+				r, err := p.Forward(context.Background(), addr, c)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.Decision.Remaining != hits || r.Owner != "member-with-a-long-name" {
+					t.Errorf("check with %d hits got %+v", hits, r)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.errs) > 0 {
+		t.Fatalf("%d times the handler saw a bad batch; first: %s", len(h.errs), h.errs[0])
+	}
+	slices.Sort(h.kept)
+	slices.Sort(want)
+	if !slices.Equal(h.kept, want) {
+		t.Fatalf("kept penalty keys changed after their batch:\n got %q\nwant %q", h.kept, want)
 	}
 }
 

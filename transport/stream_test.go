@@ -31,7 +31,7 @@ type slowPeer struct {
 	batches int
 }
 
-func (s *slowPeer) Forward(ctx context.Context, checks []Check) []Result {
+func (s *slowPeer) Forward(ctx context.Context, checks []Check, out []Result) {
 	s.mu.Lock()
 	d := time.Duration(s.rnd.Int64N(int64(s.max)))
 	s.running++
@@ -39,14 +39,12 @@ func (s *slowPeer) Forward(ctx context.Context, checks []Check) []Result {
 	s.peak = max(s.peak, s.running)
 	s.mu.Unlock()
 	time.Sleep(d)
-	out := make([]Result, len(checks))
 	for i, c := range checks {
 		out[i] = answer(c)
 	}
 	s.mu.Lock()
 	s.running--
 	s.mu.Unlock()
-	return out
 }
 
 func (s *slowPeer) Transfer(context.Context, TransferBatch) error { return nil }
@@ -166,15 +164,13 @@ type deafPeer struct {
 	calls   atomic.Int64
 }
 
-func (d *deafPeer) Forward(_ context.Context, checks []Check) []Result {
+func (d *deafPeer) Forward(_ context.Context, checks []Check, out []Result) {
 	if d.calls.Add(1) == 1 {
 		<-d.release
 	}
-	out := make([]Result, len(checks))
 	for i, c := range checks {
 		out[i] = answer(c)
 	}
-	return out
 }
 
 func (d *deafPeer) Transfer(context.Context, TransferBatch) error { return nil }

@@ -134,15 +134,18 @@ type TransferBatch struct {
 // PeerHandler is the owner side of the internal Peer service, implemented by node.
 // Its methods may be called concurrently.
 type PeerHandler interface {
-	// Forward decides checks this node owns; it returns one Result per check, in
-	// order (CodeNotOwner for keys it does not own). now for checks without
-	// CreatedAt is read by the handler. ctx and the checks slice are the
-	// server's to reuse once Forward returns: keep neither (a goroutine that
+	// Forward decides checks this node owns and sets out[i] (len(out) ==
+	// len(checks), every element zero on entry) to the Result of checks[i]
+	// (CodeNotOwner for keys it does not own). now for checks without
+	// CreatedAt is read by the handler. ctx, checks and out are the server's
+	// to reuse once Forward returns: keep none of them (a goroutine that
 	// outlives the call may keep a context derived from ctx). The keys of one
-	// batch may share one allocation: a key kept beyond the call (strings.Clone
-	// it) keeps the others alive; keys of checks with a Penalty are copies of
-	// their own.
-	Forward(ctx context.Context, checks []Check) []Result
+	// batch share one buffer that the server reuses for a later batch once
+	// Forward returns: strings.Clone a key kept beyond the call, or passed on
+	// to something that may use it later (a forward to another peer that may
+	// outlive its caller's wait). Keys of checks with a Penalty are copies of
+	// their own, which the handler may keep.
+	Forward(ctx context.Context, checks []Check, out []Result)
 	// Transfer installs key states handed off by a previous owner, keeping the more
 	// restrictive state where the key already exists. A handoff arrives as one or
 	// more batches; only the last has Done set (and may hold no states).
