@@ -112,11 +112,25 @@ func (s *BucketedWindowState) take(d *Decision, now, hits int64, l Limit) {
 func slot(k int64) int { return int(floorMod(k, WindowBuckets+1)) }
 
 // count returns the hits that count in bucket e: the stored buckets in
-// [e-WindowBuckets, e] (stored: [head-WindowBuckets, head]).
+// [e-WindowBuckets, e] (stored: [head-WindowBuckets, head]). When e is the
+// head (a key checked again within its newest bucket, or a check that moves
+// it) every stored bucket counts, and the counts are summed in place; else
+// one slot is computed and the rest are walked, wrapping, instead of a
+// modulo per bucket.
 func (s *BucketedWindowState) count(e int64) int64 {
 	var c int64
-	for k := max(e, s.head) - WindowBuckets; k <= min(e, s.head); k++ {
-		c += s.counts[slot(k)]
+	if e == s.head {
+		for _, n := range s.counts {
+			c += n
+		}
+		return c
+	}
+	lo, hi := max(e, s.head)-WindowBuckets, min(e, s.head)
+	for k, i := lo, slot(lo); k <= hi; k++ {
+		c += s.counts[i]
+		if i++; i == len(s.counts) {
+			i = 0
+		}
 	}
 	return c
 }
@@ -141,9 +155,12 @@ func (s *BucketedWindowState) add(e, hits int64) {
 // oldest buckets counted from bucket e have expired enough to free need hits.
 func (s *BucketedWindowState) retry(e, cur, rem, need int64) time.Duration {
 	var freed int64
-	for k := e - WindowBuckets; k <= s.head; k++ {
-		if freed += s.counts[slot(k)]; freed >= need {
+	for k, i := e-WindowBuckets, slot(e-WindowBuckets); k <= s.head; k++ {
+		if freed += s.counts[i]; freed >= need {
 			return expiry(k, cur, rem, s.width)
+		}
+		if i++; i == len(s.counts) {
+			i = 0
 		}
 	}
 	return RetryNever // unreachable: need <= the count
