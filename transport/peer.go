@@ -61,6 +61,7 @@ type peer struct {
 	ready       []*batch   // closed batches waiting for an in-flight slot, FIFO
 	stream      *fwdStream // current stream (open or opening), or nil
 	unary       bool       // send batches as unary Forward RPCs
+	unaryUntil  time.Time  // when a fallback to unary (not cfg.UnaryForward) tries the stream again
 	unaryCount  int        // unary RPCs in flight
 	nextID      uint64     // last batch id used
 	live        batchList  // batches not done, oldest (earliest deadline) first
@@ -273,6 +274,11 @@ func (pe *peer) kickLocked() (*fwdStream, *batch) {
 func (pe *peer) dispatchLocked() (*fwdStream, *batch) {
 	if pe.closed || len(pe.ready) == 0 {
 		return nil, nil
+	}
+	if pe.unary && !pe.unaryUntil.IsZero() && pe.unaryCount == 0 && !time.Now().Before(pe.unaryUntil) {
+		// The fallback's time is up and no unary RPC is in flight: try the
+		// stream again (see ClientConfig.StreamRetryInterval).
+		pe.unary, pe.unaryUntil = false, time.Time{}
 	}
 	if pe.unary {
 		for pe.unaryCount < pe.cfg.MaxInflightBatches && len(pe.ready) > 0 {
@@ -542,8 +548,9 @@ func (s *fwdStream) broken(err error) {
 	clear(s.inflight)
 	slices.SortFunc(failed, func(a, b *batch) int { return cmp.Compare(a.id, b.id) })
 	if status.Code(err) == codes.Unimplemented && !pe.closed {
-		// A peer from before ForwardStream: nothing was decided. Resend as unary.
-		pe.unary = true
+		// A peer from before ForwardStream: nothing was decided. Resend as
+		// unary, and try the stream again after StreamRetryInterval.
+		pe.unary, pe.unaryUntil = true, time.Now().Add(pe.cfg.StreamRetryInterval)
 		for _, b := range failed {
 			b.state, b.stream = batchReady, nil
 		}

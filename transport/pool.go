@@ -31,6 +31,8 @@ const (
 	DefaultForwardTimeout = time.Second
 	// DefaultTransferTimeout is the default ClientConfig.TransferTimeout (10s).
 	DefaultTransferTimeout = 10 * time.Second
+	// DefaultStreamRetryInterval is the default ClientConfig.StreamRetryInterval (1 min).
+	DefaultStreamRetryInterval = time.Minute
 	// DefaultTransferMaxBytes is the default ClientConfig.TransferMaxBytes (4 MiB).
 	DefaultTransferMaxBytes = 4 << 20
 	// DefaultKeepaliveTime is the default client keepalive ping interval (10s),
@@ -114,6 +116,15 @@ type ClientConfig struct {
 	// that predate ForwardStream. The Pool also switches a peer to unary by
 	// itself when the peer answers ForwardStream with codes.Unimplemented.
 	UnaryForward bool
+	// StreamRetryInterval is how long a peer that answered ForwardStream (or
+	// ReplicateStream) with codes.Unimplemented, a member from before that
+	// method, gets unary RPCs instead; then the next batch (or replication
+	// send) tries the stream again, so that a member upgraded in place, at
+	// the same address, is streamed to again without a restart of this side.
+	// A retry that is refused again costs one stream open and loses nothing:
+	// the refused messages go as unary RPCs. Default
+	// DefaultStreamRetryInterval (1 min). Not used with UnaryForward.
+	StreamRetryInterval time.Duration
 	// ExpectMember, if not nil and TLS is set, returns the member name expected
 	// at a peer address ("host:port"); a connection whose server certificate
 	// names another member fails its TLS handshake (ErrUnavailable on the
@@ -140,6 +151,7 @@ func (c ClientConfig) withDefaults() (ClientConfig, error) {
 		{"TransferMaxBytes", int64(c.TransferMaxBytes)},
 		{"KeepaliveTime", int64(c.KeepaliveTime)},
 		{"KeepaliveTimeout", int64(c.KeepaliveTimeout)},
+		{"StreamRetryInterval", int64(c.StreamRetryInterval)},
 	} {
 		if f.v < 0 {
 			return c, fmt.Errorf("transport: ClientConfig.%s %d is negative", f.name, f.v)
@@ -165,6 +177,7 @@ func (c ClientConfig) withDefaults() (ClientConfig, error) {
 	defD(&c.TransferTimeout, DefaultTransferTimeout)
 	defD(&c.KeepaliveTime, DefaultKeepaliveTime)
 	defD(&c.KeepaliveTimeout, DefaultKeepaliveTimeout)
+	defD(&c.StreamRetryInterval, DefaultStreamRetryInterval)
 	if c.BatchMaxItems > c.MaxBatch {
 		return c, fmt.Errorf("transport: ClientConfig.BatchMaxItems %d is above MaxBatch %d", c.BatchMaxItems, c.MaxBatch)
 	}

@@ -25,12 +25,14 @@ import (
 // the SendMsg, RecvMsg or stream open waiting on it. Any failure closes the
 // stream; the next send opens a new one. A peer that answers the stream with
 // codes.Unimplemented (a member from before ReplicateStream) gets unary
-// Transfers from then on, as long as this peer's connection lives.
+// Transfers for ClientConfig.StreamRetryInterval, then the stream is tried
+// again.
 type replLink struct {
 	sendMu sync.Mutex // held for a whole send
 	// Used only by the holder of sendMu.
-	resp  xferResponse // the answer, reused; keeps no hashes between sends
-	unary bool         // the peer does not know ReplicateStream
+	resp       xferResponse // the answer, reused; keeps no hashes between sends
+	unary      bool         // the peer does not know ReplicateStream
+	unaryUntil time.Time    // when to try the stream again after a fallback
 
 	mu       sync.Mutex
 	cs       grpc.ClientStream  // the open stream, or nil
@@ -52,9 +54,10 @@ func (pe *peer) sendReplica(ctx context.Context, req *xferRequest, needFull []ui
 	l := &pe.repl
 	l.sendMu.Lock()
 	defer l.sendMu.Unlock()
-	if l.unary {
+	if l.unary && time.Now().Before(l.unaryUntil) {
 		return pe.sendTransfer(ctx, req, needFull)
 	}
+	l.unary = false
 	if err := ctx.Err(); err != nil {
 		return needFull, fmt.Errorf("%w: transfer to %s: %w", ErrUnavailable, pe.addr, err)
 	}
@@ -127,7 +130,7 @@ func (pe *peer) sendReplica(ctx context.Context, req *xferRequest, needFull []ui
 		return needFull, fmt.Errorf("%w: transfer to %s: stream: %w", ErrUnavailable, pe.addr, expired)
 	case !answered && status.Code(err) == codes.Unimplemented:
 		// A member from before ReplicateStream: nothing was applied.
-		l.unary = true
+		l.unary, l.unaryUntil = true, time.Now().Add(pe.cfg.StreamRetryInterval)
 		return pe.sendTransfer(ctx, req, needFull)
 	}
 	return needFull, errorFromStatus("transfer to "+pe.addr, err)

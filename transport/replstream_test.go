@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -467,5 +468,90 @@ func TestReplicateStreamRefusals(t *testing.T) {
 	}
 	if n := h.transfers.Load(); n != 0 {
 		t.Fatalf("Transfer handler called %d times, want 0", n)
+	}
+}
+
+// A peer that answered ForwardStream and ReplicateStream with Unimplemented (a
+// member from before them) gets unary RPCs only for StreamRetryInterval: once
+// it is upgraded in place, at the same address, forwards and replication go
+// back to the streams without this side restarting.
+func TestStreamsRetriedAfterPeerUpgrade(t *testing.T) {
+	t.Parallel()
+	h := &replRecorder{}
+	var old atomic.Bool
+	old.Store(true)
+	var mu sync.Mutex
+	calls := make(map[string]int) // methods served (not refused)
+	count := func(m string) {
+		mu.Lock()
+		calls[m]++
+		mu.Unlock()
+	}
+	get := func(m string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls[m]
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(grpc.ForceServerCodecV2(newWireCodec()),
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, hd grpc.UnaryHandler) (any, error) {
+			count(info.FullMethod)
+			return hd(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, hd grpc.StreamHandler) error {
+			if old.Load() {
+				return status.Errorf(codes.Unimplemented, "unknown method %s", info.FullMethod)
+			}
+			count(info.FullMethod)
+			return hd(srv, ss)
+		}))
+	gs.RegisterService(peerServiceDesc(), &peerServer{cfg: ServerConfig{}.withDefaults(), h: h, stop: make(chan struct{})})
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	addr := lis.Addr().String()
+	p := newPool(t, ClientConfig{StreamRetryInterval: 20 * time.Millisecond})
+
+	send := func(i int) {
+		t.Helper()
+		key := fmt.Sprint("up-", i)
+		if r, err := p.Forward(context.Background(), addr, validCheck(key, 1)); err != nil || r.Owner != "owner:"+key {
+			t.Fatalf("forward %d: got %+v, %v, want the peer's answer", i, r, err)
+		}
+		b, want := replBatch(fmt.Sprint("r", i, "-"), 2, 1)
+		if got, err := p.Replicate(context.Background(), addr, b); err != nil || !slices.Equal(got, want) {
+			t.Fatalf("replicate %d: got %v, %v, want %v", i, got, err, want)
+		}
+	}
+	i := 0
+	for ; i < 3; i++ {
+		send(i)
+	}
+	if get(pb.Peer_Forward_FullMethodName) != 3 || get(pb.Peer_Transfer_FullMethodName) != 3 {
+		t.Fatalf("old peer served %d unary Forwards and %d Transfers, want 3 each", get(pb.Peer_Forward_FullMethodName), get(pb.Peer_Transfer_FullMethodName))
+	}
+
+	old.Store(false) // the upgrade
+	deadline := time.Now().Add(10 * time.Second)
+	for get(pb.Peer_ForwardStream_FullMethodName) == 0 || get(pb.Peer_ReplicateStream_FullMethodName) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after the upgrade: %d ForwardStreams, %d ReplicateStreams opened; want the streams back", get(pb.Peer_ForwardStream_FullMethodName), get(pb.Peer_ReplicateStream_FullMethodName))
+		}
+		send(i)
+		i++
+		time.Sleep(5 * time.Millisecond)
+	}
+	fw, tr := get(pb.Peer_Forward_FullMethodName), get(pb.Peer_Transfer_FullMethodName)
+	for range 5 {
+		send(i)
+		i++
+	}
+	if get(pb.Peer_Forward_FullMethodName) != fw || get(pb.Peer_Transfer_FullMethodName) != tr {
+		t.Fatalf("after the streams came back: unary Forwards %d -> %d, Transfers %d -> %d; want no more", fw, get(pb.Peer_Forward_FullMethodName), tr, get(pb.Peer_Transfer_FullMethodName))
+	}
+	if n := get(pb.Peer_ForwardStream_FullMethodName); n != 1 {
+		t.Fatalf("%d ForwardStreams opened, want 1", n)
 	}
 }
