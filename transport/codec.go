@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 	"unsafe"
@@ -27,9 +28,14 @@ import (
 // *xferRequest and *xferResponse likewise (see transfercodec.go). Every other
 // message goes to the protobuf codec. Its name is "proto": peers see plain
 // application/grpc+proto.
-type wireCodec struct{ proto encoding.CodecV2 }
+type wireCodec struct {
+	proto encoding.CodecV2
+	bufs  *sync.Pool // of *msgBuf, see encodeWith
+}
 
-func newWireCodec() wireCodec { return wireCodec{proto: encoding.GetCodecV2(grpcproto.Name)} }
+func newWireCodec() wireCodec {
+	return wireCodec{proto: encoding.GetCodecV2(grpcproto.Name), bufs: new(sync.Pool)}
+}
 
 // Name implements encoding.CodecV2.
 func (wireCodec) Name() string { return grpcproto.Name }
@@ -38,16 +44,16 @@ func (wireCodec) Name() string { return grpcproto.Name }
 func (c wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 	switch m := v.(type) {
 	case *fwdRequest:
-		return encodeWith(m.size(), m.append), nil
+		return c.encodeWith(m.size(), m.append), nil
 	case *fwdResponse:
-		return encodeWith(m.size(), m.append), nil
+		return c.encodeWith(m.size(), m.append), nil
 	case *xferRequest:
 		if !utf8.ValidString(m.batch.From) {
 			return nil, errFromNotUTF8 // as protobuf refuses a proto3 string
 		}
-		return encodeWith(m.size(), m.append), nil
+		return c.encodeWith(m.size(), m.append), nil
 	case *xferResponse:
-		return encodeWith(m.size(), m.append), nil
+		return c.encodeWith(m.size(), m.append), nil
 	}
 	return c.proto.Marshal(v)
 }
@@ -68,29 +74,67 @@ func (c wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return c.proto.Unmarshal(data, v)
 }
 
-// smallMsgBuffer is the capacity encodeWith asks of gRPC's buffer pool for a
-// message below gRPC's pooling threshold (1 KiB): one of the default pool's
-// sizes, above the threshold.
+// smallMsgBuffer is the smallest capacity of a message's bytes: above gRPC's
+// pooling threshold (1 KiB), below which mem.NewBuffer would not pool them
+// (nor call msgBuf.Put), and one of gRPC's default pool's sizes.
 const smallMsgBuffer = 4 << 10
 
-// encodeWith encodes into a buffer of gRPC's pool, which gRPC returns to the
-// pool once the message is written. Small messages get a 4 KiB buffer, above
-// gRPC's pooling threshold, too (mem.NewBuffer pools no smaller capacity): a
-// stream sends one or two such messages per batch, and a pooled buffer saves
-// the allocation of the bytes and of their Buffer each time. An empty
-// message (Transfer's usual answer) takes no buffer: gRPC sends a nil one.
-func encodeWith(size int, fill func([]byte) []byte) mem.BufferSlice {
+// maxKeptMsgBytes is the largest message encodeWith encodes into a msgBuf;
+// larger ones (Transfer chunks) take a buffer of gRPC's pool, so that a
+// recycled msgBuf never holds more than this.
+const maxKeptMsgBytes = 64 << 10
+
+// msgBuf holds the bytes of one encoded message and the one-element
+// BufferSlice gRPC gets them in, and is the BufferPool of that Buffer: gRPC
+// calls Put once the last reference to the message is freed (it is written,
+// and no retry can resend it), and Put returns the msgBuf, bytes and slice,
+// to its codec's pool for the next message. A BufferSlice made per message
+// would be one allocation: its backing array escapes into gRPC's write queue.
+type msgBuf struct {
+	data  []byte
+	slice [1]mem.Buffer
+	home  *sync.Pool
+}
+
+// Get implements mem.BufferPool; gRPC only ever Puts a Buffer's bytes back to
+// its pool, so this is never called in practice and just allocates.
+func (m *msgBuf) Get(n int) *[]byte {
+	b := make([]byte, n)
+	return &b
+}
+
+// Put implements mem.BufferPool: the message is freed; m goes back to its pool.
+func (m *msgBuf) Put(*[]byte) {
+	m.slice[0] = nil
+	m.home.Put(m)
+}
+
+// encodeWith encodes a message of size bytes with fill. A message up to
+// maxKeptMsgBytes goes into a recycled msgBuf, with a capacity of at least
+// smallMsgBuffer: a stream sends one or two such messages per batch, and the
+// message then costs no allocation. A larger one takes a buffer of gRPC's
+// pool (one allocation, for its BufferSlice). An empty message (Transfer's
+// usual answer) takes no buffer: gRPC sends a nil one.
+func (c wireCodec) encodeWith(size int, fill func([]byte) []byte) mem.BufferSlice {
 	if size == 0 {
 		return nil
 	}
-	pool := mem.DefaultBufferPool()
-	n := size
-	if mem.IsBelowBufferPoolingThreshold(n) {
-		n = smallMsgBuffer
+	if size > maxKeptMsgBytes {
+		pool := mem.DefaultBufferPool()
+		buf := pool.Get(size)
+		*buf = fill((*buf)[:0])
+		return mem.BufferSlice{mem.NewBuffer(buf, pool)}
 	}
-	buf := pool.Get(n)
-	*buf = fill((*buf)[:0])
-	return mem.BufferSlice{mem.NewBuffer(buf, pool)}
+	m, _ := c.bufs.Get().(*msgBuf)
+	if m == nil {
+		m = &msgBuf{home: c.bufs}
+	}
+	if cap(m.data) < size {
+		m.data = make([]byte, 0, max(size, smallMsgBuffer))
+	}
+	m.data = fill(m.data[:0])
+	m.slice[0] = mem.NewBuffer(&m.data, m)
+	return m.slice[:]
 }
 
 func decodeWith(data mem.BufferSlice, decode func([]byte) error) error {
