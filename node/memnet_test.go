@@ -23,13 +23,38 @@ type memNet struct {
 	cut   map[memLink]bool   // links that fail every call
 	wrong map[memLink]string // links whose calls arrive at another address
 	calls map[memLink]int64  // calls delivered per link (by the address dialled)
+	// askAgain counts, per link, the replication sends carrying a ban state
+	// still to be answered as a backup answers what it cannot place: nothing
+	// applied, every state's and ban state's ring hash in need_full.
+	askAgain map[memLink]int
 }
 
 // memLink is the direction from one node (by name) to a gRPC address.
 type memLink struct{ from, to string }
 
 func newMemNet() *memNet {
-	return &memNet{nodes: make(map[string]*Node), cut: make(map[memLink]bool), wrong: make(map[memLink]string), calls: make(map[memLink]int64)}
+	return &memNet{nodes: make(map[string]*Node), cut: make(map[memLink]bool), wrong: make(map[memLink]string), calls: make(map[memLink]int64),
+		askAgain: make(map[memLink]int)}
+}
+
+// setAskAgain makes the next n replication sends from one node to another
+// that carry a ban state come back whole in need_full, unapplied.
+func (m *memNet) setAskAgain(from, to *Node, n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.askAgain[memLink{from.Name(), to.GRPCAddr()}] = n
+}
+
+// takeAskAgain reports whether a replication send with a ban state on link
+// is to be answered whole in need_full, and counts it.
+func (m *memNet) takeAskAgain(link memLink) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.askAgain[link] == 0 {
+		return false
+	}
+	m.askAgain[link]--
+	return true
 }
 
 func (m *memNet) attach(n *Node) peerClient {
@@ -143,6 +168,20 @@ func (c *memClient) Replicate(ctx context.Context, addr string, b transport.Tran
 	}
 	b.Sender = c.from.Name()
 	b.Replica = true
+	if len(b.Penalties) > 0 && c.net.takeAskAgain(memLink{c.from.Name(), addr}) {
+		var all []uint64
+		for _, s := range b.States {
+			h := s.KeyHash
+			if s.Key != "" {
+				h = t.owned.hash(s.Key)
+			}
+			all = append(all, h)
+		}
+		for _, p := range b.Penalties {
+			all = append(all, t.owned.hash(p.Key))
+		}
+		return all, nil
+	}
 	return peerService{t}.Replicate(ctx, b)
 }
 

@@ -391,6 +391,50 @@ func TestCrashKeepsBan(t *testing.T) {
 	}
 }
 
+// TestReplicationResendsWhatTheBackupAsksFor: a backup that answers a send's
+// state and ban state in need_full (it could not place them: the rings
+// disagreed for a moment) gets both again, whole, with a later send, though
+// the key does not change again.
+func TestReplicationResendsWhatTheBackupAsksFor(t *testing.T) {
+	t.Parallel()
+	mn, nodes := memCluster(t, 3, nil)
+	owner, backup := nodes[0], nodes[1]
+	key := keyWith(t, owner, owner, backup)
+	l := algo.Limit{Kind: algo.GCRA, Burst: 0, Limit: 1, Period: 24 * time.Hour}
+	pen := Penalty{Denials: 1, Within: time.Hour, Ban: time.Hour}
+	ctx := context.Background()
+	if d, err := owner.AllowPenalized(ctx, key, l, 1, pen); err != nil || !d.Allowed {
+		t.Fatalf("first check: %+v, %v", d, err)
+	}
+	waitReplica(t, backup, key, l, 0)
+	mn.setAskAgain(owner, backup, 1)
+	if d, err := owner.AllowPenalized(ctx, key, l, 1, pen); err != nil || !d.Banned {
+		t.Fatalf("second check: %+v, %v; want banned", d, err)
+	}
+	h := backup.owned.hash(key)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		sh := &backup.bans.shards[shardOf(h)]
+		sh.mu.Lock()
+		st := sh.m[key]
+		replicated := st != nil && st.banUntil > 0
+		sh.mu.Unlock()
+		if replicated {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the ban the backup asked for again did not reach it within 5 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	mn.mu.Lock()
+	left := mn.askAgain[memLink{owner.Name(), backup.GRPCAddr()}]
+	mn.mu.Unlock()
+	if left != 0 {
+		t.Fatal("no send carried the ban state before it reached the backup")
+	}
+}
+
 // TestReplicationResendsAfterFailedSend: states whose send to one backup failed
 // are sent again once it is reachable, while the other backup's states of the
 // same sends arrive at once. The keys of both backups are mixed in every send,
