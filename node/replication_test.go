@@ -37,6 +37,26 @@ func replica(t *testing.T, n *Node, key string, l algo.Limit) algo.Decision {
 	return d
 }
 
+// waitBan polls (5 ms, 5 s deadline) until n holds a ban of key.
+func waitBan(t *testing.T, n *Node, key string) {
+	t.Helper()
+	sh := &n.bans.shards[shardOf(n.owned.hash(key))]
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		sh.mu.Lock()
+		st := sh.m[key]
+		banned := st != nil && st.banUntil > 0
+		sh.mu.Unlock()
+		if banned {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s holds no ban of %s after 5 s", n.Name(), key)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // waitReplica polls (10 ms, 5 s deadline) until n's replica of key has want
 // hits remaining.
 func waitReplica(t *testing.T, n *Node, key string, l algo.Limit, want int64) {
@@ -358,24 +378,9 @@ func TestCrashKeepsBan(t *testing.T) {
 	if d, err := sender.AllowPenalized(ctx, key, l, 1, pen); err != nil || !d.Banned {
 		t.Fatalf("second check: %+v, %v; want banned", d, err)
 	}
-	h := backup.owned.hash(key)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		sh := &backup.bans.shards[shardOf(h)]
-		sh.mu.Lock()
-		st := sh.m[key]
-		replicated := st != nil && st.banUntil > 0
-		sh.mu.Unlock()
-		if replicated {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the ban did not reach the backup within 5 s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitBan(t, backup, key)
 	owner.Abort()
-	deadline = time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if o, _ := sender.Owner(key); o.Name == backup.Name() {
 			break
@@ -411,22 +416,7 @@ func TestReplicationResendsWhatTheBackupAsksFor(t *testing.T) {
 	if d, err := owner.AllowPenalized(ctx, key, l, 1, pen); err != nil || !d.Banned {
 		t.Fatalf("second check: %+v, %v; want banned", d, err)
 	}
-	h := backup.owned.hash(key)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		sh := &backup.bans.shards[shardOf(h)]
-		sh.mu.Lock()
-		st := sh.m[key]
-		replicated := st != nil && st.banUntil > 0
-		sh.mu.Unlock()
-		if replicated {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the ban the backup asked for again did not reach it within 5 s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitBan(t, backup, key)
 	mn.mu.Lock()
 	left := mn.askAgain[memLink{owner.Name(), backup.GRPCAddr()}]
 	mn.mu.Unlock()

@@ -236,6 +236,20 @@ func TestDecodeRequestAllocations(t *testing.T) {
 	}
 }
 
+// marshalAndFree encodes m with c, checks its bytes against m.append, and
+// frees them as gRPC does once the message is written.
+func marshalAndFree(t *testing.T, c wireCodec, m *fwdRequest) {
+	t.Helper()
+	data, err := c.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(data.Materialize(), m.append(nil)) {
+		t.Fatalf("message %d: bytes differ from its encoding", m.id)
+	}
+	data.Free()
+}
+
 // A stream message is encoded into a recycled msgBuf: gRPC frees it once it
 // is written, which returns it for the next message, bytes and BufferSlice,
 // so that encoding costs no allocation; a message still held is never
@@ -251,14 +265,7 @@ func TestEncodeRecyclesMessageBuffers(t *testing.T) {
 	// While held is not freed, other messages go elsewhere.
 	other := &fwdRequest{id: 8, checks: []Check{validCheck("gamma", 3)}}
 	for range 10 {
-		o, err := c.Marshal(other)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(o.Materialize(), other.append(nil)) {
-			t.Fatal("a message's bytes differ from its encoding")
-		}
-		o.Free()
+		marshalAndFree(t, c, other)
 	}
 	if !bytes.Equal(held.Materialize(), want) {
 		t.Fatalf("a message not yet freed was written over")
@@ -272,14 +279,7 @@ func TestEncodeRecyclesMessageBuffers(t *testing.T) {
 	if big.size() <= maxKeptMsgBytes {
 		t.Fatalf("large message of %d bytes is not above maxKeptMsgBytes", big.size())
 	}
-	b, err := c.Marshal(big)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(b.Materialize(), big.append(nil)) {
-		t.Fatal("a large message's bytes differ from its encoding")
-	}
-	b.Free()
+	marshalAndFree(t, c, big)
 	if raceEnabled {
 		t.Log("allocation count not checked under -race (sync.Pool drops Puts)")
 		return
