@@ -23,6 +23,7 @@ type memNet struct {
 	cut   map[memLink]bool   // links that fail every call
 	wrong map[memLink]string // links whose calls arrive at another address
 	calls map[memLink]int64  // calls delivered per link (by the address dialled)
+	fwds  map[memLink]int64  // of those, forwarded checks
 	// askAgain counts, per link, the replication sends carrying a ban state
 	// still to be answered as a backup answers what it cannot place: nothing
 	// applied, every state's and ban state's ring hash in need_full.
@@ -34,7 +35,7 @@ type memLink struct{ from, to string }
 
 func newMemNet() *memNet {
 	return &memNet{nodes: make(map[string]*Node), cut: make(map[memLink]bool), wrong: make(map[memLink]string), calls: make(map[memLink]int64),
-		askAgain: make(map[memLink]int)}
+		fwds: make(map[memLink]int64), askAgain: make(map[memLink]int)}
 }
 
 // setAskAgain makes the next n replication sends from one node to another
@@ -84,6 +85,14 @@ func (m *memNet) delivered(from, to *Node) int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.calls[memLink{from.Name(), to.GRPCAddr()}]
+}
+
+// forwarded returns the checks one node forwarded to another that were
+// delivered: delivered without the handoffs and replication sends.
+func (m *memNet) forwarded(from, to *Node) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.fwds[memLink{from.Name(), to.GRPCAddr()}]
 }
 
 // memClient is one node's end of a memNet.
@@ -137,6 +146,9 @@ func (c *memClient) Forward(ctx context.Context, addr string, chk transport.Chec
 	if err := ctx.Err(); err != nil {
 		return transport.Result{}, fmt.Errorf("%w: forward to %s: %w", transport.ErrUnavailable, addr, err)
 	}
+	c.net.mu.Lock()
+	c.net.fwds[memLink{c.from.Name(), addr}]++
+	c.net.mu.Unlock()
 	out := make([]transport.Result, 1)
 	peerService{t}.Forward(ctx, []transport.Check{chk}, out)
 	return out[0], nil
