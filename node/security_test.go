@@ -173,8 +173,12 @@ func TestSecureByDefault(t *testing.T) {
 // CA, or a certificate naming another member are not admitted: they are
 // listed as refused with a reason, counted, logged, and own no key; every
 // key is decided by an owner among the real members.
+//
+// Not parallel: six members gossiping under -race while the package's other
+// clusters start on two cores saw admissions reset, as false suspicions do (a
+// refused impostor back to joining, a real member not yet readmitted); run
+// alone, before the parallel tests, it takes about half a second.
 func TestAdmissionRefusesImpostors(t *testing.T) {
-	t.Parallel()
 	m := &secMetrics{}
 	lb := &logBuffer{}
 	base, nodes := secureCluster(t, 3, m, lb)
@@ -211,7 +215,7 @@ func TestAdmissionRefusesImpostors(t *testing.T) {
 		bad = append(bad, n)
 	}
 	// 0.5 s on an idle machine; in a CI run of every package under -race on
-	// two cores it once took more than 10 s.
+	// two cores it once took more than 10 s (when it still ran in parallel).
 	eventually(t, 30*time.Second, "every node lists the three as refused", func() bool {
 		for _, n := range nodes {
 			refused := 0
@@ -232,7 +236,7 @@ func TestAdmissionRefusesImpostors(t *testing.T) {
 	if !strings.Contains(lb.String(), "member refused") {
 		t.Error("no WARN about a refused member")
 	}
-	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer wcancel()
 	if err := WaitConverged(wctx, nodes...); err != nil {
 		for _, n := range nodes {
