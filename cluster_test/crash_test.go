@@ -218,10 +218,12 @@ func TestCrashUnderLoadSync(t *testing.T) {
 	res := runCrash(t, replication(node.ReplicationSync), 3*time.Second)
 	checkBound(t, res, crashLimit.Limit)
 	// A call in flight on the aborted node may have taken a hit and lost its
-	// answer (ErrStopped): only those may leave a key short of its limit.
+	// answer (ErrStopped, or a forward to it retried on the backup, which
+	// then denies what the owner had admitted and replicated): only those may
+	// leave a key short of its limit.
 	for k, a := range res.sum.admitted {
 		if a+res.sum.lost[k] < crashLimit.Limit {
-			t.Errorf("key crash:%d admitted %d with %d calls lost to an error, want %d (%v)", k, a, res.sum.lost[k], crashLimit.Limit, res.sum.underWhy)
+			t.Errorf("key crash:%d admitted %d with %d calls whose answer may have been lost, want %d (%v)", k, a, res.sum.lost[k], crashLimit.Limit, res.sum.underWhy)
 		}
 	}
 	checkThroughput(t, res)

@@ -58,7 +58,7 @@ type loadRun struct {
 
 	admitted   []atomic.Int64  // per key: checks admitted, any route
 	remSeen    []atomic.Uint64 // per key: bit i set when an admission reported Remaining i (i < 64)
-	lost       []atomic.Int64  // per key: calls that ended in an error (ErrStopped included): their answer was lost
+	lost       []atomic.Int64  // per key: calls that ended in an error (ErrStopped included), or were in flight at the crash and answered by the backup: their owner's answer may have been lost
 	lastDenied []atomic.Int64  // per key: ns since start of the last denial by owner, forward or backup (not fallback)
 	routes     [8]atomic.Int64
 	routeAdmit [8]atomic.Int64
@@ -161,7 +161,7 @@ func (r *loadRun) caller(g int) {
 		live := *r.live.Load()
 		n := live[rng.IntN(len(live))]
 		k := rng.IntN(len(r.keys))
-		began := r.since()
+		began, phBegan := r.since(), r.phase.Load()
 		d, err := n.Allow(ctx, r.keys[k], r.spec.Limit)
 		end := r.since()
 		ph := r.phase.Load()
@@ -191,6 +191,13 @@ func (r *loadRun) caller(g int) {
 			}
 			r.errMu.Unlock()
 			continue
+		}
+		if phBegan == 0 && ph > 0 && d.Route == node.RouteBackup {
+			// In flight when its owner was aborted, then answered by the
+			// backup: the owner may have taken the hit (and, under sync
+			// replication, passed it to the backup) before its answer was
+			// lost with it.
+			r.lost[k].Add(1)
 		}
 		r.routes[d.Route&7].Add(1)
 		if d.Allowed {
@@ -386,7 +393,7 @@ type loadSummary struct {
 	limit     int64
 	keys      int
 	admitted  []int64
-	lost      []int64  // per key: calls whose answer was lost to an error
+	lost      []int64  // per key: calls whose answer may have been lost (see loadRun.lost)
 	over      int      // keys admitted more than the limit
 	maxKey    int64    // largest admitted count of one key
 	extra     int64    // sum over keys of the admissions above the limit
@@ -426,7 +433,7 @@ func (r *loadRun) summary() loadSummary {
 						missing = append(missing, i)
 					}
 				}
-				s.underWhy = append(s.underWhy, fmt.Sprintf("%s admitted %d (%d calls lost to an error), no admission reported remaining %v", r.keys[k], a, r.lost[k].Load(), missing))
+				s.underWhy = append(s.underWhy, fmt.Sprintf("%s admitted %d (%d calls whose answer may have been lost), no admission reported remaining %v", r.keys[k], a, r.lost[k].Load(), missing))
 			}
 		}
 	}
