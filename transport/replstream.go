@@ -31,8 +31,7 @@ type replLink struct {
 	sendMu sync.Mutex // held for a whole send
 	// Used only by the holder of sendMu.
 	resp       xferResponse // the answer, reused; keeps no hashes between sends
-	unary      bool         // the peer does not know ReplicateStream
-	unaryUntil time.Time    // when to try the stream again after a fallback
+	unaryUntil time.Time    // the peer does not know ReplicateStream: unary Transfers until then
 
 	mu       sync.Mutex
 	cs       grpc.ClientStream  // the open stream, or nil
@@ -54,10 +53,9 @@ func (pe *peer) sendReplica(ctx context.Context, req *xferRequest, needFull []ui
 	l := &pe.repl
 	l.sendMu.Lock()
 	defer l.sendMu.Unlock()
-	if l.unary && time.Now().Before(l.unaryUntil) {
+	if !l.unaryUntil.IsZero() && time.Now().Before(l.unaryUntil) {
 		return pe.sendTransfer(ctx, req, needFull)
 	}
-	l.unary = false
 	if err := ctx.Err(); err != nil {
 		return needFull, fmt.Errorf("%w: transfer to %s: %w", ErrUnavailable, pe.addr, err)
 	}
@@ -130,7 +128,7 @@ func (pe *peer) sendReplica(ctx context.Context, req *xferRequest, needFull []ui
 		return needFull, fmt.Errorf("%w: transfer to %s: stream: %w", ErrUnavailable, pe.addr, expired)
 	case !answered && status.Code(err) == codes.Unimplemented:
 		// A member from before ReplicateStream: nothing was applied.
-		l.unary, l.unaryUntil = true, time.Now().Add(pe.cfg.StreamRetryInterval)
+		l.unaryUntil = time.Now().Add(pe.cfg.StreamRetryInterval)
 		return pe.sendTransfer(ctx, req, needFull)
 	}
 	return needFull, errorFromStatus("transfer to "+pe.addr, err)
