@@ -17,31 +17,44 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/clustertest"
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/node/policy"
 )
 
-// startCluster starts an in-process cluster of n nodes (node.TestConfig) and a
-// RESP server in front of each, and returns the servers' addresses.
-func startCluster(t *testing.T, n int, mod func(*Config)) []string {
+// startCluster starts an in-process cluster of n nodes (clustertest.Start: one
+// that waits for a slow owner instead of failing over) and a RESP server in
+// front of each, and returns the servers' addresses and the cluster's count of
+// degraded decisions, for failure messages.
+func startCluster(t *testing.T, n int, mod func(*Config)) ([]string, *clustertest.Degraded) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := node.StartCluster(ctx, n, node.TestConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c, deg := clustertest.Start(t, n)
 	var addrs []string
 	for _, nd := range c.Nodes() {
 		addrs = append(addrs, serve(t, Config{Checker: nd}, mod))
 	}
-	return addrs
+	return addrs, deg
+}
+
+// client is a go-redis client of addr that never retries a command (a retried
+// check is counted twice) and waits up to a minute for a reply, closed at the
+// test's cleanup; mod, when not nil, changes the options first.
+func client(t *testing.T, addr string, mod func(*redis.Options)) *redis.Client {
+	o := &redis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: time.Minute}
+	if mod != nil {
+		mod(o)
+	}
+	c := redis.NewClient(o)
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // serve starts a Server for cfg (after mod) on a free loopback port.
 func serve(t *testing.T, cfg Config, mod func(*Config)) string {
 	t.Helper()
+	// A check waits for a slow owner as long as the cluster's forwards do: one
+	// given up on may still be counted, and the tests compare counts exactly.
+	cfg.CheckTimeout = clustertest.ForwardTimeout
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -87,7 +100,7 @@ func fields(s string) string { return strings.Join(strings.Fields(s), " ") }
 // whichever node answers).
 func TestRedisCLIThrottle(t *testing.T) {
 	t.Parallel()
-	addrs := startCluster(t, 3, nil)
+	addrs, deg := startCluster(t, 3, nil)
 	steps := []struct {
 		addr string
 		args []string
@@ -102,29 +115,44 @@ func TestRedisCLIThrottle(t *testing.T) {
 		{addrs[1], []string{"CL.THROTTLE", "user:readme", "15", "30", "60", "0"}, "0 16 14 -1 4"},
 	}
 	start := time.Now()
+	prev := start
 	for _, s := range steps {
+		sent := time.Now()
 		got := fields(redisCLI(t, s.addr, nil, s.args...))
+		// gap is the most time that can have passed between this check's
+		// decision and the previous one's.
+		gap := time.Since(prev)
+		prev = sent
 		if got == s.want {
 			continue
 		}
 		// The exact replies assume the steps run within a second (the
 		// emission interval of user:readme is 2 s, replies count whole
 		// seconds). On a loaded machine (a CI run of every package under
-		// -race) they may not: then time can only have refilled the key and
-		// brought its reset closer, so allowed, limit and retry must still
-		// match, remaining be no lower and reset no later.
-		if elapsed := time.Since(start); elapsed < 900*time.Millisecond || !throttleLater(got, s.want) {
-			t.Errorf("%v on %s after %v: got %q, want %q", s.args, s.addr, elapsed, got, s.want)
+		// -race, or one stalled for seconds) they may not: then time can only
+		// have refilled the key and brought its reset closer (see
+		// throttleLater).
+		if elapsed := time.Since(start); elapsed < 900*time.Millisecond || !throttleLater(got, s.want, gap) {
+			t.Errorf("%v on %s after %v: got %q, want %q (cluster: %v)", s.args, s.addr, elapsed, got, s.want, deg)
 		}
 	}
 }
 
 // throttleLater reports whether CL.THROTTLE reply got is what want becomes
-// as time passes: the same allowed, limit and retry fields, remaining no
-// lower, reset no later.
-func throttleLater(got, want string) bool {
+// as time passes, when at most gap passed since the key's previous check: the
+// same limit; a denial turned into an admission only if gap reaches the
+// denial's retry_after (s); otherwise the same allowed and retry fields,
+// remaining no lower and reset no later.
+func throttleLater(got, want string, gap time.Duration) bool {
 	g, w := strings.Fields(got), strings.Fields(want)
-	if len(g) != 5 || len(w) != 5 || g[0] != w[0] || g[1] != w[1] || g[3] != w[3] {
+	if len(g) != 5 || len(w) != 5 || g[1] != w[1] {
+		return false
+	}
+	if w[0] == "1" && g[0] == "0" && g[3] == "-1" {
+		retry, err := strconv.Atoi(w[3])
+		return err == nil && gap >= time.Duration(retry)*time.Second
+	}
+	if g[0] != w[0] || g[3] != w[3] {
 		return false
 	}
 	gr, err1 := strconv.Atoi(g[2])
@@ -138,9 +166,8 @@ func throttleLater(got, want string) bool {
 // redis-cell answers, and the same wrapping where ringlimit refuses more.
 func TestThrottleErrors(t *testing.T) {
 	t.Parallel()
-	addrs := startCluster(t, 1, nil)
-	c := redis.NewClient(&redis.Options{Addr: addrs[0]})
-	defer c.Close()
+	addrs, _ := startCluster(t, 1, nil)
+	c := client(t, addrs[0], nil)
 	ctx := context.Background()
 	for _, tt := range []struct {
 		args []any
@@ -178,9 +205,8 @@ func TestThrottleErrors(t *testing.T) {
 // TestRLCheck: every algorithm through RL.CHECK, durations in ms.
 func TestRLCheck(t *testing.T) {
 	t.Parallel()
-	addrs := startCluster(t, 1, nil)
-	c := redis.NewClient(&redis.Options{Addr: addrs[0]})
-	defer c.Close()
+	addrs, _ := startCluster(t, 1, nil)
+	c := client(t, addrs[0], nil)
 	ctx := context.Background()
 	for _, algoName := range []string{"sliding_window_log", "sliding_window_counter", "fixed_window", "gcra", "token_bucket"} {
 		key := "rl:" + algoName
@@ -209,7 +235,7 @@ func TestRLCheck(t *testing.T) {
 // TestConnectHandshakes: what clients send on connect.
 func TestConnectHandshakes(t *testing.T) {
 	t.Parallel()
-	addrs := startCluster(t, 1, nil)
+	addrs, _ := startCluster(t, 1, nil)
 	// go-redis v9 sends HELLO 3 then falls back to RESP2, and CLIENT SETINFO.
 	c := redis.NewClient(&redis.Options{Addr: addrs[0], ClientName: "tester"})
 	defer c.Close()
@@ -247,7 +273,7 @@ func TestConnectHandshakes(t *testing.T) {
 // TestAuth: with client tokens, every command but AUTH/HELLO/QUIT needs AUTH.
 func TestAuth(t *testing.T) {
 	t.Parallel()
-	addrs := startCluster(t, 1, func(c *Config) { c.Authenticate = func(_, p string) bool { return p == "s3cret-token" } })
+	addrs, _ := startCluster(t, 1, func(c *Config) { c.Authenticate = func(_, p string) bool { return p == "s3cret-token" } })
 	ctx := context.Background()
 	anon := redis.NewClient(&redis.Options{Addr: addrs[0], DisableIdentity: true})
 	defer anon.Close()
@@ -278,10 +304,8 @@ func TestAuth(t *testing.T) {
 // first 50 checks are admitted and the rest denied, in request order.
 func TestPipelineOrder(t *testing.T) {
 	t.Parallel()
-	addrs := startCluster(t, 3, nil)
-	// No retries: a retried pipeline would take its checks twice.
-	c := redis.NewClient(&redis.Options{Addr: addrs[1], MaxRetries: -1, ReadTimeout: time.Minute})
-	defer c.Close()
+	addrs, deg := startCluster(t, 3, nil)
+	c := client(t, addrs[1], nil) // no retries: a retried pipeline would take its checks twice
 	ctx := context.Background()
 	const keys, n = 100, 10000
 	p := c.Pipeline()
@@ -305,10 +329,10 @@ func TestPipelineOrder(t *testing.T) {
 			wantLimited = 1
 		}
 		if r[0] != wantLimited {
-			t.Fatalf("reply %d (key %d, check %d): got limited=%d, want %d", i, k, seen[k], r[0], wantLimited)
+			t.Fatalf("reply %d (key %d, check %d): got limited=%d, want %d (cluster: %v)", i, k, seen[k], r[0], wantLimited, deg)
 		}
 		if wantLimited == 0 && r[2] != int64(50-seen[k]) {
-			t.Fatalf("reply %d: got remaining %d, want %d", i, r[2], 50-seen[k])
+			t.Fatalf("reply %d: got remaining %d, want %d (cluster: %v)", i, r[2], 50-seen[k], deg)
 		}
 	}
 }
@@ -318,13 +342,12 @@ func TestPipelineOrder(t *testing.T) {
 // 100 admitted.
 func TestConcurrentConnectionsOneKey(t *testing.T) {
 	t.Parallel()
-	addrs := startCluster(t, 3, nil)
+	addrs, deg := startCluster(t, 3, nil)
 	ctx := context.Background()
 	var admitted, denied atomic.Int64
 	var wg sync.WaitGroup
 	for i := range 64 {
-		c := redis.NewClient(&redis.Options{Addr: addrs[i%3], PoolSize: 1})
-		defer c.Close()
+		c := client(t, addrs[i%3], func(o *redis.Options) { o.PoolSize = 1 })
 		wg.Go(func() {
 			for range 20 {
 				r, err := c.Do(ctx, "CL.THROTTLE", "hot", "99", "1", "86400").Int64Slice()
@@ -342,7 +365,7 @@ func TestConcurrentConnectionsOneKey(t *testing.T) {
 	}
 	wg.Wait()
 	if admitted.Load() != 100 || denied.Load() != 64*20-100 {
-		t.Errorf("got %d admitted, %d denied, want exactly 100 admitted of %d", admitted.Load(), denied.Load(), 64*20)
+		t.Errorf("got %d admitted, %d denied, want exactly 100 admitted of %d (cluster: %v)", admitted.Load(), denied.Load(), 64*20, deg)
 	}
 }
 
@@ -368,7 +391,7 @@ func rawExchange(t *testing.T, addr, req string) (string, net.Conn) {
 // an error reply; the server keeps serving every other connection.
 func TestLimitsAndMalformedInput(t *testing.T) {
 	t.Parallel()
-	addrs := startCluster(t, 1, func(c *Config) { c.MaxConns = 3; c.MaxBulk = 1024; c.MaxArgs = 16; c.MaxInline = 256 })
+	addrs, _ := startCluster(t, 1, func(c *Config) { c.MaxConns = 3; c.MaxBulk = 1024; c.MaxArgs = 16; c.MaxInline = 256 })
 	addr := addrs[0]
 	keep := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1})
 	defer keep.Close()
@@ -443,13 +466,7 @@ func (fakeChecker) AllowN(context.Context, string, algo.Limit, int64) (node.Deci
 // TestRLPolicy: descriptors against the policy file, on a 3-node cluster.
 func TestRLPolicy(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cl, err := node.StartCluster(ctx, 3, node.TestConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Close() })
+	cl, deg := clustertest.Start(t, 3)
 	p, err := policy.Parse("seed.yaml", []byte(`
 domain: api
 descriptors:
@@ -475,9 +492,7 @@ descriptors:
 	bg := context.Background()
 	count := func(args ...any) (allowed int, last []any) {
 		for i := range 8 {
-			c := redis.NewClient(&redis.Options{Addr: addrs[i%3]})
-			r, err := c.Do(bg, args...).Slice()
-			c.Close()
+			r, err := client(t, addrs[i%3], nil).Do(bg, args...).Slice()
 			if err != nil {
 				t.Fatalf("%v: %v", args, err)
 			}
@@ -489,10 +504,10 @@ descriptors:
 		return allowed, last
 	}
 	if n, last := count("RL.POLICY", "api", "1", "api_id", "post"); n != 3 || last[5] != "post-default" || last[6] != "denied" {
-		t.Errorf("api_id=post: got %d allowed, last %v, want 3 and rule post-default denied", n, last)
+		t.Errorf("api_id=post: got %d allowed, last %v, want 3 and rule post-default denied (cluster: %v)", n, last, deg)
 	}
 	if n, last := count("RL.POLICY", "api", "1", "api_id", "post", "app_id", "vip"); n != 5 || last[6] != "denied" {
-		t.Errorf("app_id=vip override: got %d allowed, last %v, want 5", n, last)
+		t.Errorf("app_id=vip override: got %d allowed, last %v, want 5 (cluster: %v)", n, last, deg)
 	}
 	if n, last := count("RL.POLICY", "api", "1", "api_id", "get"); n != 8 || last[6] != "no_rule" {
 		t.Errorf("no rule: got %d allowed, last %v, want all 8 and no_rule", n, last)

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/clustertest"
 	"github.com/ringlimit/ringlimit/node/policy"
 )
 
@@ -50,17 +50,13 @@ descriptors:
           requests_per_unit: 2
 `
 
-// startRLS starts a 3-node cluster and an RLS server in front of each node
-// (plaintext gRPC on loopback), and returns a client per server.
-func startRLS(t *testing.T) []ratelimitv3.RateLimitServiceClient {
+// startRLS starts a 3-node cluster (clustertest.Start: one that waits for a
+// slow owner instead of failing over) and an RLS server in front of each node
+// (plaintext gRPC on loopback), and returns a client per server and the
+// cluster's count of degraded decisions, for failure messages.
+func startRLS(t *testing.T) ([]ratelimitv3.RateLimitServiceClient, *clustertest.Degraded) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := node.StartCluster(ctx, 3, node.TestConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c, deg := clustertest.Start(t, 3)
 	p, err := policy.Parse("edge.yaml", []byte(policyYAML))
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +86,7 @@ func startRLS(t *testing.T) []ratelimitv3.RateLimitServiceClient {
 		t.Cleanup(func() { cc.Close() })
 		clients = append(clients, ratelimitv3.NewRateLimitServiceClient(cc))
 	}
-	return clients
+	return clients, deg
 }
 
 func desc(kv ...string) *rlcommon.RateLimitDescriptor {
@@ -103,7 +99,7 @@ func desc(kv ...string) *rlcommon.RateLimitDescriptor {
 
 func TestShouldRateLimit(t *testing.T) {
 	t.Parallel()
-	cs := startRLS(t)
+	cs, _ := startRLS(t)
 	ctx := context.Background()
 
 	// Unknown domain and unmatched descriptor: OK, no current_limit.
@@ -160,7 +156,7 @@ func TestShouldRateLimit(t *testing.T) {
 
 func TestShouldRateLimitRejectsBadRequests(t *testing.T) {
 	t.Parallel()
-	cs := startRLS(t)
+	cs, _ := startRLS(t)
 	ctx := context.Background()
 	over := desc("path", "/upload")
 	over.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
@@ -182,7 +178,7 @@ func TestShouldRateLimitRejectsBadRequests(t *testing.T) {
 // descriptor of 100 per hour: exactly 100 OK.
 func TestShouldRateLimitExactUnderConcurrency(t *testing.T) {
 	t.Parallel()
-	cs := startRLS(t)
+	cs, deg := startRLS(t)
 	ctx := context.Background()
 	var ok, over atomic.Int64
 	var wg sync.WaitGroup
@@ -204,6 +200,6 @@ func TestShouldRateLimitExactUnderConcurrency(t *testing.T) {
 	}
 	wg.Wait()
 	if ok.Load() != 100 || over.Load() != 540 {
-		t.Errorf("got %d OK and %d OVER_LIMIT, want exactly 100 OK of 640", ok.Load(), over.Load())
+		t.Errorf("got %d OK and %d OVER_LIMIT, want exactly 100 OK of 640 (cluster: %v)", ok.Load(), over.Load(), deg)
 	}
 }
