@@ -45,7 +45,7 @@ func TestBatchContextBehavesAsWithDeadline(t *testing.T) {
 	defer soon.end()
 	child, cancel := context.WithCancel(soon)
 	defer cancel()
-	recv(t, child.Done(), 5*time.Second, "child of the batch context done at the deadline")
+	recv(t, child.Done(), eventWait, "child of the batch context done at the deadline")
 	if err := soon.Err(); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Err after Done at the deadline: got %v, want %v", err, context.DeadlineExceeded)
 	}
@@ -64,7 +64,7 @@ func TestBatchContextBehavesAsWithDeadline(t *testing.T) {
 	defer b.end()
 	done := a.Done()
 	pcancel()
-	recv(t, done, 5*time.Second, "batch context done when its parent is cancelled")
+	recv(t, done, eventWait, "batch context done when its parent is cancelled")
 	if err := b.Err(); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Err after the parent's cancel: got %v, want %v", err, context.Canceled)
 	}

@@ -165,6 +165,11 @@ func blackHole(t testing.TB) string {
 	return lis.Addr().String()
 }
 
+// eventWait bounds the wait for an event that a working transport delivers
+// at once (a batch, a result): generous, so that a machine stalled for
+// seconds (a loaded CI run) does not fail a test that asserts no latency.
+const eventWait = 30 * time.Second
+
 // recv receives from ch or fails the test after d.
 func recv[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
 	t.Helper()

@@ -89,7 +89,7 @@ func gatedForward(t *testing.T, p *Pool, addr string, f *fakePeer) <-chan error 
 		_, err := p.Forward(context.Background(), addr, validCheck("first", 1))
 		done <- err
 	}()
-	if got := recv(t, f.entered, 5*time.Second, "the first batch"); got != 1 {
+	if got := recv(t, f.entered, eventWait, "the first batch"); got != 1 {
 		t.Fatalf("first batch has %d checks, want 1", got)
 	}
 	return done
@@ -115,17 +115,17 @@ func TestForwardFlushesBySize(t *testing.T) {
 	}
 	// The link is busy and the wait is an hour: only size can flush these.
 	for range 2 {
-		if got := recv(t, f.entered, 5*time.Second, "a full batch"); got != 5 {
+		if got := recv(t, f.entered, eventWait, "a full batch"); got != 5 {
 			t.Fatalf("got a batch of %d, want 5", got)
 		}
 	}
 	close(f.gate)
 	for range 10 {
-		if err := recv(t, results, 5*time.Second, "a result"); err != nil {
+		if err := recv(t, results, eventWait, "a result"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := recv(t, first, 5*time.Second, "the first result"); err != nil {
+	if err := recv(t, first, eventWait, "the first result"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -149,18 +149,18 @@ func TestForwardFlushesByTime(t *testing.T) {
 	// The first RPC is still blocked and 3 < 100: only the timer can send these.
 	sent := 0
 	for sent < 3 {
-		sent += recv(t, f.entered, 5*time.Second, "a timed-out batch")
+		sent += recv(t, f.entered, eventWait, "a timed-out batch")
 	}
 	if took := time.Since(start); took < wait {
 		t.Fatalf("batch sent after %v, want >= BatchMaxWait %v", took, wait)
 	}
 	close(f.gate)
 	for range 3 {
-		if err := recv(t, results, 5*time.Second, "a result"); err != nil {
+		if err := recv(t, results, eventWait, "a result"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := recv(t, first, 5*time.Second, "the first result"); err != nil {
+	if err := recv(t, first, eventWait, "the first result"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -197,12 +197,12 @@ func TestForwardPerItemInvalidDoesNotFailTheBatch(t *testing.T) {
 			out <- res{key, r, err}
 		}()
 	}
-	if got := recv(t, f.entered, 5*time.Second, "the batch"); got != 2 {
+	if got := recv(t, f.entered, eventWait, "the batch"); got != 2 {
 		t.Fatalf("handler got %d checks, want the 2 valid ones", got)
 	}
 	close(f.gate)
 	for range 3 {
-		v := recv(t, out, 5*time.Second, "a result")
+		v := recv(t, out, eventWait, "a result")
 		if v.err != nil {
 			t.Fatalf("%s: %v", v.key, v.err)
 		}
@@ -217,7 +217,7 @@ func TestForwardPerItemInvalidDoesNotFailTheBatch(t *testing.T) {
 			}
 		}
 	}
-	if err := recv(t, first, 5*time.Second, "the first result"); err != nil {
+	if err := recv(t, first, eventWait, "the first result"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -304,11 +304,11 @@ func TestDropFailsWaitingChecksAndRedials(t *testing.T) {
 	// The waiting check may or may not have joined the open batch yet; either
 	// way Drop must fail it or let it redial, never hang.
 	p.Drop(addr)
-	if err := recv(t, first, 5*time.Second, "the in-flight check"); !errors.Is(err, ErrUnavailable) {
+	if err := recv(t, first, eventWait, "the in-flight check"); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("in-flight check: got %v, want ErrUnavailable", err)
 	}
 	close(f.gate)
-	if err := recv(t, waiting, 5*time.Second, "the waiting check"); err != nil && !errors.Is(err, ErrUnavailable) {
+	if err := recv(t, waiting, eventWait, "the waiting check"); err != nil && !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("waiting check: got %v, want nil or ErrUnavailable", err)
 	}
 	r, err := p.Forward(context.Background(), addr, validCheck("after", 2))

@@ -305,7 +305,7 @@ func TestReplicateStreamServerStops(t *testing.T) {
 				}
 				close(stopped)
 			}()
-			recv(t, stopped, 5*time.Second, "the server to stop with a replication stream open")
+			recv(t, stopped, eventWait, "the server to stop with a replication stream open")
 			if _, err := p.Replicate(context.Background(), addr, b); !errors.Is(err, ErrUnavailable) {
 				t.Fatalf("send to the stopped server: got %v, want an error wrapping ErrUnavailable", err)
 			}
@@ -388,13 +388,13 @@ func TestReplicateStreamPoolClose(t *testing.T) {
 			_, err := p.Replicate(context.Background(), addr, b)
 			done <- err
 		}()
-		recv(t, h.entered, 5*time.Second, "the handler to get the batch")
+		recv(t, h.entered, eventWait, "the handler to get the batch")
 		if drop {
 			p.Drop(addr)
 		} else {
 			_ = p.Close()
 		}
-		if err := recv(t, done, 5*time.Second, "the send to end"); !errors.Is(err, ErrUnavailable) {
+		if err := recv(t, done, eventWait, "the send to end"); !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("drop=%v: got %v, want an error wrapping ErrUnavailable", drop, err)
 		}
 		close(h.gate)

@@ -120,7 +120,7 @@ func TestStreamBrokenMidFlightFailsCallersAndRecovers(t *testing.T) {
 		}()
 	}
 	for n := 0; n < callers; {
-		n += recv(t, f.entered, 5*time.Second, "the batches in the handler")
+		n += recv(t, f.entered, eventWait, "the batches in the handler")
 	}
 	start := time.Now()
 	s.Stop() // breaks the connection with every batch in flight
@@ -226,7 +226,7 @@ func TestStreamCallerDeadlineWhileBatchInFlight(t *testing.T) {
 	if took := time.Since(start); took > 5*time.Second {
 		t.Fatalf("returned after %v, want about the 50ms caller deadline", took)
 	}
-	recv(t, f.entered, 5*time.Second, "the batch in the handler")
+	recv(t, f.entered, eventWait, "the batch in the handler")
 	close(f.gate) // the late answer arrives and is dropped
 	r, err := p.Forward(context.Background(), addr, validCheck("on-time", 4))
 	if err != nil || r.Owner != "owner:on-time" || r.Decision.Remaining != 4 {
@@ -248,7 +248,7 @@ func TestGracefulStopWithOpenStreamReturnsPromptly(t *testing.T) {
 		}
 		inFlight <- err
 	}()
-	recv(t, f.entered, 5*time.Second, "the batch in the handler")
+	recv(t, f.entered, eventWait, "the batch in the handler")
 	stopped := make(chan struct{})
 	go func() { s.GracefulStop(); close(stopped) }()
 	select {
@@ -257,7 +257,7 @@ func TestGracefulStopWithOpenStreamReturnsPromptly(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	close(f.gate)
-	if err := recv(t, inFlight, 5*time.Second, "the in-flight check"); err != nil {
+	if err := recv(t, inFlight, eventWait, "the in-flight check"); err != nil {
 		t.Fatalf("in-flight check: %v", err)
 	}
 	// The client's stream is still open (the Pool is not closed): the stop
@@ -287,7 +287,7 @@ func TestPoolCloseAndDropEndClientStreams(t *testing.T) {
 			// only once the client has ended its stream.
 			stopped := make(chan struct{})
 			go func() { s.GRPCServer().GracefulStop(); close(stopped) }()
-			recv(t, stopped, 5*time.Second, "the gRPC graceful stop")
+			recv(t, stopped, eventWait, "the gRPC graceful stop")
 		})
 	}
 }
