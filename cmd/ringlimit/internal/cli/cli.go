@@ -63,11 +63,14 @@ func (e *exitError) Unwrap() error { return e.err }
 // no wraps err so that Execute exits with ExitNo.
 func no(err error) error { return &exitError{code: ExitNo, err: err} }
 
-// Execute runs the ringlimit command line with args (without the program name)
-// and returns the exit code. Output goes to stdout, diagnostics and progress to
+// Execute runs the ringlimit command line with args (without the program name;
+// nil means none, never the process's own arguments) and returns the exit code. Output goes to stdout, diagnostics and progress to
 // stderr.
 func Execute(ctx context.Context, args []string, stdout, stderr io.Writer, deps Deps) int {
 	root := NewRoot(stdout, stderr, deps)
+	if args == nil {
+		args = []string{} // cobra reads the process's os.Args for nil args
+	}
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {

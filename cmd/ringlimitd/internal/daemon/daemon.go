@@ -74,11 +74,15 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
-// Main runs ringlimitd with args (without the program name), reading the
+// Main runs ringlimitd with args (without the program name; nil means none,
+// never the process's own arguments), reading the
 // environment through lookupEnv, and returns the exit status. The daemon runs
 // until ctx ends, then stops gracefully. Logs go to stderr as JSON (or text).
 func Main(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) int {
 	root := newRootCommand(ctx, lookupEnv, stderr)
+	if args == nil {
+		args = []string{} // cobra reads the process's os.Args for nil args
+	}
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
