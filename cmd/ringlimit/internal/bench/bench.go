@@ -46,7 +46,8 @@ const (
 	DefaultDuration    = 10 * time.Second
 	DefaultConcurrency = 64
 	DefaultSeed        = 1
-	// MaxKeys bounds Options.Keys: the per-key counters take 16 bytes per key.
+	// MaxKeys bounds Options.Keys: the per-key counters take 8 bytes and a bit
+	// per key.
 	MaxKeys = 10_000_000
 	// maxLatency is the highest latency the histogram tracks; slower checks are
 	// recorded as this value (and Report.Latency.Max shows it).
@@ -335,8 +336,54 @@ func rnd(d time.Duration) time.Duration {
 	return d.Round(time.Microsecond / 10)
 }
 
+// admLogSize is how many admitted checks an admLog holds before it adds them
+// to the shared counts: 4,096 int32 key indexes (16 KiB) per sender.
+const admLogSize = 4096
+
+// admissions counts the checks admitted per key, for the bound check. Senders
+// do not add to the counts one check at a time: at a million keys (8 MB of
+// counts) that was an atomic add and a cache miss per admitted check, the
+// largest cost a 1M-key run had over a 10k-key one in a perf profile of the
+// load generator itself. Each sender appends the key to its own admLog
+// instead, which adds admLogSize of them at once under mu (plain adds whose
+// misses the CPU overlaps).
+type admissions struct {
+	mu     sync.Mutex
+	counts []int64 // admitted checks per key (each took Options.Hits hits)
+}
+
+// admLog is one sender's admitted checks not yet in the shared counts; only
+// that sender uses it.
+type admLog struct {
+	to   *admissions
+	keys []int32
+}
+
+func newAdmLog(to *admissions) *admLog {
+	return &admLog{to: to, keys: make([]int32, 0, admLogSize)}
+}
+
+// add records one admitted check of key k (0 <= k < MaxKeys).
+func (l *admLog) add(k int) {
+	l.keys = append(l.keys, int32(k))
+	if len(l.keys) == admLogSize {
+		l.flush()
+	}
+}
+
+// flush adds the recorded checks to the shared counts and empties the log.
+func (l *admLog) flush() {
+	l.to.mu.Lock()
+	for _, k := range l.keys {
+		l.to.counts[k]++
+	}
+	l.to.mu.Unlock()
+	l.keys = l.keys[:0]
+}
+
 // caller is the state of one sending goroutine; only it writes to it.
 type caller struct {
+	adm                               *admLog
 	hist                              *hdrhistogram.Histogram
 	decided, errs, admChecks, denChks int64
 	unsent                            int64
@@ -353,12 +400,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	// used has one bit per key, set when the key is first sent a check;
-	// admitted counts the hits admitted per key. A check reads its key's bit
-	// (1M keys: 128 KiB, which stays in cache) and touches admitted only when
-	// admitted, so that the load generator adds no cache miss of its own to a
-	// denied check at a million keys (a word per key, 8 MB, did).
+	// admitted counts the checks admitted per key. A check reads its key's bit
+	// (1M keys: 128 KiB, which stays in cache) and records an admission in
+	// its sender's admLog, so that the load generator adds no cache miss of
+	// its own per check at a million keys (a word per key, 8 MB, did).
 	used := make([]atomic.Uint64, (o.Keys+63)/64)
-	admitted := make([]atomic.Int64, o.Keys)
+	admitted := &admissions{counts: make([]int64, o.Keys)}
 	var answered atomic.Int64
 	callers := make([]*caller, o.Concurrency)
 	keyName := func(k int) string { return o.Prefix + strconv.Itoa(k) }
@@ -367,7 +414,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	hs := newHealthSet(o, spanStart)
 	// send picks a live target, sends one check of key k and classifies the
 	// answer (err is set for a failed check; the code's message for a refusal).
-	send := func(pref, k int) (res transport.Result, ti int, err error, out outcome) {
+	send := func(pref, k int, adm *admLog) (res transport.Result, ti int, err error, out outcome) {
 		ti, probe := hs.pick(pref)
 		if ti < 0 {
 			return res, ti, nil, notSent
@@ -390,20 +437,20 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return res, ti, err, failed
 		}
 		if res.Decision.Allowed {
-			admitted[k].Add(o.Hits)
+			adm.add(k)
 		}
 		return res, ti, nil, decided
 	}
 	var pre PrefillReport
 	if o.Prefill {
-		pre = prefill(ctx, o, send)
+		pre = prefill(ctx, o, send, admitted)
 	}
 
 	start := time.Now()
 	// One check: send, record. lat is measured from 'from'. It returns false
 	// when every target is down and no probe is due: nothing was sent.
 	do := func(c *caller, pref int, gen KeyGen, from time.Time) bool {
-		res, ti, err, out := send(pref, gen.Next())
+		res, ti, err, out := send(pref, gen.Next(), c.adm)
 		lat := int64(time.Since(from))
 		switch out {
 		case notSent:
@@ -495,7 +542,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		})
 	}
 	for i := range o.Concurrency {
-		c := &caller{hist: hdrhistogram.New(1, maxLatency, 3), perTarget: make([][2]int64, len(o.Targets))}
+		c := &caller{adm: newAdmLog(admitted), hist: hdrhistogram.New(1, maxLatency, 3), perTarget: make([][2]int64, len(o.Targets))}
 		callers[i] = c
 		gen, _ := NewKeyGen(o.Dist, o.Keys, o.ZipfS, rand.New(rand.NewPCG(o.Seed, uint64(i))))
 		pref := i % len(o.Targets)
@@ -539,6 +586,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		h.mu.Unlock()
 	}
 	for _, c := range callers {
+		c.adm.flush()
 		for i, pt := range c.perTarget {
 			r.Targets[i].Decided += pt[0]
 			r.Targets[i].Errors += pt[1]
@@ -561,13 +609,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.Checks = r.Decided
 	r.KeyBound, _ = MaxAdmitted(o.Limit, span)
 	worst := -1
-	for k := range admitted {
+	for k := range admitted.counts {
 		if used[k>>6].Load()&(uint64(1)<<(k&63)) == 0 {
 			continue
 		}
 		r.KeysUsed++
 		r.Bound = satAdd(r.Bound, r.KeyBound)
-		a := admitted[k].Load()
+		a := satMul(admitted.counts[k], o.Hits)
 		r.Admitted += a
 		if a > r.KeyBound {
 			r.KeysOverBound++
@@ -600,7 +648,7 @@ const (
 // goroutines (goroutine i sends keys i, i+Concurrency, ...), and reports what
 // they decided. A key is left unsent when every target is down with no probe
 // due, or once ctx has ended.
-func prefill(ctx context.Context, o Options, send func(pref, k int) (transport.Result, int, error, outcome)) PrefillReport {
+func prefill(ctx context.Context, o Options, send func(pref, k int, adm *admLog) (transport.Result, int, error, outcome), admitted *admissions) PrefillReport {
 	start := time.Now()
 	var done, dec, errs, adm, unsent atomic.Int64
 	stop := make(chan struct{})
@@ -612,11 +660,13 @@ func prefill(ctx context.Context, o Options, send func(pref, k int) (transport.R
 	for i := range o.Concurrency {
 		pref := i % len(o.Targets)
 		wg.Go(func() {
+			log := newAdmLog(admitted)
+			defer log.flush()
 			for k := i; k < o.Keys; k += o.Concurrency {
 				out := notSent
 				var res transport.Result
 				if ctx.Err() == nil {
-					res, _, _, out = send(pref, k)
+					res, _, _, out = send(pref, k, log)
 				}
 				switch out {
 				case notSent, cancelled:
@@ -652,6 +702,14 @@ func every100ms(stop <-chan struct{}, f func()) {
 			f()
 		}
 	}
+}
+
+// satMul returns a*b for a, b >= 0, or math.MaxInt64 if that overflows.
+func satMul(a, b int64) int64 {
+	if b != 0 && a > math.MaxInt64/b {
+		return math.MaxInt64
+	}
+	return a * b
 }
 
 func satAdd(a, b int64) int64 {
