@@ -454,12 +454,11 @@ func (n *Node) Allow(ctx context.Context, key string, l algo.Limit) (Decision, e
 // transport.ErrInvalidCheck for bad input (empty or too long key, hits < 0 or
 // above algo.MaxHits, invalid limit), ErrTooManyKeys, ErrStopped, or ctx's error.
 // An unreachable owner is not an error: the Decision reports RouteFallback.
-func (n *Node) AllowN(ctx context.Context, key string, l algo.Limit, hits int64) (Decision, error) {
+func (n *Node) AllowN(ctx context.Context, key string, l algo.Limit, hits int64) (d Decision, err error) {
 	var c transport.Check // filled field by field: no temporary to copy
 	c.Key, c.Limit, c.Hits = key, l, hits
-	var d Decision
-	err := n.decideInto(ctx, &c, &d)
-	return d, err
+	err = n.decideInto(ctx, &c, &d)
+	return
 }
 
 // Check implements transport.LimiterHandler: the entry point of the public gRPC
