@@ -6,11 +6,12 @@
 // backup (node.RouteBackup). That is availability first and correct for
 // failover, but not exact: the slow owner may have counted the hit too, and
 // under asynchronous replication the backup decides from a replica that may
-// lag. A CI run on a loaded machine saw two RESP tests stall for about 40 s and
-// fail in exactly these two ways. So these clusters wait up to ForwardTimeout
-// (one minute) for a slow owner, and Degraded tells a failure whether any check
-// was decided elsewhere anyway. Failover itself is tested in node and
-// cluster_test.
+// lag. A CI run on a loaded machine saw two RESP tests take about 40 s and fail
+// with what these two produce (a hit counted twice, one admission too many),
+// and freezing a test process for 5 s reproduces both. So these clusters wait
+// up to ForwardTimeout (one minute) for a slow owner, and Degraded tells a
+// failure whether any check was decided elsewhere anyway. Failover itself is
+// tested in node and cluster_test.
 package clustertest
 
 import (
