@@ -32,7 +32,7 @@ type ringState struct {
 	next     chan struct{}
 	// backups[p] is the backup of partition p (see Node.Backup); nil when
 	// the ring has fewer than two members or replication is off.
-	backups []ring.Member
+	backups *backupTable
 	// mine[p] reports that this node owns partition p (and is not leaving):
 	// the owner-local fast path reads it instead of copying the owner's
 	// Member and comparing names. nil (rings built in tests) means unknown.
@@ -469,13 +469,13 @@ func (n *Node) resync(old, ns *ringState, restarted map[string]bool) {
 		if snap.PartitionOwner(p).Name != self {
 			continue
 		}
-		b := ns.backups[p].Name
+		b := ns.backups.of(p).Name
 		prevOwner, prevBackup := "", ""
 		if old.snap.Len() > 0 && old.snap.PartitionCount() == len(parts) {
 			prevOwner = old.snap.PartitionOwner(p).Name
 		}
-		if old.backups != nil && len(old.backups) == len(parts) {
-			prevBackup = old.backups[p].Name
+		if old.backups != nil && old.backups.partitions() == len(parts) {
+			prevBackup = old.backups.of(p).Name
 		}
 		if prevOwner != self || prevBackup != b || restarted[b] {
 			parts[p] = true
@@ -554,7 +554,7 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]b
 		gained := old.Len() > 0 && old.PartitionOwner(p).Name == self && m.Name != self && m.Name != ""
 		// A restarted member waits for a marker from the owner each of its
 		// partitions would have without it: its backup.
-		gained = gained || restarted[m.Name] && ns.backups != nil && ns.backups[p].Name == self
+		gained = gained || restarted[m.Name] && ns.backups != nil && ns.backups.of(p).Name == self
 		if gained {
 			addrs[m.Name] = m.Addr
 			if _, ok := byOwner[m.Name]; !ok {
