@@ -64,8 +64,8 @@ func (e *exitError) Unwrap() error { return e.err }
 func no(err error) error { return &exitError{code: ExitNo, err: err} }
 
 // Execute runs the ringlimit command line with args (without the program name;
-// nil means none, never the process's own arguments) and returns the exit code. Output goes to stdout, diagnostics and progress to
-// stderr.
+// nil means none, never the process's own arguments) and returns the exit
+// code. Output goes to stdout, diagnostics and progress to stderr.
 func Execute(ctx context.Context, args []string, stdout, stderr io.Writer, deps Deps) int {
 	root := NewRoot(stdout, stderr, deps)
 	if args == nil {

@@ -62,12 +62,6 @@ func (d *Degraded) Handoff(keys int, _ time.Duration, _ error) {
 // Eviction is not counted: idle keys are back at full capacity.
 func (d *Degraded) Eviction(string) {}
 
-// Total is the number of events counted: 0 means every check was decided by
-// its owner, over a ring that did not change.
-func (d *Degraded) Total() int64 {
-	return d.offOwner.Load() + d.forwardErrs.Load() + d.handoffs.Load()
-}
-
 // String says what was counted, for a failure message.
 func (d *Degraded) String() string {
 	return fmt.Sprintf("%d checks decided off their owner, %d failed forward batches, %d handoffs with keys",
