@@ -216,7 +216,7 @@ func (c *memClient) Close() error {
 }
 
 // memCluster starts size nodes on one memNet, converged.
-func memCluster(t *testing.T, size int, mod func(*Config)) (*memNet, []*Node) {
+func memCluster(t testing.TB, size int, mod func(*Config)) (*memNet, []*Node) {
 	t.Helper()
 	mn, nodes, _ := memClusterBase(t, size, mod)
 	return mn, nodes
@@ -225,7 +225,7 @@ func memCluster(t *testing.T, size int, mod func(*Config)) (*memNet, []*Node) {
 // memClusterBase is memCluster that also returns the base Config of the
 // cluster: a node that joins later must be made from it (it carries the
 // cluster's test CA and gossip key).
-func memClusterBase(t *testing.T, size int, mod func(*Config)) (*memNet, []*Node, Config) {
+func memClusterBase(t testing.TB, size int, mod func(*Config)) (*memNet, []*Node, Config) {
 	t.Helper()
 	mn := newMemNet()
 	cfg := TestConfig()
