@@ -456,7 +456,20 @@ func (n *Node) awaitReplicated(ctx context.Context) error {
 func (n *Node) acceptReplica(b transport.TransferBatch, states []algo.State, wall int64) (needFull []uint64) {
 	rs := n.rs.Load()
 	self := n.cfg.Name
-	for i, ks := range b.States {
+	// Start loading the slots of the first states before installing any
+	// (store.prefetch; a replica's slot is a cache miss at a million keys),
+	// then keep prefetchAhead states ahead of the one installed.
+	const prefetchAhead = 16
+	for i := range min(len(b.States), prefetchAhead) {
+		if ks := &b.States[i]; ks.Key == "" {
+			n.owned.prefetch(ks.KeyHash, ks.Limit.Kind)
+		}
+	}
+	for i := range b.States {
+		ks := &b.States[i]
+		if j := i + prefetchAhead; j < len(b.States) && b.States[j].Key == "" {
+			n.owned.prefetch(b.States[j].KeyHash, b.States[j].Limit.Kind)
+		}
 		h := ks.KeyHash
 		if ks.Key != "" {
 			h = n.owned.hash(ks.Key)

@@ -479,6 +479,34 @@ func (t *kindTable[W]) copyAt(sh *shard, k algo.Kind, sl *slot[W], wall int64) m
 	}
 }
 
+// prefetch starts loading the home slot of the key with hash h (not folded)
+// in its table for algorithm k, without the shard lock (table.prefetchHome).
+// A batch calls it for every key before deciding the first. The boxed states
+// of a SlidingWindowLog or BucketedSlidingWindow key are a second line, not
+// prefetched.
+func (s *store) prefetch(h uint64, k algo.Kind) {
+	h = fold(h)
+	s.shards[shardOf(h)].prefetch(k, h)
+}
+
+// prefetch is store.prefetch on shard sh for a folded hash h.
+func (sh *shard) prefetch(k algo.Kind, h uint64) {
+	switch k {
+	case algo.GCRA:
+		sh.gcra.prefetchHome(h)
+	case algo.TokenBucket:
+		sh.tb.prefetchHome(h)
+	case algo.FixedWindow:
+		sh.fw.prefetchHome(h)
+	case algo.SlidingWindowCounter:
+		sh.swc.prefetchHome(h)
+	case algo.SlidingWindowLog:
+		sh.swl.prefetchHome(h)
+	case algo.BucketedSlidingWindow:
+		sh.bsw.prefetchHome(h)
+	}
+}
+
 // copyDirty returns a copy of the state of the key with hash h and clears its
 // dirty flag; false if the key is gone or was sent already.
 func (t *kindTable[W]) copyDirty(sh *shard, k algo.Kind, h uint64, wall int64) (movedState, bool) {
@@ -673,6 +701,20 @@ func (s *store) takeDirty(wall int64) []movedState {
 
 // takeDirtyInto is takeDirty appending to out.
 func (s *store) takeDirtyInto(wall int64, out []movedState) []movedState {
+	// First start loading the slot of every listed key, a shard lock at a
+	// time, then copy them: at a million keys each slot is a cache miss (the
+	// check that listed it was ReplicationLag ago), and misses started
+	// together overlap. A shard listed after this pass is copied all the same.
+	for w := range s.dirtyShards {
+		for bitsSet := s.dirtyShards[w].Load(); bitsSet != 0; bitsSet &= bitsSet - 1 {
+			sh := &s.shards[w*64+bits.TrailingZeros64(bitsSet)]
+			sh.mu.Lock()
+			for _, r := range sh.dirty {
+				sh.prefetch(r.k, r.h)
+			}
+			sh.mu.Unlock()
+		}
+	}
 	for w := range s.dirtyShards {
 		bitsSet := s.dirtyShards[w].Swap(0)
 		for bitsSet != 0 {

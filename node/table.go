@@ -2,6 +2,7 @@ package node
 
 import (
 	"math/bits"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -59,7 +60,30 @@ const (
 type table[W words] struct {
 	slots []slot[W]
 	n     int // occupied slots
+	// base and size are the address and length of slots as of the last
+	// resize, for prefetchHome, which reads them without the shard lock. The
+	// two may be read from different resizes: the address is then wrong,
+	// which costs a useless prefetch, never a fault or a wrong answer.
+	base, size atomic.Uintptr
 }
+
+// prefetchHome starts loading the home slot of h into the CPU's caches without
+// the shard lock (see prefetch): at a million keys a slot is a cache miss, and
+// the misses of a batch's keys, started together, overlap instead of each
+// stalling the check that needs it. The slot may be stale or moved by the time
+// the lock is taken; that costs a miss, never a wrong answer.
+func (t *table[W]) prefetchHome(h uint64) {
+	sz := unsafe.Sizeof(slot[W]{})
+	if n := t.size.Load(); n*sz >= prefetchMinBytes {
+		prefetch(t.base.Load() + uintptr(home(h, int(n)))*sz)
+	}
+}
+
+// prefetchMinBytes is the smallest table prefetchHome prefetches in: a
+// store's 256 tables of one algorithm under 16 KiB each (4 MiB in all, 10k
+// GCRA keys are 0.4 MiB) stay in the CPU's caches, where a prefetch costs its
+// call and saves nothing (BenchmarkForwardBatchKeys).
+const prefetchMinBytes = 16 << 10
 
 // home returns the home slot of h in a table of n slots.
 func home(h uint64, n int) int {
@@ -131,6 +155,8 @@ func (t *table[W]) remove(i int) {
 func (t *table[W]) resize(n int) {
 	old := t.slots
 	t.slots = make([]slot[W], n)
+	t.base.Store(uintptr(unsafe.Pointer(unsafe.SliceData(t.slots))))
+	t.size.Store(uintptr(n))
 	for i := range old {
 		if h := old[i].h; h != 0 {
 			j := home(h, n)

@@ -1,0 +1,6 @@
+//go:build !amd64 && !arm64
+
+package node
+
+// prefetch does nothing on this architecture (see prefetch.go).
+func prefetch(uintptr) {}
