@@ -661,6 +661,9 @@ func (n *Node) decideOwned(ctx context.Context, rs *ringState, c *transport.Chec
 			return false, err
 		}
 	}
+	// Start loading the key's slot (a cache miss at a million keys) so that
+	// the clock read and the shard lock overlap it.
+	n.owned.prefetch(h, c.Limit.Kind)
 	wall := n.clock()
 	now := c.CreatedAt
 	if now == 0 {
