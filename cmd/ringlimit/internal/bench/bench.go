@@ -214,6 +214,15 @@ type Report struct {
 	Span time.Duration
 	// Prefill reports the prefill phase; zero without Options.Prefill.
 	Prefill PrefillReport
+	// CPU is the CPU time (user + system, all threads) this process used during
+	// the timed phase, when CPUKnown (unix: getrusage). Against the in-process
+	// target it is the cluster's and the load generator's together: what a
+	// check costs whether or not the callers keep the CPUs busy (a closed loop
+	// whose checks wait on the network may leave them idle, and its checks/s
+	// then follows latency, not cost). Against --addr targets it is the load
+	// generator's alone.
+	CPU      time.Duration
+	CPUKnown bool
 	// Scheduled and Missed are open-loop counts: checks scheduled within
 	// Duration, and those never sent because the callers were all busy until the
 	// end (the offered rate was not reached).
@@ -291,6 +300,10 @@ func (r *Report) Write(w io.Writer) error {
 	}
 	fmt.Fprintf(tw, "elapsed\t%v\n", r.Elapsed.Round(time.Millisecond))
 	fmt.Fprintf(tw, "checks\t%d decided (%.0f/s)\n", r.Checks, r.Throughput())
+	if r.CPUKnown && r.Checks > 0 {
+		fmt.Fprintf(tw, "cpu\t%.2f s, %.2f µs per decided check (user+sys of this process, timed phase: an in-process cluster's included)\n",
+			r.CPU.Seconds(), float64(r.CPU.Nanoseconds())/1e3/float64(r.Checks))
+	}
 	if o.Rate > 0 {
 		fmt.Fprintf(tw, "scheduled\t%d, missed %d, unsent (no live target) %d\n", r.Scheduled, r.Missed, r.Unsent)
 	}
@@ -446,6 +459,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		pre = prefill(ctx, o, send, admitted)
 	}
 
+	cpu0, cpuOK := processCPU()
 	start := time.Now()
 	// One check: send, record. lat is measured from 'from'. It returns false
 	// when every target is down and no probe is due: nothing was sent.
@@ -567,6 +581,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu1, cpuOK1 := processCPU()
 	span := time.Since(spanStart)
 	if !o.Prefill {
 		span = elapsed
@@ -576,6 +591,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	r := &Report{
 		Options: o, Elapsed: elapsed, Span: span, Prefill: pre, Scheduled: scheduled, Missed: missed,
+		CPU: cpu1 - cpu0, CPUKnown: cpuOK && cpuOK1,
 		Routes:  map[transport.Route]int64{},
 		Latency: hdrhistogram.New(1, maxLatency, 3),
 	}

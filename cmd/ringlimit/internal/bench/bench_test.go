@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -424,5 +425,41 @@ func TestRunProbesATargetBack(t *testing.T) {
 	}
 	if r.Targets[0].Down || r.Checks == 0 || len(r.Targets[0].Events) != 2 {
 		t.Errorf("got %+v with %d checks, want the target up again, deciding, with 2 events", r.Targets[0], r.Checks)
+	}
+}
+
+// The report's CPU is this process's CPU time during the timed phase only: a
+// second of CPU burnt before the run is not in it (it runs alone, not in
+// parallel, so no other test's CPU is either), and it cannot exceed the
+// elapsed time on every CPU.
+func TestRunReportsTimedPhaseCPU(t *testing.T) {
+	if _, ok := processCPU(); !ok {
+		t.Skip("no process CPU time on this platform")
+	}
+	burn := time.Now().Add(time.Second)
+	for x := uint64(1); time.Now().Before(burn); x = x*6364136223846793005 + 1 {
+		_ = x
+	}
+	f := &fixedWindow{state: map[string][2]int64{}}
+	r, err := Run(context.Background(), Options{
+		Targets:     []target.Target{{Name: "a", Checker: f}},
+		Limit:       algo.Limit{Kind: algo.FixedWindow, Limit: 5, Period: 50 * time.Millisecond},
+		Keys:        20,
+		Duration:    200 * time.Millisecond,
+		Concurrency: 4,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ceiling := r.Elapsed*time.Duration(runtime.NumCPU()) + 50*time.Millisecond // getrusage ticks
+	if !r.CPUKnown || r.CPU <= 0 || r.CPU > ceiling {
+		t.Fatalf("got CPU %v (known %v) over %v elapsed, want > 0 and <= %v", r.CPU, r.CPUKnown, r.Elapsed, ceiling)
+	}
+	var buf bytes.Buffer
+	if err := r.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "µs per decided check") {
+		t.Errorf("report lacks the CPU line:\n%s", buf.String())
 	}
 }

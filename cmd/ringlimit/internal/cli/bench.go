@@ -62,6 +62,11 @@ cluster already holding --keys keys rather than one inserting them (at 1M keys
 and a few seconds most checks would otherwise be a key's first). Its admissions
 count toward each key's bound, and E then starts at the prefill's first check.
 
+The cpu line is this process's CPU time (user+sys) over the timed phase per
+decided check: with the in-process target, what a check costs the cluster and
+the load generator, which checks/s does not show when a closed loop's callers
+wait on the network and leave the CPUs idle (unix only).
+
 A progress bar is drawn on stderr when it is a terminal, unless --quiet.`,
 		Example: `  ringlimit bench --duration 10s --concurrency 64
   ringlimit bench --rate 20000 --keys 100000 --dist zipf --zipf-s 1.2 --algorithm token_bucket --limit 100 --period 1s --burst 20
