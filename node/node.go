@@ -514,6 +514,10 @@ func (n *Node) decideInto(ctx context.Context, c *transport.Check, out *Decision
 			local = !ok || owner.Name == n.cfg.Name
 		}
 		if local {
+			// Start loading the key's slot (a cache miss at a million keys) so
+			// that the clock read and the shard lock overlap it. (A forwarded
+			// batch prefetches its checks' slots itself, see peerService.Forward.)
+			n.owned.prefetch(h, c.Limit.Kind)
 			// Route and Owner are written first: the last writes before the
 			// caller copies *out are then the algorithm's, long finished.
 			out.Route, out.Owner = RouteOwner, n.cfg.Name
@@ -661,9 +665,6 @@ func (n *Node) decideOwned(ctx context.Context, rs *ringState, c *transport.Chec
 			return false, err
 		}
 	}
-	// Start loading the key's slot (a cache miss at a million keys) so that
-	// the clock read and the shard lock overlap it.
-	n.owned.prefetch(h, c.Limit.Kind)
 	wall := n.clock()
 	now := c.CreatedAt
 	if now == 0 {

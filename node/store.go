@@ -484,10 +484,28 @@ func (t *kindTable[W]) copyAt(sh *shard, k algo.Kind, sl *slot[W], wall int64) m
 // A batch calls it for every key before deciding the first. The boxed states
 // of a SlidingWindowLog or BucketedSlidingWindow key are a second line, not
 // prefetched.
+//
+// Only a store of prefetchMinKeys keys or more prefetches: a smaller one's
+// slots stay in the CPU's caches, where a prefetch costs its calls and saves
+// nothing, so the check that keeps it out is one load of the key count.
 func (s *store) prefetch(h uint64, k algo.Kind) {
+	if s.keys.Load() >= prefetchMinKeys {
+		s.prefetchLarge(h, k)
+	}
+}
+
+// prefetchLarge is store.prefetch past its key-count check (apart so that the
+// check is inlined into the callers).
+func (s *store) prefetchLarge(h uint64, k algo.Kind) {
 	h = fold(h)
 	s.shards[shardOf(h)].prefetch(k, h)
 }
+
+// prefetchMinKeys is the key count from which store.prefetch prefetches:
+// 2^17 GCRA keys are about 4.7 MiB of slots (24 B each at a load of 2/3), more
+// than a core's L2 cache; 10k keys (0.4 MiB) are not prefetched
+// (BenchmarkForwardBatchKeys, BenchmarkAllowLocalKeys).
+const prefetchMinKeys = 1 << 17
 
 // prefetch is store.prefetch on shard sh for a folded hash h.
 func (sh *shard) prefetch(k algo.Kind, h uint64) {
@@ -705,7 +723,11 @@ func (s *store) takeDirtyInto(wall int64, out []movedState) []movedState {
 	// time, then copy them: at a million keys each slot is a cache miss (the
 	// check that listed it was ReplicationLag ago), and misses started
 	// together overlap. A shard listed after this pass is copied all the same.
+	// (Only in a store large enough to miss, see store.prefetch.)
 	for w := range s.dirtyShards {
+		if s.keys.Load() < prefetchMinKeys {
+			break
+		}
 		for bitsSet := s.dirtyShards[w].Load(); bitsSet != 0; bitsSet &= bitsSet - 1 {
 			sh := &s.shards[w*64+bits.TrailingZeros64(bitsSet)]
 			sh.mu.Lock()

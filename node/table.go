@@ -73,17 +73,11 @@ type table[W words] struct {
 // stalling the check that needs it. The slot may be stale or moved by the time
 // the lock is taken; that costs a miss, never a wrong answer.
 func (t *table[W]) prefetchHome(h uint64) {
-	sz := unsafe.Sizeof(slot[W]{})
-	if n := t.size.Load(); n*sz >= prefetchMinBytes {
+	if n := t.size.Load(); n > 0 {
+		sz := unsafe.Sizeof(slot[W]{})
 		prefetch(t.base.Load() + uintptr(home(h, int(n)))*sz)
 	}
 }
-
-// prefetchMinBytes is the smallest table prefetchHome prefetches in: a
-// store's 256 tables of one algorithm under 16 KiB each (4 MiB in all, 10k
-// GCRA keys are 0.4 MiB) stay in the CPU's caches, where a prefetch costs its
-// call and saves nothing (BenchmarkForwardBatchKeys).
-const prefetchMinBytes = 16 << 10
 
 // home returns the home slot of h in a table of n slots.
 func home(h uint64, n int) int {

@@ -1,9 +1,11 @@
 package node
 
 import (
+	"encoding/binary"
 	"math/rand/v2"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -235,5 +237,84 @@ func TestStoreInstallFromPeerKeepsNoClock(t *testing.T) {
 	s.dropIdle(tat)
 	if s.len() != 0 {
 		t.Fatalf("kept at its TAT: got %d keys, want 0 (idle at our clock)", s.len())
+	}
+}
+
+// The address and length a table publishes for prefetchHome are its slots'
+// after every resize (growth and shrink), so that a prefetch aims at the home
+// slot it would probe first.
+func TestTablePublishesSlotsForPrefetch(t *testing.T) {
+	t.Parallel()
+	var tb table[[2]int64]
+	check := func(when string) {
+		t.Helper()
+		if got, want := tb.size.Load(), uintptr(len(tb.slots)); got != want {
+			t.Fatalf("%s: published length %d, slots %d", when, got, want)
+		}
+		if got, want := tb.base.Load(), uintptr(unsafe.Pointer(unsafe.SliceData(tb.slots))); got != want {
+			t.Fatalf("%s: published address %#x, slots at %#x", when, got, want)
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	var hs []uint64
+	for range 5000 {
+		h := rng.Uint64() | 1
+		if tb.find(h) < 0 {
+			tb.insert(h)
+			hs = append(hs, h)
+		}
+		check("after insert")
+	}
+	for _, h := range hs {
+		tb.remove(tb.find(h))
+		tb.shrink()
+		check("after remove and shrink")
+	}
+}
+
+// store.prefetch runs without the shard lock while checks insert keys and
+// grow the tables it aims into: under -race (how the tests run) any read of
+// a table's memory that is not atomic is reported. The store holds
+// prefetchMinKeys keys, so the prefetches are made, and the checks' answers
+// stay exact.
+func TestPrefetchDuringGrowthIsRaceFree(t *testing.T) {
+	t.Parallel()
+	s := newStore(1<<20, xxhash.Sum64String, nil)
+	l := algo.Limit{Kind: algo.FixedWindow, Limit: 2, Period: time.Hour}
+	now := int64(1_700_000_000) * int64(time.Second)
+	hashOf := func(i uint64) uint64 { return xxhash.Sum64(binary.LittleEndian.AppendUint64(nil, i)) }
+	for i := range uint64(prefetchMinKeys) {
+		if _, err := s.take(hashOf(i), l, 1, now, now, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan struct{})
+	prefetched := make(chan int)
+	go func() {
+		n := 0
+		for x := uint64(1); ; x++ {
+			select {
+			case <-done:
+				prefetched <- n
+				return
+			default:
+			}
+			s.prefetch(hashOf(x%(2*prefetchMinKeys)), l.Kind)
+			n++
+		}
+	}()
+	// New keys: tables grow under the prefetches. Each key's second hit is
+	// admitted and its third denied, as a fixed window of 2 must.
+	for i := uint64(prefetchMinKeys); i < prefetchMinKeys+20_000; i++ {
+		for hit, want := range []bool{true, true, false} {
+			d, err := s.take(hashOf(i), l, 1, now, now, nil)
+			if err != nil || d.Allowed != want {
+				t.Fatalf("key %d hit %d: got %+v, %v; want allowed=%v", i, hit+1, d, err, want)
+			}
+		}
+	}
+	close(done)
+	if n := <-prefetched; n == 0 {
+		t.Fatal("no prefetch ran")
 	}
 }
