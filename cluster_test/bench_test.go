@@ -13,6 +13,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/internal/cputime"
 	"github.com/ringlimit/ringlimit/node"
 )
 
@@ -109,7 +110,7 @@ func benchCluster3(b *testing.B, insecure bool, repl node.Replication) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	mallocs0 := ms.Mallocs
-	cpu0, cpuOK := processCPU()
+	cpu0, cpuOK := cputime.Process()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for g := 0; g < callers; g++ {
@@ -140,7 +141,7 @@ func benchCluster3(b *testing.B, insecure bool, repl node.Replication) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	cpu1, _ := processCPU()
+	cpu1, _ := cputime.Process()
 	b.StopTimer()
 	runtime.ReadMemStats(&ms)
 	// allocs/op to two decimals (-benchmem rounds down to whole allocations).

@@ -29,6 +29,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
+	"github.com/ringlimit/ringlimit/internal/cputime"
 	"github.com/ringlimit/ringlimit/transport"
 )
 
@@ -459,7 +460,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		pre = prefill(ctx, o, send, admitted)
 	}
 
-	cpu0, cpuOK := processCPU()
+	cpu0, cpuOK := cputime.Process()
 	start := time.Now()
 	// One check: send, record. lat is measured from 'from'. It returns false
 	// when every target is down and no probe is due: nothing was sent.
@@ -581,7 +582,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	cpu1, cpuOK1 := processCPU()
+	cpu1, cpuOK1 := cputime.Process()
 	span := time.Since(spanStart)
 	if !o.Prefill {
 		span = elapsed

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
+	"github.com/ringlimit/ringlimit/internal/cputime"
 	"github.com/ringlimit/ringlimit/transport"
 )
 
@@ -433,7 +434,7 @@ func TestRunProbesATargetBack(t *testing.T) {
 // parallel, so no other test's CPU is either), and it cannot exceed the
 // elapsed time on every CPU.
 func TestRunReportsTimedPhaseCPU(t *testing.T) {
-	if _, ok := processCPU(); !ok {
+	if _, ok := cputime.Process(); !ok {
 		t.Skip("no process CPU time on this platform")
 	}
 	burn := time.Now().Add(time.Second)
