@@ -495,20 +495,11 @@ func (s *store) prefetch(h uint64, k algo.Kind) {
 }
 
 // prefetchLarge is store.prefetch past its key-count check (apart so that the
-// check is inlined into the callers).
+// check is inlined into the callers). h may be folded already (fold is
+// idempotent).
 func (s *store) prefetchLarge(h uint64, k algo.Kind) {
 	h = fold(h)
-	s.shards[shardOf(h)].prefetch(k, h)
-}
-
-// prefetchMinKeys is the key count from which store.prefetch prefetches:
-// 2^17 GCRA keys are about 4.7 MiB of slots (24 B each at a load of 2/3), more
-// than a core's L2 cache; 10k keys (0.4 MiB) are not prefetched
-// (BenchmarkForwardBatchKeys, BenchmarkAllowLocalKeys).
-const prefetchMinKeys = 1 << 17
-
-// prefetch is store.prefetch on shard sh for a folded hash h.
-func (sh *shard) prefetch(k algo.Kind, h uint64) {
+	sh := &s.shards[shardOf(h)]
 	switch k {
 	case algo.GCRA:
 		sh.gcra.prefetchHome(h)
@@ -522,6 +513,29 @@ func (sh *shard) prefetch(k algo.Kind, h uint64) {
 		sh.swl.prefetchHome(h)
 	case algo.BucketedSlidingWindow:
 		sh.bsw.prefetchHome(h)
+	}
+}
+
+// prefetchMinKeys is the key count from which store.prefetch prefetches:
+// 2^17 GCRA keys are about 4.7 MiB of slots (24 B each at a load of 2/3), more
+// than a core's L2 cache; 10k keys (0.4 MiB) are not prefetched
+// (BenchmarkForwardBatchKeys, BenchmarkAllowLocalKeys).
+const prefetchMinKeys = 1 << 17
+
+// prefetchDirty starts loading the slot of every key in the dirty lists, a
+// shard lock at a time (store.prefetch), so that takeDirtyInto's copies, which
+// follow, find them loaded: at a million keys each is a cache miss (the check
+// that listed it was ReplicationLag ago), and misses started together overlap.
+func (s *store) prefetchDirty() {
+	for w := range s.dirtyShards {
+		for bitsSet := s.dirtyShards[w].Load(); bitsSet != 0; bitsSet &= bitsSet - 1 {
+			sh := &s.shards[w*64+bits.TrailingZeros64(bitsSet)]
+			sh.mu.Lock()
+			for _, r := range sh.dirty {
+				s.prefetchLarge(r.h, r.k)
+			}
+			sh.mu.Unlock()
+		}
 	}
 }
 
@@ -719,23 +733,8 @@ func (s *store) takeDirty(wall int64) []movedState {
 
 // takeDirtyInto is takeDirty appending to out.
 func (s *store) takeDirtyInto(wall int64, out []movedState) []movedState {
-	// First start loading the slot of every listed key, a shard lock at a
-	// time, then copy them: at a million keys each slot is a cache miss (the
-	// check that listed it was ReplicationLag ago), and misses started
-	// together overlap. A shard listed after this pass is copied all the same.
-	// (Only in a store large enough to miss, see store.prefetch.)
-	for w := range s.dirtyShards {
-		if s.keys.Load() < prefetchMinKeys {
-			break
-		}
-		for bitsSet := s.dirtyShards[w].Load(); bitsSet != 0; bitsSet &= bitsSet - 1 {
-			sh := &s.shards[w*64+bits.TrailingZeros64(bitsSet)]
-			sh.mu.Lock()
-			for _, r := range sh.dirty {
-				sh.prefetch(r.k, r.h)
-			}
-			sh.mu.Unlock()
-		}
+	if s.keys.Load() >= prefetchMinKeys {
+		s.prefetchDirty() // a shard listed after it is copied all the same
 	}
 	for w := range s.dirtyShards {
 		bitsSet := s.dirtyShards[w].Swap(0)
