@@ -302,7 +302,7 @@ func (r *Report) Write(w io.Writer) error {
 	fmt.Fprintf(tw, "elapsed\t%v\n", r.Elapsed.Round(time.Millisecond))
 	fmt.Fprintf(tw, "checks\t%d decided (%.0f/s)\n", r.Checks, r.Throughput())
 	if r.CPUKnown && r.Checks > 0 {
-		fmt.Fprintf(tw, "cpu\t%.2f s, %.2f µs per decided check (user+sys of this process, timed phase: an in-process cluster's included)\n",
+		fmt.Fprintf(tw, "cpu\t%.2f s, %.2f µs per decided check (user+sys of this process over the timed phase: the load generator, and the cluster only when it runs in this process)\n",
 			r.CPU.Seconds(), float64(r.CPU.Nanoseconds())/1e3/float64(r.Checks))
 	}
 	if o.Rate > 0 {
