@@ -39,11 +39,26 @@ import (
 //	go test -run '^$' -bench 'Cluster3' -benchtime 200000x -count 3 -cpu 2 ./cluster_test/
 //
 // so that the ratio of their checks/s and cpu-ns/check is measured side by
-// side (-count repeats the pair, alternating).
+// side (-count repeats the pair, alternating). A third, insecure-unreplicated
+// (plaintext peers, Config.Replication off), is the configuration of this
+// benchmark before issue 12 (5bf797d and earlier, where peers were plaintext
+// unless TLS files were set and there was no replication): run that commit's
+// BenchmarkCluster3 and this one alternately for a like-for-like before/after
+// of a forwarded check's cost:
+//
+//	go test -run '^$' -bench 'Cluster3/insecure-unreplicated' -benchtime 300000x -cpu 2 -benchmem ./cluster_test/
 func BenchmarkCluster3(b *testing.B) {
-	for _, mode := range []string{"secure", "insecure"} {
-		b.Run(mode, func(b *testing.B) {
-			benchCluster3(b, mode == "insecure", node.ReplicationAsync)
+	for _, mode := range []struct {
+		name     string
+		insecure bool
+		repl     node.Replication
+	}{
+		{"secure", false, node.ReplicationAsync},
+		{"insecure", true, node.ReplicationAsync},
+		{"insecure-unreplicated", true, node.ReplicationOff},
+	} {
+		b.Run(mode.name, func(b *testing.B) {
+			benchCluster3(b, mode.insecure, mode.repl)
 		})
 	}
 }
