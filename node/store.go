@@ -33,8 +33,9 @@ const numShards = 256
 // distinct Limits and 4 bytes of flags: 24 bytes for GCRA, 32 for TokenBucket
 // and FixedWindow, 40 for SlidingWindowCounter) at a load of 0.54 to 0.81. A
 // SlidingWindowLog or BucketedSlidingWindow key's slot holds an index into the
-// shard's boxes, where its algo.State and its log or buckets live. A key whose checks carry caller timestamps also has a
-// clockRec.
+// shard's boxes of its algorithm, where its algo.State and its log or buckets
+// live (and, for a log, the tail last sent to its backup). A key whose checks
+// carry caller timestamps also has a clockRec.
 
 // emptyHash is the slot hash of an empty slot; a key whose hash is emptyHash is
 // stored under foldedHash.
@@ -82,10 +83,11 @@ type shard struct {
 	gcra   kindTable[[1]int64]
 	tb, fw kindTable[[2]int64]
 	swc    kindTable[[3]int64]
-	swl    kindTable[[1]int64] // w[0] indexes boxes
-	bsw    kindTable[[1]int64] // w[0] indexes boxes
+	swl    kindTable[[1]int64] // w[0] indexes logs
+	bsw    kindTable[[1]int64] // w[0] indexes bkts
 	limits limitTable
-	boxes  boxes
+	logs   boxes // SlidingWindowLog states, with their sent marks
+	bkts   boxes // BucketedSlidingWindow states (no marks)
 	// dirty lists the keys whose state changed since the last replication send
 	// (store.track only), each once: its slot has flagDirty.
 	dirty []dirtyRec
@@ -369,7 +371,7 @@ func setClock[W words](t *kindTable[W], sl *slot[W], lastNow, wall int64, caller
 // passed to algo.UnpackState.
 func (sh *shard) load(k algo.Kind, w []int64, scratch *algo.State, hint int64) (st *algo.State, boxed bool) {
 	if k.PackedWords() == 0 {
-		return sh.boxes.at(w[0]), true
+		return sh.boxesOf(k).at(w[0]), true
 	}
 	*scratch = algo.UnpackState(k, w, hint)
 	return scratch, false
@@ -380,7 +382,7 @@ func (sh *shard) load(k algo.Kind, w []int64, scratch *algo.State, hint int64) (
 func (sh *shard) save(k algo.Kind, st *algo.State, w []int64) {
 	switch {
 	case k.PackedWords() == 0:
-		w[0] = sh.boxes.add(*st)
+		w[0] = sh.boxesOf(k).add(*st, k == algo.SlidingWindowLog)
 	case st.Kind() == k:
 		st.Pack(w)
 	default:
@@ -391,8 +393,16 @@ func (sh *shard) save(k algo.Kind, st *algo.State, w []int64) {
 // release frees what a removed slot's words hold outside the slot.
 func (sh *shard) release(k algo.Kind, w []int64) {
 	if k.PackedWords() == 0 {
-		sh.boxes.release(w[0])
+		sh.boxesOf(k).release(w[0])
 	}
+}
+
+// boxesOf returns the boxes of k, an algorithm without a packed form.
+func (sh *shard) boxesOf(k algo.Kind) *boxes {
+	if k == algo.SlidingWindowLog {
+		return &sh.logs
+	}
+	return &sh.bkts
 }
 
 // lastNow returns the last check time of sl and the owner clock at it (wall
@@ -554,18 +564,19 @@ func (t *kindTable[W]) copyDirty(sh *shard, k algo.Kind, h uint64, wall int64) (
 	// A log: send the entries appended since the tail last sent when the
 	// replica holds that tail, the whole log otherwise.
 	box := sl.words()[0]
-	st, mark := sh.boxes.at(box), &sh.boxes.sent[box]
+	st, mark := sh.logs.at(box), &sh.logs.sent[box]
 	var m movedState
-	if delta, ok := st.LogSince(mark.t, mark.n); mark.valid && ok {
+	if delta, ok := st.LogSince(mark.t, int64(mark.n)); mark.valid && ok {
 		lastNow, _ := t.lastNow(sl, wall)
 		m = movedState{
 			h: sl.h, limit: sh.limits.at(sl.lim), st: delta, lastNow: lastNow,
-			callerClock: sl.flags&flagCaller != 0, delta: true, after: mark.t, afterN: mark.n,
+			callerClock: sl.flags&flagCaller != 0, delta: true, after: mark.t, afterN: int64(mark.n),
 		}
 	} else {
 		m = t.copyAt(sh, k, sl, wall)
 	}
-	mark.t, mark.n = st.LogTail()
+	tail, n := st.LogTail()
+	mark.t, mark.n = tail, int32(n) // n <= a log's length, an int32
 	mark.valid = true
 	return m, true
 }
@@ -586,7 +597,7 @@ func (t *kindTable[W]) sendWhole(sh *shard, k algo.Kind, h uint64) {
 	}
 	sl := &t.slots[i]
 	if k == algo.SlidingWindowLog {
-		sh.boxes.sent[sl.words()[0]].valid = false
+		sh.logs.sent[sl.words()[0]].valid = false
 	}
 	sh.markDirty(k, sl.h, &sl.flags)
 }
@@ -597,7 +608,7 @@ func (t *kindTable[W]) markWhere(sh *shard, k algo.Kind, pred func(h uint64) boo
 	for i := range t.slots {
 		if sl := &t.slots[i]; sl.h != 0 && pred(sl.h) {
 			if k == algo.SlidingWindowLog {
-				sh.boxes.sent[sl.words()[0]].valid = false
+				sh.logs.sent[sl.words()[0]].valid = false
 			}
 			sh.markDirty(k, sl.h, &sl.flags)
 		}
@@ -612,7 +623,7 @@ func (t *kindTable[W]) appendLog(sh *shard, m movedState, wall int64) bool {
 		return false
 	}
 	sl := &t.slots[i]
-	st := sh.boxes.at(sl.words()[0])
+	st := sh.logs.at(sl.words()[0])
 	if !st.AppendLog(m.after, m.afterN, &m.st, m.limit) {
 		return false
 	}
@@ -954,9 +965,11 @@ func (t *limitTable) unref(i uint32) {
 // at returns the Limit at index i.
 func (t *limitTable) at(i uint32) algo.Limit { return t.ls[i].l }
 
-// boxes holds the States of algorithms without a packed form, each under an
-// index kept in its slot, and for each the tail of its sliding-window log as
-// last sent to the key's backup (sent). Freed indexes are reused.
+// boxes holds the States of one algorithm without a packed form, each under an
+// index kept in its slot, and for a sliding-window log the tail of each log as
+// last sent to the key's backup (sent, as long as st; empty in the bucketed
+// window's boxes, which replicate whole states: 24 bytes a key saved there).
+// Freed indexes are reused.
 type boxes struct {
 	st    []algo.State
 	sent  []logMark
@@ -965,29 +978,38 @@ type boxes struct {
 
 // logMark is the tail (algo.State.LogTail) of a log as last sent to the key's
 // backup, whose replica then ends there; valid is false when the next send
-// must carry the whole state.
+// must carry the whole state. 16 bytes: n counts entries of one log, which
+// algo keeps in int32.
 type logMark struct {
-	t, n  int64
+	t     int64
+	n     int32
 	valid bool
 }
 
 func (b *boxes) at(i int64) *algo.State { return &b.st[i] }
 
-func (b *boxes) add(s algo.State) int64 {
+// add boxes s and returns its index; marked: b keeps sent marks (a log's).
+func (b *boxes) add(s algo.State, marked bool) int64 {
 	if n := len(b.spare); n > 0 {
 		i := b.spare[n-1]
 		b.spare = b.spare[:n-1]
 		b.st[i] = s
-		b.sent[i] = logMark{}
+		if marked {
+			b.sent[i] = logMark{}
+		}
 		return i
 	}
 	b.st = append(b.st, s)
-	b.sent = append(b.sent, logMark{})
+	if marked {
+		b.sent = append(b.sent, logMark{})
+	}
 	return int64(len(b.st) - 1)
 }
 
 func (b *boxes) release(i int64) {
 	b.st[i] = algo.State{}
-	b.sent[i] = logMark{}
+	if i < int64(len(b.sent)) {
+		b.sent[i] = logMark{}
+	}
 	b.spare = append(b.spare, i)
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -316,5 +317,43 @@ func TestPrefetchDuringGrowthIsRaceFree(t *testing.T) {
 	close(done)
 	if n := <-prefetched; n == 0 {
 		t.Fatal("no prefetch ran")
+	}
+}
+
+// Only a sliding-window log's boxes keep sent marks (the tail last sent to the
+// backup, for log deltas): the bucketed window replicates whole states, and a
+// mark per bucketed key was 24 bytes of heap for nothing
+// (BenchmarkMemoryPerKey/bucketed_sliding_window: 271.2 -> 246.0 B/key).
+func TestOnlyLogBoxesKeepSentMarks(t *testing.T) {
+	t.Parallel()
+	s := newStore(10_000, xxhash.Sum64String, nil)
+	now := time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC).UnixNano()
+	logL := algo.Limit{Kind: algo.SlidingWindowLog, Limit: 5, Period: time.Minute}
+	bktL := algo.Limit{Kind: algo.BucketedSlidingWindow, Limit: 5, Period: time.Minute}
+	const keys = 300
+	for i := range uint64(keys) {
+		for _, l := range []algo.Limit{logL, bktL} {
+			if d, err := s.take(xxhash.Sum64String(fmt.Sprint(l.Kind, i)), l, 1, now, now, nil); err != nil || !d.Allowed {
+				t.Fatalf("key %d %v: %+v, %v", i, l.Kind, d, err)
+			}
+		}
+	}
+	var logs, bkts int
+	for i := range s.shards {
+		sh := &s.shards[i]
+		logs += len(sh.logs.st)
+		bkts += len(sh.bkts.st)
+		if len(sh.bkts.sent) != 0 {
+			t.Fatalf("shard %d: %d sent marks in the bucketed window's boxes, want none", i, len(sh.bkts.sent))
+		}
+		if len(sh.logs.sent) != len(sh.logs.st) {
+			t.Fatalf("shard %d: %d sent marks for %d logs", i, len(sh.logs.sent), len(sh.logs.st))
+		}
+	}
+	if logs != keys || bkts != keys {
+		t.Fatalf("boxed %d logs and %d bucketed states, want %d each", logs, bkts, keys)
+	}
+	if got := unsafe.Sizeof(logMark{}); got != 16 {
+		t.Fatalf("logMark is %d bytes, want 16", got)
 	}
 }
