@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -31,26 +32,36 @@ func memBenchLimit(k algo.Kind) algo.Limit {
 // node is created, measured and closed inside each iteration; run it with
 // -benchtime=1x.
 //
+// bucketed_sliding_window/two-buckets gives each key a second hit a bucket
+// later (Period/WindowBuckets on the node's clock), so that every key holds
+// hits in two buckets: the boxed form, where one hit is the packed one.
+//
 // A 10,000,000-key GCRA run is added when RINGLIMIT_BENCH_10M=1 (it needs about
 // a minute and the heap the figure reports): it also reports the total heap
 // growth in MiB.
 func BenchmarkMemoryPerKey(b *testing.B) {
 	type run struct {
-		kind algo.Kind
-		keys int
+		kind       algo.Kind
+		keys       int
+		twoBuckets bool
 	}
 	var runs []run
 	for _, k := range algo.Kinds() {
-		runs = append(runs, run{k, 1_000_000})
+		runs = append(runs, run{k, 1_000_000, false})
 	}
+	runs = append(runs, run{algo.BucketedSlidingWindow, 1_000_000, true})
 	if os.Getenv("RINGLIMIT_BENCH_10M") == "1" {
-		runs = append(runs, run{algo.GCRA, 10_000_000})
+		runs = append(runs, run{algo.GCRA, 10_000_000, false})
 	}
 	for _, r := range runs {
-		b.Run(r.kind.String()+"/keys="+strconv.Itoa(r.keys), func(b *testing.B) {
+		name := r.kind.String() + "/keys=" + strconv.Itoa(r.keys)
+		if r.twoBuckets {
+			name = r.kind.String() + "/two-buckets/keys=" + strconv.Itoa(r.keys)
+		}
+		b.Run(name, func(b *testing.B) {
 			var perKey, total float64
 			for b.Loop() {
-				perKey, total = heapPerKey(b, r.kind, r.keys)
+				perKey, total = heapPerKey(b, r.kind, r.keys, r.twoBuckets)
 			}
 			b.ReportMetric(perKey, "B/key")
 			b.ReportMetric(total/(1<<20), "MiB")
@@ -59,38 +70,53 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 }
 
 // heapPerKey starts a node, takes one hit on each of keys distinct keys under
-// memBenchLimit(kind), and returns the heap growth per key and in total (bytes).
-func heapPerKey(b *testing.B, kind algo.Kind, keys int) (perKey, total float64) {
+// memBenchLimit(kind) (twoBuckets: then a second, a bucket width later on the
+// node's clock), and returns the heap growth per key and in total (bytes).
+func heapPerKey(b *testing.B, kind algo.Kind, keys int, twoBuckets bool) (perKey, total float64) {
 	b.Helper()
 	cfg := TestConfig()
 	cfg.Name = "mem"
 	cfg.MaxKeys = keys
 	cfg.IdleScanInterval = time.Hour // measure the states, not a scan racing the fill
+	l := memBenchLimit(kind)
+	var clock atomic.Int64 // the node's background loops read it too
+	clock.Store(time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC).UnixNano())
+	if twoBuckets {
+		cfg.Clock = clock.Load
+	}
 	n, err := New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer n.Close()
 	ctx := context.Background()
-	l := memBenchLimit(kind)
 	digits := max(7, len(strconv.Itoa(keys-1)))
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	buf := make([]byte, 0, 32)
-	for i := range keys {
-		buf = append(buf[:0], "gc:"...)
-		s := strconv.Itoa(i)
-		for range digits - len(s) {
-			buf = append(buf, '0')
+	passes := 1
+	if twoBuckets {
+		passes = 2
+	}
+	for pass := range passes {
+		if pass > 0 {
+			clock.Add(int64(l.Period) / algo.WindowBuckets)
 		}
-		buf = append(buf, s...)
-		d, err := n.Allow(ctx, string(buf), l)
-		if err != nil {
-			b.Fatalf("key %d: %v", i, err)
-		}
-		if !d.Allowed {
-			b.Fatalf("key %d: denied, want allowed (first hit)", i)
+		for i := range keys {
+			buf = append(buf[:0], "gc:"...)
+			s := strconv.Itoa(i)
+			for range digits - len(s) {
+				buf = append(buf, '0')
+			}
+			buf = append(buf, s...)
+			d, err := n.Allow(ctx, string(buf), l)
+			if err != nil {
+				b.Fatalf("key %d: %v", i, err)
+			}
+			if !d.Allowed {
+				b.Fatalf("key %d, pass %d: denied, want allowed", i, pass)
+			}
 		}
 	}
 	runtime.GC()

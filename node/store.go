@@ -32,10 +32,13 @@ const numShards = 256
 // packed state of algo.State.Pack, a 4-byte index into the shard's table of
 // distinct Limits and 4 bytes of flags: 24 bytes for GCRA, 32 for TokenBucket
 // and FixedWindow, 40 for SlidingWindowCounter) at a load of 0.54 to 0.81. A
-// SlidingWindowLog or BucketedSlidingWindow key's slot holds an index into the
-// shard's boxes of its algorithm, where its algo.State and its log or buckets
-// live (and, for a log, the tail last sent to its backup). A key whose checks
-// carry caller timestamps also has a clockRec.
+// SlidingWindowLog key's slot holds an index into the shard's boxes of logs,
+// where its algo.State, its log and the tail last sent to its backup live. A
+// BucketedSlidingWindow key whose hits all sit in one bucket is packed in its
+// slot (algo.State.PackBucketed: width, bucket, count; 40 bytes); one with hits
+// in two buckets or more is boxed (its algo.State and 152 bytes of buckets),
+// and stays boxed until it is dropped as idle. A key whose checks carry caller
+// timestamps also has a clockRec.
 
 // emptyHash is the slot hash of an empty slot; a key whose hash is emptyHash is
 // stored under foldedHash.
@@ -84,10 +87,13 @@ type shard struct {
 	tb, fw kindTable[[2]int64]
 	swc    kindTable[[3]int64]
 	swl    kindTable[[1]int64] // w[0] indexes logs
-	bsw    kindTable[[1]int64] // w[0] indexes bkts
+	bsw    kindTable[[3]int64] // packed (w[0] >= 0, see loadBucketed) or boxed in bkts
 	limits limitTable
 	logs   boxes // SlidingWindowLog states, with their sent marks
-	bkts   boxes // BucketedSlidingWindow states (no marks)
+	bkts   boxes // BucketedSlidingWindow states with hits in two buckets or more (no marks)
+	// bwBuf holds the buckets of the packed bucketed-window state last loaded
+	// (algo.UnpackBucketed), until it is packed again or cloned, under mu.
+	bwBuf algo.BucketedWindowState
 	// dirty lists the keys whose state changed since the last replication send
 	// (store.track only), each once: its slot has flagDirty.
 	dirty []dirtyRec
@@ -280,7 +286,7 @@ func (t *kindTable[W]) update(out *algo.Decision, c *check, i int) error {
 	if c.hits > 0 {
 		if out.Allowed {
 			if !boxed {
-				st.Pack(sl.words())
+				c.sh.repack(c.l.Kind, st, sl.words())
 			}
 			c.markDirty(sl.h, &sl.flags)
 		}
@@ -366,43 +372,66 @@ func setClock[W words](t *kindTable[W], sl *slot[W], lastNow, wall int64, caller
 }
 
 // load returns the state of kind k held in w: for a packed state, unpacked
-// into *scratch (boxed false); for an algorithm without a packed form, the
-// boxed State itself (boxed true), which Take changes in place. hint is
-// passed to algo.UnpackState.
+// into *scratch (boxed false: the caller stores it back with repack, or keeps
+// a Clone of it, before it releases the shard lock or loads another); for a
+// boxed one, the boxed State itself (boxed true), which Take changes in place.
+// hint is passed to algo.UnpackState.
 func (sh *shard) load(k algo.Kind, w []int64, scratch *algo.State, hint int64) (st *algo.State, boxed bool) {
 	if k.PackedWords() == 0 {
-		return sh.boxesOf(k).at(w[0]), true
+		if k == algo.BucketedSlidingWindow {
+			return sh.loadBucketed(w, scratch)
+		}
+		return sh.logs.at(w[0]), true
 	}
 	*scratch = algo.UnpackState(k, w, hint)
 	return scratch, false
+}
+
+// loadBucketed is load for a bucketed-window key: w[0] < 0 is the box at
+// index -w[0]-1, else w is packed (algo.State.PackBucketed; its width, w[0],
+// is never negative) and is unpacked with its buckets in sh.bwBuf.
+func (sh *shard) loadBucketed(w []int64, scratch *algo.State) (*algo.State, bool) {
+	if w[0] < 0 {
+		return sh.bkts.at(-w[0] - 1), true
+	}
+	*scratch = algo.UnpackBucketed(w, &sh.bwBuf)
+	return scratch, false
+}
+
+// repack stores st, a state of algorithm k that load returned unboxed and that
+// has changed, back in w. A bucketed-window state that no longer packs (its
+// hits now span two buckets) moves to a box of its own.
+func (sh *shard) repack(k algo.Kind, st *algo.State, w []int64) {
+	if k != algo.BucketedSlidingWindow {
+		st.Pack(w)
+		return
+	}
+	if !st.PackBucketed(w) {
+		w[0] = -sh.bkts.add(st.Clone(), false) - 1
+	}
 }
 
 // save stores st, the State of a new key of algorithm k, in w: packed, or in a
 // new box. A st of another Kind is stored as a fresh state of k.
 func (sh *shard) save(k algo.Kind, st *algo.State, w []int64) {
 	switch {
-	case k.PackedWords() == 0:
-		w[0] = sh.boxesOf(k).add(*st, k == algo.SlidingWindowLog)
-	case st.Kind() == k:
-		st.Pack(w)
+	case k == algo.SlidingWindowLog:
+		w[0] = sh.logs.add(*st, true)
+	case st.Kind() != k:
+		clear(w) // UnpackState and UnpackBucketed of zero words are fresh states
 	default:
-		clear(w) // UnpackState of zero words is a fresh state
+		sh.repack(k, st, w)
 	}
 }
 
 // release frees what a removed slot's words hold outside the slot.
 func (sh *shard) release(k algo.Kind, w []int64) {
-	if k.PackedWords() == 0 {
-		sh.boxesOf(k).release(w[0])
+	switch {
+	case k == algo.SlidingWindowLog:
+		sh.logs.release(w[0])
+	case k == algo.BucketedSlidingWindow && w[0] < 0:
+		sh.bkts.release(-w[0] - 1)
 	}
-}
-
-// boxesOf returns the boxes of k, an algorithm without a packed form.
-func (sh *shard) boxesOf(k algo.Kind) *boxes {
-	if k == algo.SlidingWindowLog {
-		return &sh.logs
-	}
-	return &sh.bkts
 }
 
 // lastNow returns the last check time of sl and the owner clock at it (wall
@@ -474,11 +503,12 @@ func (t *kindTable[W]) extract(sh *shard, k algo.Kind, act func(h uint64) moveAc
 }
 
 // copyAt returns a copy of slot sl's state (a deep copy of a boxed state, whose
-// log or buckets keep changing in place after the shard lock is released).
+// log or buckets keep changing in place after the shard lock is released, and
+// of a packed bucketed-window state, whose buckets are sh.bwBuf).
 func (t *kindTable[W]) copyAt(sh *shard, k algo.Kind, sl *slot[W], wall int64) movedState {
 	var scratch algo.State
 	st, boxed := sh.load(k, sl.words(), &scratch, 0)
-	if boxed {
+	if boxed || k == algo.BucketedSlidingWindow {
 		c := st.Clone()
 		st = &c
 	}
@@ -492,8 +522,8 @@ func (t *kindTable[W]) copyAt(sh *shard, k algo.Kind, sl *slot[W], wall int64) m
 // prefetch starts loading the home slot of the key with hash h (not folded)
 // in its table for algorithm k, without the shard lock (table.prefetchHome).
 // A batch calls it for every key before deciding the first. The boxed states
-// of a SlidingWindowLog or BucketedSlidingWindow key are a second line, not
-// prefetched.
+// of a SlidingWindowLog key, or of a BucketedSlidingWindow key with hits in
+// two buckets, are a second line, not prefetched.
 //
 // Only a store of prefetchMinKeys keys or more prefetches: a smaller one's
 // slots stay in the CPU's caches, where a prefetch costs its calls and saves
@@ -649,7 +679,7 @@ func (t *kindTable[W]) install(sh *shard, m movedState, wall int64, track bool) 
 		at := max(last, m.lastNow)
 		st.Merge(&m.st, at, m.limit)
 		if !boxed {
-			st.Pack(sl.words())
+			sh.repack(k, st, sl.words())
 		}
 		cc := sl.flags&flagCaller != 0 || m.callerClock
 		setClock(t, sl, peerLastNow(at, wall, cc), wall, cc)

@@ -7,8 +7,9 @@ import (
 )
 
 // words is the packed state of one algorithm (algo.Kind.PackedWords int64
-// words; one word, an index into the shard's boxes, for the algorithms whose
-// state has no fixed size).
+// words; for a SlidingWindowLog, one word, an index into the shard's boxes of
+// logs; for a BucketedSlidingWindow, algo.BucketedPackedWords words, packed or
+// naming a box, see shard.loadBucketed).
 type words interface {
 	[1]int64 | [2]int64 | [3]int64
 }

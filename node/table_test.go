@@ -322,8 +322,9 @@ func TestPrefetchDuringGrowthIsRaceFree(t *testing.T) {
 
 // Only a sliding-window log's boxes keep sent marks (the tail last sent to the
 // backup, for log deltas): the bucketed window replicates whole states, and a
-// mark per bucketed key was 24 bytes of heap for nothing
-// (BenchmarkMemoryPerKey/bucketed_sliding_window: 271.2 -> 246.0 B/key).
+// mark per boxed bucketed key was 24 bytes of heap for nothing
+// (BenchmarkMemoryPerKey/bucketed_sliding_window: 271.2 -> 246.0 B/key, when
+// every bucketed key was boxed).
 func TestOnlyLogBoxesKeepSentMarks(t *testing.T) {
 	t.Parallel()
 	s := newStore(10_000, xxhash.Sum64String, nil)
@@ -332,8 +333,9 @@ func TestOnlyLogBoxesKeepSentMarks(t *testing.T) {
 	bktL := algo.Limit{Kind: algo.BucketedSlidingWindow, Limit: 5, Period: time.Minute}
 	const keys = 300
 	for i := range uint64(keys) {
-		for _, l := range []algo.Limit{logL, bktL} {
-			if d, err := s.take(xxhash.Sum64String(fmt.Sprint(l.Kind, i)), l, 1, now, now, nil); err != nil || !d.Allowed {
+		for j, l := range []algo.Limit{logL, bktL, bktL} {
+			at := now + int64(j)*int64(5*time.Second) // the bucketed keys' second hit is a bucket later: boxed
+			if d, err := s.take(xxhash.Sum64String(fmt.Sprint(l.Kind, i)), l, 1, at, at, nil); err != nil || !d.Allowed {
 				t.Fatalf("key %d %v: %+v, %v", i, l.Kind, d, err)
 			}
 		}
@@ -356,4 +358,89 @@ func TestOnlyLogBoxesKeepSentMarks(t *testing.T) {
 	if got := unsafe.Sizeof(logMark{}); got != 16 {
 		t.Fatalf("logMark is %d bytes, want 16", got)
 	}
+}
+
+// A bucketed-window key is packed in its slot while its hits sit in one bucket
+// and boxed once they span two; either way the store decides every check as an
+// algo.State fed the same checks (random clocks, hits and Period changes, which
+// rebucket), a copy taken for replication or a handoff stays as it was while
+// other keys of its shard are checked (a packed state is unpacked into one
+// buffer per shard), and removing a key frees its box.
+func TestBucketedKeysPackedUntilTwoBuckets(t *testing.T) {
+	t.Parallel()
+	s := newStore(10_000, xxhash.Sum64String, nil)
+	rng := rand.New(rand.NewPCG(31, 32))
+	const keys = 64
+	refs := make([]algo.State, keys)
+	lims := make([]algo.Limit, keys)
+	hash := func(i int) uint64 { return uint64(i)*numShards + 5 } // every key in shard 5
+	for i := range lims {
+		lims[i] = algo.Limit{Kind: algo.BucketedSlidingWindow, Limit: 1 + rng.Int64N(20), Period: time.Duration(16 + rng.Int64N(1600))}
+	}
+	now := int64(time.Hour)
+	sh := &s.shards[5]
+	var packed, boxed int
+	for step := range 20_000 {
+		i := rng.IntN(keys)
+		l := &lims[i]
+		switch rng.IntN(10) {
+		case 0:
+			now += rng.Int64N(int64(l.Period) * 2)
+		case 1, 2, 3:
+			now += rng.Int64N(int64(l.Period)/16 + 1)
+		}
+		if step%97 == 0 {
+			l.Period = time.Duration(16 + rng.Int64N(1600))
+		}
+		hits := rng.Int64N(3)
+		got, err1 := s.take(hash(i), *l, hits, now, now, nil)
+		want, err2 := refs[i].Take(now, hits, *l)
+		if got != want || (err1 == nil) != (err2 == nil) {
+			t.Fatalf("step %d key %d %+v: store %+v %v, state %+v %v", step, i, *l, got, err1, want, err2)
+		}
+		j := sh.bsw.find(fold(hash(i)))
+		if j < 0 {
+			continue // a peek of an unknown key stores nothing
+		}
+		if sh.bsw.slots[j].words()[0] < 0 {
+			boxed++
+		} else {
+			packed++
+		}
+		if step%50 == 0 {
+			// A copy of this key, then checks on the others: the copy is unchanged.
+			m := sh.bsw.copyAt(sh, algo.BucketedSlidingWindow, &sh.bsw.slots[j], now)
+			before := mustMarshalState(t, &m.st)
+			for k := range keys {
+				if k != i {
+					if _, err := s.take(hash(k), lims[k], 0, now, now, nil); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if after := mustMarshalState(t, &m.st); string(after) != string(before) {
+				t.Fatalf("step %d: a copy of key %d changed from %x to %x while other keys were checked", step, i, before, after)
+			}
+		}
+	}
+	if packed == 0 || boxed == 0 {
+		t.Fatalf("%d packed and %d boxed observations: both forms must occur", packed, boxed)
+	}
+	// Every key idle: each is dropped, and every box is free again.
+	s.dropIdle(now + int64(time.Hour))
+	if n := s.len(); n != 0 {
+		t.Fatalf("%d keys left after they all went idle", n)
+	}
+	if live := len(sh.bkts.st) - len(sh.bkts.spare); live != 0 {
+		t.Fatalf("%d boxes still held after every key was dropped", live)
+	}
+}
+
+func mustMarshalState(t *testing.T, st *algo.State) []byte {
+	t.Helper()
+	b, err := st.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
