@@ -50,3 +50,77 @@ func UnpackBucketed(w []int64, buf *BucketedWindowState) State {
 	buf.counts[slot(w[1])] = w[2]
 	return State{kind: BucketedSlidingWindow, bw: buf}
 }
+
+// TakeBucketedPacked is State.TakeInto on the BucketedSlidingWindow state that
+// PackBucketed wrote to w, deciding on the three words without unpacking them:
+// it writes the Decision to *d and, when the check is admitted with hits, the
+// new state to w. It returns ok false, and leaves w and *d alone, when l is not
+// a BucketedSlidingWindow Limit or when the check would be admitted into a
+// later bucket while w's bucket still counts: the result would hold hits in
+// two buckets, which do not pack; the caller then takes the check on
+// UnpackBucketed(w) instead. The Decision and the state are those of the
+// unpacked State (TestTakeBucketedPackedMatchesTakeInto). It returns the
+// error of TakeInto for an invalid Limit, hits or now (ErrInvalidLimit), with
+// w and *d unchanged.
+func TakeBucketedPacked(w []int64, d *Decision, now, hits int64, l Limit) (ok bool, err error) {
+	if _, valid := l.fast(0); !valid || uint64(hits) > uint64(MaxHits) || uint64(now-MinTime) > uint64(MaxTime-MinTime) {
+		return false, takeError(now, hits, l)
+	}
+	if l.Kind != BucketedSlidingWindow {
+		return false, nil
+	}
+	_ = w[BucketedPackedWords-1]
+	width, head, cnt := w[0], w[1], w[2]
+	wd := bucketWidth(int64(l.Period))
+	if width != wd {
+		// BucketedWindowState.rebucketed, for one bucket: the hits move to the
+		// bucket under wd that holds the end of head; none left is a fresh state.
+		if width == 0 || cnt == 0 {
+			head, cnt = 0, 0
+		} else {
+			head = bucketOf(head*width+(width-1), wd)
+		}
+	}
+	cur := bucketOf(now, wd)
+	e := cur
+	if head > cur && cnt > 0 {
+		e = head // time never runs backwards inside a state
+	}
+	var c int64 // the hits that count in bucket e: head's, while it is in [e-WindowBuckets, e]
+	if head <= e && e-head <= WindowBuckets {
+		c = cnt
+	}
+	rem := now - cur*wd
+	r := Decision{Limit: l.Limit}
+	switch {
+	case hits == 0:
+		r.Allowed = true
+	case hits > l.Limit:
+		r.RetryAfter = RetryNever
+	case c > l.Limit || hits > l.Limit-c:
+		// Only head holds hits: it is the oldest bucket whose expiry frees them.
+		r.RetryAfter = expiry(head, cur, rem, wd)
+	default:
+		r.Allowed = true
+		switch {
+		case cnt == 0 || e-head > WindowBuckets:
+			head, cnt = e, hits // every stored hit has expired: a new first bucket
+		case e > head:
+			return false, nil // head still counts: hits in two buckets
+		default:
+			cnt += hits
+		}
+		c += hits
+	}
+	if c < l.Limit {
+		r.Remaining = l.Limit - c
+	}
+	if c > 0 {
+		r.ResetAfter = expiry(head, cur, rem, wd)
+	}
+	*d = r
+	if r.Allowed && hits > 0 {
+		w[0], w[1], w[2] = wd, head, cnt
+	}
+	return true, nil
+}

@@ -98,3 +98,74 @@ func mustMarshal(t *testing.T, s *State) []byte {
 	}
 	return b
 }
+
+// TakeBucketedPacked, falling back to the unpacked State when it declines (as
+// the node does), decides every check of random sequences as TakeInto on a
+// State that was never packed, leaves the same state behind, and returns the
+// same errors; sequences include clocks that step back, new Periods (which
+// rebucket) and invalid checks. Both its answers occur.
+func TestTakeBucketedPackedMatchesTakeInto(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(51, 52))
+	var direct, declined int
+	var buf BucketedWindowState
+	for range 600 {
+		l := randLimit(r, BucketedSlidingWindow)
+		ref := State{kind: BucketedSlidingWindow} // fresh, as three zero words unpack
+		var whole State
+		var w [BucketedPackedWords]int64
+		packed := true // w holds the state, else whole does
+		for i, o := range randOps(r, l, 80) {
+			switch r.IntN(20) {
+			case 0:
+				l.Period = time.Duration(1 + r.Int64N(int64(l.Period)*3)) // new bucket width
+			case 1:
+				o.t -= r.Int64N(3*int64(l.Period) + 1) // the clock steps back
+			case 2:
+				o.hits = -1 // invalid
+			}
+			var want, got Decision
+			err1 := ref.TakeInto(&want, o.t, o.hits, l)
+			var err2 error
+			if packed {
+				before := w
+				var ok bool
+				ok, err2 = TakeBucketedPacked(w[:], &got, o.t, o.hits, l)
+				if !ok {
+					if w != before {
+						t.Fatalf("%+v check %d: declined but changed w from %v to %v", l, i, before, w)
+					}
+					if err2 == nil {
+						declined++
+						u := UnpackBucketed(w[:], &buf)
+						whole = u.Clone()
+						err2 = whole.TakeInto(&got, o.t, o.hits, l)
+						packed = whole.PackBucketed(w[:])
+					}
+				} else {
+					direct++
+				}
+			} else {
+				err2 = whole.TakeInto(&got, o.t, o.hits, l)
+			}
+			if (err1 == nil) != (err2 == nil) || (err1 == nil && got != want) {
+				t.Fatalf("%+v check %d %+v: packed %+v %v, whole %+v %v", l, i, o, got, err2, want, err1)
+			}
+			cur := whole
+			if packed {
+				cur = UnpackBucketed(w[:], &buf)
+			}
+			if b1, b2 := mustMarshal(t, &cur), mustMarshal(t, &ref); string(b1) != string(b2) {
+				t.Fatalf("%+v check %d %+v: state %x, want %x", l, i, o, b1, b2)
+			}
+		}
+	}
+	if direct == 0 || declined == 0 {
+		t.Fatalf("%d direct, %d declined: both must occur", direct, declined)
+	}
+	var d Decision
+	w := [BucketedPackedWords]int64{1, 2, 3}
+	if ok, err := TakeBucketedPacked(w[:], &d, 0, 1, Limit{Kind: GCRA, Limit: 1, Period: time.Second}); ok || err != nil {
+		t.Fatalf("a GCRA Limit: ok %v, err %v; want false, nil", ok, err)
+	}
+}
