@@ -32,36 +32,41 @@ func memBenchLimit(k algo.Kind) algo.Limit {
 // node is created, measured and closed inside each iteration; run it with
 // -benchtime=1x.
 //
+// A sliding-window log of at most two entries and a bucketed window with hits
+// in one bucket are packed in their slot; two more runs measure their boxed
+// form: sliding_window_log/three-entries takes a check of 3 hits on each key,
 // bucketed_sliding_window/two-buckets gives each key a second hit a bucket
-// later (Period/WindowBuckets on the node's clock), so that every key holds
-// hits in two buckets: the boxed form, where one hit is the packed one.
+// later (Period/WindowBuckets on the node's clock).
 //
 // A 10,000,000-key GCRA run is added when RINGLIMIT_BENCH_10M=1 (it needs about
 // a minute and the heap the figure reports): it also reports the total heap
 // growth in MiB.
 func BenchmarkMemoryPerKey(b *testing.B) {
 	type run struct {
-		kind       algo.Kind
-		keys       int
-		twoBuckets bool
+		kind  algo.Kind
+		keys  int
+		boxed bool
 	}
 	var runs []run
 	for _, k := range algo.Kinds() {
 		runs = append(runs, run{k, 1_000_000, false})
 	}
-	runs = append(runs, run{algo.BucketedSlidingWindow, 1_000_000, true})
+	runs = append(runs, run{algo.SlidingWindowLog, 1_000_000, true}, run{algo.BucketedSlidingWindow, 1_000_000, true})
 	if os.Getenv("RINGLIMIT_BENCH_10M") == "1" {
 		runs = append(runs, run{algo.GCRA, 10_000_000, false})
 	}
 	for _, r := range runs {
 		name := r.kind.String() + "/keys=" + strconv.Itoa(r.keys)
-		if r.twoBuckets {
+		switch {
+		case r.boxed && r.kind == algo.SlidingWindowLog:
+			name = r.kind.String() + "/three-entries/keys=" + strconv.Itoa(r.keys)
+		case r.boxed:
 			name = r.kind.String() + "/two-buckets/keys=" + strconv.Itoa(r.keys)
 		}
 		b.Run(name, func(b *testing.B) {
 			var perKey, total float64
 			for b.Loop() {
-				perKey, total = heapPerKey(b, r.kind, r.keys, r.twoBuckets)
+				perKey, total = heapPerKey(b, r.kind, r.keys, r.boxed)
 			}
 			b.ReportMetric(perKey, "B/key")
 			b.ReportMetric(total/(1<<20), "MiB")
@@ -70,9 +75,10 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 }
 
 // heapPerKey starts a node, takes one hit on each of keys distinct keys under
-// memBenchLimit(kind) (twoBuckets: then a second, a bucket width later on the
-// node's clock), and returns the heap growth per key and in total (bytes).
-func heapPerKey(b *testing.B, kind algo.Kind, keys int, twoBuckets bool) (perKey, total float64) {
+// memBenchLimit(kind), and returns the heap growth per key and in total
+// (bytes). boxed: a log takes 3 hits at once instead, a bucketed window a
+// second hit a bucket width later on the node's clock.
+func heapPerKey(b *testing.B, kind algo.Kind, keys int, boxed bool) (perKey, total float64) {
 	b.Helper()
 	cfg := TestConfig()
 	cfg.Name = "mem"
@@ -81,6 +87,11 @@ func heapPerKey(b *testing.B, kind algo.Kind, keys int, twoBuckets bool) (perKey
 	l := memBenchLimit(kind)
 	var clock atomic.Int64 // the node's background loops read it too
 	clock.Store(time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC).UnixNano())
+	twoBuckets := boxed && kind == algo.BucketedSlidingWindow
+	hits := int64(1)
+	if boxed && kind == algo.SlidingWindowLog {
+		hits = 3
+	}
 	if twoBuckets {
 		cfg.Clock = clock.Load
 	}
@@ -110,7 +121,7 @@ func heapPerKey(b *testing.B, kind algo.Kind, keys int, twoBuckets bool) (perKey
 				buf = append(buf, '0')
 			}
 			buf = append(buf, s...)
-			d, err := n.Allow(ctx, string(buf), l)
+			d, err := n.AllowN(ctx, string(buf), l, hits)
 			if err != nil {
 				b.Fatalf("key %d: %v", i, err)
 			}

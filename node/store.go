@@ -32,12 +32,13 @@ const numShards = 256
 // packed state of algo.State.Pack, a 4-byte index into the shard's table of
 // distinct Limits and 4 bytes of flags: 24 bytes for GCRA, 32 for TokenBucket
 // and FixedWindow, 40 for SlidingWindowCounter) at a load of 0.54 to 0.81. A
-// SlidingWindowLog key's slot holds an index into the shard's boxes of logs,
-// where its algo.State, its log and the tail last sent to its backup live. A
-// BucketedSlidingWindow key whose hits all sit in one bucket is packed in its
-// slot (algo.State.PackBucketed: width, bucket, count; 40 bytes); one with hits
-// in two buckets or more is boxed (its algo.State and 152 bytes of buckets),
-// and stays boxed until it is dropped as idle. A key whose checks carry caller
+// SlidingWindowLog key of at most two entries is packed in its 40-byte slot
+// (algo.State.PackLog: count, entries); a longer log is boxed (its algo.State,
+// its log and the tail last sent to its backup). A BucketedSlidingWindow key
+// whose hits all sit in one bucket is packed in its 40-byte slot
+// (algo.State.PackBucketed: width, bucket, count); one with hits in two buckets
+// or more is boxed (its algo.State and 152 bytes of buckets). A boxed key stays
+// boxed until it is dropped as idle. A key whose checks carry caller
 // timestamps also has a clockRec.
 
 // emptyHash is the slot hash of an empty slot; a key whose hash is emptyHash is
@@ -86,14 +87,16 @@ type shard struct {
 	gcra   kindTable[[1]int64]
 	tb, fw kindTable[[2]int64]
 	swc    kindTable[[3]int64]
-	swl    kindTable[[1]int64] // w[0] indexes logs
+	swl    kindTable[[3]int64] // packed (w[0] >= 0, see loadLog) or boxed in logs
 	bsw    kindTable[[3]int64] // packed (w[0] >= 0, see loadBucketed) or boxed in bkts
 	limits limitTable
 	logs   boxes // SlidingWindowLog states, with their sent marks
 	bkts   boxes // BucketedSlidingWindow states with hits in two buckets or more (no marks)
-	// bwBuf holds the buckets of the packed bucketed-window state last loaded
-	// (algo.UnpackBucketed), until it is packed again or cloned, under mu.
-	bwBuf algo.BucketedWindowState
+	// bwBuf and logBuf hold the buckets or the log of the packed state last
+	// loaded (algo.UnpackBucketed, algo.UnpackLog), until it is packed again
+	// or cloned, under mu.
+	bwBuf  algo.BucketedWindowState
+	logBuf algo.SlidingWindowLogState
 	// dirty lists the keys whose state changed since the last replication send
 	// (store.track only), each once: its slot has flagDirty.
 	dirty []dirtyRec
@@ -195,19 +198,26 @@ type check struct {
 func takeIn[W words](out *algo.Decision, c *check, t *kindTable[W], owns func() bool) error {
 	i := t.find(c.h)
 	if i < 0 {
-		if c.hits == 0 {
-			// A peek on an unknown key: answer from a fresh state, store nothing.
-			var fresh algo.State
-			d, err := fresh.Take(c.now, 0, c.l)
+		// A fresh state; a bucketed window's is packed words, decided without
+		// allocating its buckets (a fresh state never spans two).
+		var fresh algo.State
+		var d algo.Decision
+		var err error
+		var bw [algo.BucketedPackedWords]int64
+		packed := false
+		if c.l.Kind == algo.BucketedSlidingWindow {
+			packed, err = algo.TakeBucketedPacked(bw[:], &d, c.now, c.hits, c.l)
+		}
+		if !packed && err == nil {
+			d, err = fresh.Take(c.now, c.hits, c.l)
+		}
+		if c.hits == 0 || err != nil {
+			// A peek on an unknown key answers from the fresh state and stores
+			// nothing; an invalid check is refused before anything is stored or
+			// dropped.
 			if err == nil {
 				*out = d
 			}
-			return err
-		}
-		// Validate before anything is stored or dropped.
-		var fresh algo.State
-		d, err := fresh.Take(c.now, c.hits, c.l)
-		if err != nil {
 			return err
 		}
 		if c.s.keys.Load() >= c.s.maxKeys {
@@ -232,7 +242,11 @@ func takeIn[W words](out *algo.Decision, c *check, t *kindTable[W], owns func() 
 		i = t.insert(c.h)
 		sl := &t.slots[i]
 		sl.lim = c.sh.limits.ref(c.l)
-		c.sh.save(c.l.Kind, &fresh, sl.words())
+		if packed {
+			copy(sl.words(), bw[:])
+		} else {
+			c.sh.save(c.l.Kind, &fresh, sl.words())
+		}
 		setClock(t, sl, c.now, c.wall, c.now != c.wall)
 		c.s.keys.Add(1)
 		c.markDirty(sl.h, &sl.flags)
@@ -274,6 +288,18 @@ const (
 
 func (t *kindTable[W]) update(out *algo.Decision, c *check, i int) error {
 	sl := &t.slots[i]
+	if w := sl.words(); c.l.Kind == algo.BucketedSlidingWindow && w[0] >= 0 {
+		// A packed bucketed window is decided on its words; it declines a check
+		// that would leave hits in two buckets, which goes on below (and boxes).
+		ok, err := algo.TakeBucketedPacked(w, out, c.now, c.hits, c.l)
+		if err != nil {
+			return err
+		}
+		if ok {
+			t.taken(out, c, sl)
+			return nil
+		}
+	}
 	var scratch algo.State
 	// The hint is the emission interval of the key's last Limit: GCRA's Take
 	// skips its division when the Limit is the same.
@@ -283,11 +309,19 @@ func (t *kindTable[W]) update(out *algo.Decision, c *check, i int) error {
 	if err := st.TakeInto(out, c.now, c.hits, c.l); err != nil {
 		return err
 	}
+	if c.hits > 0 && out.Allowed && !boxed {
+		c.sh.repack(c.l.Kind, st, sl.words())
+	}
+	t.taken(out, c, sl)
+	return nil
+}
+
+// taken records a check decided on slot sl whose state is stored: the key is
+// listed as changed if hits were admitted, and a check with hits sets the
+// key's Limit and last check time.
+func (t *kindTable[W]) taken(out *algo.Decision, c *check, sl *slot[W]) {
 	if c.hits > 0 {
 		if out.Allowed {
-			if !boxed {
-				c.sh.repack(c.l.Kind, st, sl.words())
-			}
 			c.markDirty(sl.h, &sl.flags)
 		}
 		if cur := c.sh.limits.at(sl.lim); cur != c.l {
@@ -304,7 +338,6 @@ func (t *kindTable[W]) update(out *algo.Decision, c *check, i int) error {
 		}
 		setClock(t, sl, last, c.wall, c.now != c.wall)
 	}
-	return nil
 }
 
 // markDirty lists the key with hash h and slot flags *flags as changed, once,
@@ -375,15 +408,27 @@ func setClock[W words](t *kindTable[W], sl *slot[W], lastNow, wall int64, caller
 // into *scratch (boxed false: the caller stores it back with repack, or keeps
 // a Clone of it, before it releases the shard lock or loads another); for a
 // boxed one, the boxed State itself (boxed true), which Take changes in place.
-// hint is passed to algo.UnpackState.
+// hint is the key's limitRec.t: passed to algo.UnpackState, and for a log the
+// Limit its buffer is sized for (algo.UnpackLog).
 func (sh *shard) load(k algo.Kind, w []int64, scratch *algo.State, hint int64) (st *algo.State, boxed bool) {
 	if k.PackedWords() == 0 {
 		if k == algo.BucketedSlidingWindow {
 			return sh.loadBucketed(w, scratch)
 		}
-		return sh.logs.at(w[0]), true
+		return sh.loadLog(w, scratch, hint)
 	}
 	*scratch = algo.UnpackState(k, w, hint)
+	return scratch, false
+}
+
+// loadLog is load for a sliding-window log: w[0] < 0 is the box at index
+// -w[0]-1, else w is packed (algo.State.PackLog; its count, w[0], is never
+// negative) and is unpacked with its entries in sh.logBuf.
+func (sh *shard) loadLog(w []int64, scratch *algo.State, limit int64) (*algo.State, bool) {
+	if w[0] < 0 {
+		return sh.logs.at(-w[0] - 1), true
+	}
+	*scratch = algo.UnpackLog(w, &sh.logBuf, limit)
 	return scratch, false
 }
 
@@ -399,39 +444,51 @@ func (sh *shard) loadBucketed(w []int64, scratch *algo.State) (*algo.State, bool
 }
 
 // repack stores st, a state of algorithm k that load returned unboxed and that
-// has changed, back in w. A bucketed-window state that no longer packs (its
-// hits now span two buckets) moves to a box of its own.
+// has changed, back in w. A log or bucketed-window state that no longer packs
+// (three entries, hits in two buckets) moves to a box of its own; a log's box
+// starts with no sent mark, so its next replication sends it whole.
 func (sh *shard) repack(k algo.Kind, st *algo.State, w []int64) {
-	if k != algo.BucketedSlidingWindow {
+	switch k {
+	case algo.SlidingWindowLog:
+		if !st.PackLog(w) {
+			w[0] = -sh.logs.add(st.Clone(), true) - 1
+		}
+	case algo.BucketedSlidingWindow:
+		if !st.PackBucketed(w) {
+			w[0] = -sh.bkts.add(st.Clone(), false) - 1
+		}
+	default:
 		st.Pack(w)
-		return
-	}
-	if !st.PackBucketed(w) {
-		w[0] = -sh.bkts.add(st.Clone(), false) - 1
 	}
 }
 
 // save stores st, the State of a new key of algorithm k, in w: packed, or in a
 // new box. A st of another Kind is stored as a fresh state of k.
 func (sh *shard) save(k algo.Kind, st *algo.State, w []int64) {
-	switch {
-	case k == algo.SlidingWindowLog:
-		w[0] = sh.logs.add(*st, true)
-	case st.Kind() != k:
-		clear(w) // UnpackState and UnpackBucketed of zero words are fresh states
-	default:
-		sh.repack(k, st, w)
+	if st.Kind() != k {
+		clear(w) // UnpackState, UnpackLog and UnpackBucketed of zero words are fresh states
+		return
 	}
+	sh.repack(k, st, w)
 }
 
 // release frees what a removed slot's words hold outside the slot.
 func (sh *shard) release(k algo.Kind, w []int64) {
 	switch {
-	case k == algo.SlidingWindowLog:
-		sh.logs.release(w[0])
+	case k == algo.SlidingWindowLog && w[0] < 0:
+		sh.logs.release(-w[0] - 1)
 	case k == algo.BucketedSlidingWindow && w[0] < 0:
 		sh.bkts.release(-w[0] - 1)
 	}
+}
+
+// logBox returns the index in sh.logs of the boxed log in w, or -1 for a
+// packed one (which has no sent mark: it is always sent whole).
+func logBox(w []int64) int64 {
+	if w[0] < 0 {
+		return -w[0] - 1
+	}
+	return -1
 }
 
 // lastNow returns the last check time of sl and the owner clock at it (wall
@@ -504,11 +561,12 @@ func (t *kindTable[W]) extract(sh *shard, k algo.Kind, act func(h uint64) moveAc
 
 // copyAt returns a copy of slot sl's state (a deep copy of a boxed state, whose
 // log or buckets keep changing in place after the shard lock is released, and
-// of a packed bucketed-window state, whose buckets are sh.bwBuf).
+// of a packed log or bucketed-window state, whose entries or buckets are
+// sh.logBuf or sh.bwBuf).
 func (t *kindTable[W]) copyAt(sh *shard, k algo.Kind, sl *slot[W], wall int64) movedState {
 	var scratch algo.State
 	st, boxed := sh.load(k, sl.words(), &scratch, 0)
-	if boxed || k == algo.BucketedSlidingWindow {
+	if boxed || k.PackedWords() == 0 {
 		c := st.Clone()
 		st = &c
 	}
@@ -588,12 +646,15 @@ func (t *kindTable[W]) copyDirty(sh *shard, k algo.Kind, h uint64, wall int64) (
 	}
 	sl := &t.slots[i]
 	sl.flags &^= flagDirty
-	if k != algo.SlidingWindowLog {
-		return t.copyAt(sh, k, sl, wall), true
+	box := int64(-1)
+	if k == algo.SlidingWindowLog {
+		box = logBox(sl.words())
 	}
-	// A log: send the entries appended since the tail last sent when the
+	if box < 0 {
+		return t.copyAt(sh, k, sl, wall), true // not a log, or a packed one: whole
+	}
+	// A boxed log: send the entries appended since the tail last sent when the
 	// replica holds that tail, the whole log otherwise.
-	box := sl.words()[0]
 	st, mark := sh.logs.at(box), &sh.logs.sent[box]
 	var m movedState
 	if delta, ok := st.LogSince(mark.t, int64(mark.n)); mark.valid && ok {
@@ -626,8 +687,8 @@ func (t *kindTable[W]) sendWhole(sh *shard, k algo.Kind, h uint64) {
 		return
 	}
 	sl := &t.slots[i]
-	if k == algo.SlidingWindowLog {
-		sh.logs.sent[sl.words()[0]].valid = false
+	if box := logBox(sl.words()); k == algo.SlidingWindowLog && box >= 0 {
+		sh.logs.sent[box].valid = false
 	}
 	sh.markDirty(k, sl.h, &sl.flags)
 }
@@ -637,8 +698,8 @@ func (t *kindTable[W]) sendWhole(sh *shard, k algo.Kind, h uint64) {
 func (t *kindTable[W]) markWhere(sh *shard, k algo.Kind, pred func(h uint64) bool) {
 	for i := range t.slots {
 		if sl := &t.slots[i]; sl.h != 0 && pred(sl.h) {
-			if k == algo.SlidingWindowLog {
-				sh.logs.sent[sl.words()[0]].valid = false
+			if box := logBox(sl.words()); k == algo.SlidingWindowLog && box >= 0 {
+				sh.logs.sent[box].valid = false
 			}
 			sh.markDirty(k, sl.h, &sl.flags)
 		}
@@ -653,9 +714,13 @@ func (t *kindTable[W]) appendLog(sh *shard, m movedState, wall int64) bool {
 		return false
 	}
 	sl := &t.slots[i]
-	st := sh.logs.at(sl.words()[0])
+	var scratch algo.State
+	st, boxed := sh.load(algo.SlidingWindowLog, sl.words(), &scratch, sh.limits.ls[sl.lim].t)
 	if !st.AppendLog(m.after, m.afterN, &m.st, m.limit) {
 		return false
+	}
+	if !boxed {
+		sh.repack(algo.SlidingWindowLog, st, sl.words())
 	}
 	if cur := sh.limits.at(sl.lim); cur != m.limit {
 		sh.limits.unref(sl.lim)
@@ -944,7 +1009,7 @@ type limitTable struct {
 
 type limitRec struct {
 	l    algo.Limit
-	t    int64 // GCRA's emission interval Period/Limit, 0 for other Kinds
+	t    int64 // the hint of shard.load: GCRA's emission interval Period/Limit, a log's Limit, else 0
 	refs uint32
 }
 
@@ -974,12 +1039,16 @@ func (t *limitTable) ref(l algo.Limit) uint32 {
 	return i
 }
 
-// interval returns GCRA's emission interval of a valid l, 0 for other Kinds.
+// interval returns the limitRec.t of a valid l: GCRA's emission interval, a
+// SlidingWindowLog's Limit (the size algo.UnpackLog gives its buffer), else 0.
 func interval(l algo.Limit) int64 {
-	if l.Kind != algo.GCRA {
-		return 0
+	switch l.Kind {
+	case algo.GCRA:
+		return int64(l.Period) / l.Limit
+	case algo.SlidingWindowLog:
+		return l.Limit
 	}
-	return int64(l.Period) / l.Limit
+	return 0
 }
 
 // unref drops one reference to index i.

@@ -7,9 +7,9 @@ import (
 )
 
 // words is the packed state of one algorithm (algo.Kind.PackedWords int64
-// words; for a SlidingWindowLog, one word, an index into the shard's boxes of
-// logs; for a BucketedSlidingWindow, algo.BucketedPackedWords words, packed or
-// naming a box, see shard.loadBucketed).
+// words; for a SlidingWindowLog or a BucketedSlidingWindow, the three words of
+// algo.LogPackedWords or algo.BucketedPackedWords, packed or naming a box, see
+// shard.loadLog and shard.loadBucketed).
 type words interface {
 	[1]int64 | [2]int64 | [3]int64
 }

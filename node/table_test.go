@@ -333,8 +333,9 @@ func TestOnlyLogBoxesKeepSentMarks(t *testing.T) {
 	bktL := algo.Limit{Kind: algo.BucketedSlidingWindow, Limit: 5, Period: time.Minute}
 	const keys = 300
 	for i := range uint64(keys) {
-		for j, l := range []algo.Limit{logL, bktL, bktL} {
-			at := now + int64(j)*int64(5*time.Second) // the bucketed keys' second hit is a bucket later: boxed
+		// Three log entries, and bucketed hits a bucket apart: both boxed.
+		for j, l := range []algo.Limit{logL, logL, logL, bktL, bktL} {
+			at := now + int64(j)*int64(5*time.Second)
 			if d, err := s.take(xxhash.Sum64String(fmt.Sprint(l.Kind, i)), l, 1, at, at, nil); err != nil || !d.Allowed {
 				t.Fatalf("key %d %v: %+v, %v", i, l.Kind, d, err)
 			}
@@ -360,79 +361,95 @@ func TestOnlyLogBoxesKeepSentMarks(t *testing.T) {
 	}
 }
 
-// A bucketed-window key is packed in its slot while its hits sit in one bucket
-// and boxed once they span two; either way the store decides every check as an
-// algo.State fed the same checks (random clocks, hits and Period changes, which
-// rebucket), a copy taken for replication or a handoff stays as it was while
-// other keys of its shard are checked (a packed state is unpacked into one
-// buffer per shard), and removing a key frees its box.
-func TestBucketedKeysPackedUntilTwoBuckets(t *testing.T) {
+// A sliding-window log of at most two entries, and a bucketed-window key whose
+// hits sit in one bucket, are packed in their slot, and boxed once they grow
+// past that; either way the store decides every check as an algo.State fed the
+// same checks (random clocks, hits, Limits and Periods, which rebucket), a
+// copy taken for replication or a handoff stays as it was while other keys of
+// its shard are checked (a packed state is unpacked into one buffer per
+// shard), and removing the keys frees every box.
+func TestSmallLogAndBucketedKeysArePacked(t *testing.T) {
 	t.Parallel()
-	s := newStore(10_000, xxhash.Sum64String, nil)
-	rng := rand.New(rand.NewPCG(31, 32))
-	const keys = 64
-	refs := make([]algo.State, keys)
-	lims := make([]algo.Limit, keys)
-	hash := func(i int) uint64 { return uint64(i)*numShards + 5 } // every key in shard 5
-	for i := range lims {
-		lims[i] = algo.Limit{Kind: algo.BucketedSlidingWindow, Limit: 1 + rng.Int64N(20), Period: time.Duration(16 + rng.Int64N(1600))}
-	}
-	now := int64(time.Hour)
-	sh := &s.shards[5]
-	var packed, boxed int
-	for step := range 20_000 {
-		i := rng.IntN(keys)
-		l := &lims[i]
-		switch rng.IntN(10) {
-		case 0:
-			now += rng.Int64N(int64(l.Period) * 2)
-		case 1, 2, 3:
-			now += rng.Int64N(int64(l.Period)/16 + 1)
-		}
-		if step%97 == 0 {
-			l.Period = time.Duration(16 + rng.Int64N(1600))
-		}
-		hits := rng.Int64N(3)
-		got, err1 := s.take(hash(i), *l, hits, now, now, nil)
-		want, err2 := refs[i].Take(now, hits, *l)
-		if got != want || (err1 == nil) != (err2 == nil) {
-			t.Fatalf("step %d key %d %+v: store %+v %v, state %+v %v", step, i, *l, got, err1, want, err2)
-		}
-		j := sh.bsw.find(fold(hash(i)))
-		if j < 0 {
-			continue // a peek of an unknown key stores nothing
-		}
-		if sh.bsw.slots[j].words()[0] < 0 {
-			boxed++
-		} else {
-			packed++
-		}
-		if step%50 == 0 {
-			// A copy of this key, then checks on the others: the copy is unchanged.
-			m := sh.bsw.copyAt(sh, algo.BucketedSlidingWindow, &sh.bsw.slots[j], now)
-			before := mustMarshalState(t, &m.st)
-			for k := range keys {
-				if k != i {
-					if _, err := s.take(hash(k), lims[k], 0, now, now, nil); err != nil {
-						t.Fatal(err)
+	for _, kind := range []algo.Kind{algo.SlidingWindowLog, algo.BucketedSlidingWindow} {
+		t.Run(kind.String(), func(t *testing.T) {
+			t.Parallel()
+			s := newStore(10_000, xxhash.Sum64String, nil)
+			rng := rand.New(rand.NewPCG(31, uint64(kind)))
+			const keys = 64
+			refs := make([]algo.State, keys)
+			lims := make([]algo.Limit, keys)
+			hash := func(i int) uint64 { return uint64(i)*numShards + 5 } // every key in shard 5
+			newLimit := func() algo.Limit {
+				return algo.Limit{Kind: kind, Limit: 1 + rng.Int64N(8), Period: time.Duration(16 + rng.Int64N(1600))}
+			}
+			for i := range lims {
+				lims[i] = newLimit()
+			}
+			now := int64(time.Hour)
+			sh := &s.shards[5]
+			tbl, bx := &sh.swl, &sh.logs
+			if kind == algo.BucketedSlidingWindow {
+				tbl, bx = &sh.bsw, &sh.bkts
+			}
+			var packed, boxed int
+			for step := range 20_000 {
+				i := rng.IntN(keys)
+				l := &lims[i]
+				switch rng.IntN(10) {
+				case 0:
+					now += rng.Int64N(int64(l.Period) * 2)
+				case 1, 2, 3:
+					now += rng.Int64N(int64(l.Period)/16 + 1)
+				}
+				if step%97 == 0 {
+					*l = newLimit()
+				}
+				hits := rng.Int64N(3)
+				got, err1 := s.take(hash(i), *l, hits, now, now, nil)
+				want, err2 := refs[i].Take(now, hits, *l)
+				if got != want || (err1 == nil) != (err2 == nil) {
+					t.Fatalf("step %d key %d %+v: store %+v %v, state %+v %v", step, i, *l, got, err1, want, err2)
+				}
+				j := tbl.find(fold(hash(i)))
+				if j < 0 {
+					continue // a peek of an unknown key stores nothing
+				}
+				if tbl.slots[j].words()[0] < 0 {
+					boxed++
+				} else {
+					packed++
+				}
+				if step%50 == 0 {
+					// A copy of this key, then checks on the others: the copy is unchanged.
+					m := tbl.copyAt(sh, kind, &tbl.slots[j], now)
+					before := mustMarshalState(t, &m.st)
+					if want := mustMarshalState(t, &refs[i]); string(before) != string(want) {
+						t.Fatalf("step %d: key %d copied as %x, holds %x", step, i, before, want)
+					}
+					for k := range keys {
+						if k != i {
+							if _, err := s.take(hash(k), lims[k], 0, now, now, nil); err != nil {
+								t.Fatal(err)
+							}
+						}
+					}
+					if after := mustMarshalState(t, &m.st); string(after) != string(before) {
+						t.Fatalf("step %d: a copy of key %d changed from %x to %x while other keys were checked", step, i, before, after)
 					}
 				}
 			}
-			if after := mustMarshalState(t, &m.st); string(after) != string(before) {
-				t.Fatalf("step %d: a copy of key %d changed from %x to %x while other keys were checked", step, i, before, after)
+			if packed == 0 || boxed == 0 {
+				t.Fatalf("%d packed and %d boxed observations: both forms must occur", packed, boxed)
 			}
-		}
-	}
-	if packed == 0 || boxed == 0 {
-		t.Fatalf("%d packed and %d boxed observations: both forms must occur", packed, boxed)
-	}
-	// Every key idle: each is dropped, and every box is free again.
-	s.dropIdle(now + int64(time.Hour))
-	if n := s.len(); n != 0 {
-		t.Fatalf("%d keys left after they all went idle", n)
-	}
-	if live := len(sh.bkts.st) - len(sh.bkts.spare); live != 0 {
-		t.Fatalf("%d boxes still held after every key was dropped", live)
+			// Every key idle: each is dropped, and every box is free again.
+			s.dropIdle(now + int64(time.Hour))
+			if n := s.len(); n != 0 {
+				t.Fatalf("%d keys left after they all went idle", n)
+			}
+			if live := len(bx.st) - len(bx.spare); live != 0 {
+				t.Fatalf("%d boxes still held after every key was dropped", live)
+			}
+		})
 	}
 }
 
