@@ -63,11 +63,8 @@ func UnpackBucketed(w []int64, buf *BucketedWindowState) State {
 // error of TakeInto for an invalid Limit, hits or now (ErrInvalidLimit), with
 // w and *d unchanged.
 func TakeBucketedPacked(w []int64, d *Decision, now, hits int64, l Limit) (ok bool, err error) {
-	if _, valid := l.fast(0); !valid || uint64(hits) > uint64(MaxHits) || uint64(now-MinTime) > uint64(MaxTime-MinTime) {
-		return false, takeError(now, hits, l)
-	}
-	if l.Kind != BucketedSlidingWindow {
-		return false, nil
+	if ok, err := packedCheck(now, hits, l, BucketedSlidingWindow); !ok {
+		return false, err
 	}
 	_ = w[BucketedPackedWords-1]
 	width, head, cnt := w[0], w[1], w[2]
@@ -123,4 +120,13 @@ func TakeBucketedPacked(w []int64, d *Decision, now, hits int64, l Limit) (ok bo
 		w[0], w[1], w[2] = wd, head, cnt
 	}
 	return true, nil
+}
+
+// packedCheck validates a check as TakeInto does (its error when invalid) and
+// reports whether l is of Kind k, the Kind of the packed state at hand.
+func packedCheck(now, hits int64, l Limit, k Kind) (bool, error) {
+	if _, valid := l.fast(0); !valid || uint64(hits) > uint64(MaxHits) || uint64(now-MinTime) > uint64(MaxTime-MinTime) {
+		return false, takeError(now, hits, l)
+	}
+	return l.Kind == k, nil
 }

@@ -106,19 +106,43 @@ func mustMarshal(t *testing.T, s *State) []byte {
 // rebucket) and invalid checks. Both its answers occur.
 func TestTakeBucketedPackedMatchesTakeInto(t *testing.T) {
 	t.Parallel()
-	r := rand.New(rand.NewPCG(51, 52))
-	var direct, declined int
 	var buf BucketedWindowState
+	checkPackedTake(t, packedForm{
+		kind:   BucketedSlidingWindow,
+		seed:   51,
+		take:   TakeBucketedPacked,
+		unpack: func(w []int64, _ int64) State { return UnpackBucketed(w, &buf) },
+		pack:   (*State).PackBucketed,
+		change: func(r *rand.Rand, l *Limit) { l.Period = time.Duration(1 + r.Int64N(int64(l.Period)*3)) },
+	})
+}
+
+// packedForm is one packed form under test in checkPackedTake.
+type packedForm struct {
+	kind   Kind
+	seed   uint64
+	take   func(w []int64, d *Decision, now, hits int64, l Limit) (bool, error)
+	unpack func(w []int64, limit int64) State
+	pack   func(s *State, w []int64) bool
+	change func(r *rand.Rand, l *Limit) // a Limit change mid-sequence
+}
+
+// checkPackedTake runs f.take, falling back to f.unpack when it declines,
+// against TakeInto on a State that was never packed (see the callers).
+func checkPackedTake(t *testing.T, f packedForm) {
+	t.Helper()
+	r := rand.New(rand.NewPCG(f.seed, f.seed+1))
+	var direct, declined int
 	for range 600 {
-		l := randLimit(r, BucketedSlidingWindow)
-		ref := State{kind: BucketedSlidingWindow} // fresh, as three zero words unpack
+		l := randLimit(r, f.kind)
+		ref := State{kind: f.kind} // fresh, as three zero words unpack
 		var whole State
-		var w [BucketedPackedWords]int64
+		var w [3]int64
 		packed := true // w holds the state, else whole does
 		for i, o := range randOps(r, l, 80) {
 			switch r.IntN(20) {
 			case 0:
-				l.Period = time.Duration(1 + r.Int64N(int64(l.Period)*3)) // new bucket width
+				f.change(r, &l)
 			case 1:
 				o.t -= r.Int64N(3*int64(l.Period) + 1) // the clock steps back
 			case 2:
@@ -130,17 +154,17 @@ func TestTakeBucketedPackedMatchesTakeInto(t *testing.T) {
 			if packed {
 				before := w
 				var ok bool
-				ok, err2 = TakeBucketedPacked(w[:], &got, o.t, o.hits, l)
+				ok, err2 = f.take(w[:], &got, o.t, o.hits, l)
 				if !ok {
 					if w != before {
 						t.Fatalf("%+v check %d: declined but changed w from %v to %v", l, i, before, w)
 					}
 					if err2 == nil {
 						declined++
-						u := UnpackBucketed(w[:], &buf)
+						u := f.unpack(w[:], l.Limit)
 						whole = u.Clone()
 						err2 = whole.TakeInto(&got, o.t, o.hits, l)
-						packed = whole.PackBucketed(w[:])
+						packed = f.pack(&whole, w[:])
 					}
 				} else {
 					direct++
@@ -153,7 +177,7 @@ func TestTakeBucketedPackedMatchesTakeInto(t *testing.T) {
 			}
 			cur := whole
 			if packed {
-				cur = UnpackBucketed(w[:], &buf)
+				cur = f.unpack(w[:], 0)
 			}
 			if b1, b2 := mustMarshal(t, &cur), mustMarshal(t, &ref); string(b1) != string(b2) {
 				t.Fatalf("%+v check %d %+v: state %x, want %x", l, i, o, b1, b2)
@@ -164,8 +188,8 @@ func TestTakeBucketedPackedMatchesTakeInto(t *testing.T) {
 		t.Fatalf("%d direct, %d declined: both must occur", direct, declined)
 	}
 	var d Decision
-	w := [BucketedPackedWords]int64{1, 2, 3}
-	if ok, err := TakeBucketedPacked(w[:], &d, 0, 1, Limit{Kind: GCRA, Limit: 1, Period: time.Second}); ok || err != nil {
+	w := [3]int64{1, 2, 0}
+	if ok, err := f.take(w[:], &d, 0, 1, Limit{Kind: GCRA, Limit: 1, Period: time.Second}); ok || err != nil {
 		t.Fatalf("a GCRA Limit: ok %v, err %v; want false, nil", ok, err)
 	}
 }

@@ -255,3 +255,83 @@ func FuzzUnmarshalBinary(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPackedStates drives the packed forms a store keeps (a log of at most two
+// entries, a bucketed window with hits in one bucket, decided on their words by
+// TakeLogPacked and TakeBucketedPacked) with arbitrary limits, clocks (also stepping back,
+// also invalid) and hits, falling back to the unpacked State as the node does,
+// and checks every Decision, error and resulting state against a State that
+// was never packed.
+func FuzzPackedStates(f *testing.F) {
+	f.Add(false, int64(3), int64(sec), t0, []byte{0, 1, 1, 5, 1, 1, 40, 2, 0, 129, 1, 1})
+	f.Add(true, int64(2), int64(160), int64(0), []byte{1, 1, 0, 16, 3, 2, 17, 1, 0, 255, 1, 1, 3, 0, 0})
+	f.Add(true, int64(1<<40), int64(3*sec), MaxTime-int64(sec), []byte{0, 0xff, 0xff, 1, 7, 1})
+	f.Fuzz(func(t *testing.T, bucketed bool, limit, period, start int64, ops []byte) {
+		kind := SlidingWindowLog
+		if bucketed {
+			kind = BucketedSlidingWindow
+		}
+		abs := func(v int64) int64 { return int64(uint64(v) >> 1) }
+		l := Limit{Kind: kind, Limit: 1 + abs(limit)%MaxLogLimit, Period: time.Duration(1 + abs(period)%int64(MaxDuration))}
+		now := MinTime + int64(uint64(start)%uint64(MaxTime-MinTime))
+		ref := State{kind: kind}
+		var whole State
+		var w [LogPackedWords]int64 // as long as BucketedPackedWords
+		var lbuf SlidingWindowLogState
+		var bbuf BucketedWindowState
+		packed := true
+		for i := 0; i+2 < len(ops) && i < 3*300; i += 3 {
+			step, hb, flags := ops[i], ops[i+1], ops[i+2]
+			dt := int64(step&0x7f) * max(1, int64(l.Period)/16)
+			if step&0x80 != 0 {
+				dt = -dt
+			}
+			now += dt
+			hits := int64(hb % 4)
+			if flags&1 != 0 {
+				hits = -int64(hb) // invalid
+			}
+			var want, got Decision
+			err1 := ref.TakeInto(&want, now, hits, l)
+			var err2 error
+			switch {
+			case !packed:
+				err2 = whole.TakeInto(&got, now, hits, l)
+			case bucketed:
+				var ok bool
+				if ok, err2 = TakeBucketedPacked(w[:], &got, now, hits, l); !ok && err2 == nil {
+					u := UnpackBucketed(w[:], &bbuf)
+					whole = u.Clone()
+					err2 = whole.TakeInto(&got, now, hits, l)
+					packed = whole.PackBucketed(w[:])
+				}
+			default:
+				var ok bool
+				if ok, err2 = TakeLogPacked(w[:], &got, now, hits, l); !ok && err2 == nil {
+					u := UnpackLog(w[:], &lbuf, l.Limit)
+					whole = u.Clone()
+					err2 = whole.TakeInto(&got, now, hits, l)
+					packed = whole.PackLog(w[:])
+				}
+			}
+			if (err1 == nil) != (err2 == nil) || (err1 == nil && got != want) {
+				t.Fatalf("%+v check %d at %d, %d hits: packed %+v %v, whole %+v %v", l, i/3, now, hits, got, err2, want, err1)
+			}
+			cur := whole
+			switch {
+			case packed && bucketed:
+				cur = UnpackBucketed(w[:], &bbuf)
+			case packed:
+				cur = UnpackLog(w[:], &lbuf, 0)
+			}
+			b1, _ := cur.MarshalBinary()
+			b2, _ := ref.MarshalBinary()
+			if string(b1) != string(b2) {
+				t.Fatalf("%+v check %d: state %x, want %x", l, i/3, b1, b2)
+			}
+			if err1 != nil {
+				now -= dt // an invalid clock: go on from the last valid one
+			}
+		}
+	})
+}

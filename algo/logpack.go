@@ -71,3 +71,67 @@ func UnpackLog(w []int64, buf *SlidingWindowLogState, limit int64) State {
 	}
 	return State{kind: SlidingWindowLog, log: buf}
 }
+
+// TakeLogPacked is State.TakeInto on the SlidingWindowLog state that PackLog
+// wrote to w, deciding on the three words without unpacking them: it writes
+// the Decision to *d and, when the check is admitted with hits, the new state
+// to w. It returns ok false, and leaves w and *d alone, when l is not a
+// SlidingWindowLog Limit or when the check would be admitted with more than
+// two entries left in the log, which do not pack: the caller then takes the
+// check on UnpackLog(w) instead. The Decision and the entries are those of the
+// unpacked State (TestTakeLogPackedMatchesTakeInto, FuzzPackedStates). It
+// returns the error of TakeInto for an invalid Limit, hits or now
+// (ErrInvalidLimit), with w and *d unchanged.
+func TakeLogPacked(w []int64, d *Decision, now, hits int64, l Limit) (ok bool, err error) {
+	if ok, err := packedCheck(now, hits, l, SlidingWindowLog); !ok {
+		return false, err
+	}
+	_ = w[LogPackedWords-1]
+	n := min(max(w[0], 0), maxPackedLog)
+	e := [maxPackedLog]int64{w[1], w[2]} // oldest first
+	p := int64(l.Period)
+	eff := now
+	if n > 0 {
+		eff = max(now, e[n-1]) // time never runs backwards inside a state
+	}
+	lo := int64(0) // the entries at or before eff-Period have expired
+	for lo < n && e[lo] <= eff-p {
+		lo++
+	}
+	count := n - lo
+	r := Decision{Limit: l.Limit}
+	switch {
+	case hits == 0:
+		r.Allowed = true
+	case hits > l.Limit:
+		r.RetryAfter = RetryNever
+	case hits > l.Limit-count:
+		// The (count+hits-Limit)-th oldest entry that counts must expire first.
+		r.RetryAfter = until(e[lo+count+hits-l.Limit-1]+p, now)
+	default:
+		if count+hits > maxPackedLog {
+			return false, nil // more than two entries: the caller unpacks
+		}
+		r.Allowed = true
+		var kept [maxPackedLog]int64 // the entries that count, then hits stamped at eff
+		k := copy(kept[:], e[lo:n])
+		for range hits {
+			kept[k] = eff
+			k++
+		}
+		n, e = int64(k), kept
+		count += hits
+	}
+	r.Remaining = max(0, l.Limit-count)
+	if count > 0 {
+		r.ResetAfter = until(e[n-1]+p, now)
+	}
+	*d = r
+	if r.Allowed && hits > 0 {
+		w[0], w[1], w[2] = n, e[0], 0
+		if n > 1 {
+			w[2] = e[1]
+		}
+	}
+	return true, nil
+}

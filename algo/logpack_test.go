@@ -111,3 +111,21 @@ func TestPackLogOtherKindsAndFresh(t *testing.T) {
 		}
 	}
 }
+
+// TakeLogPacked, falling back to the unpacked State when it declines (as the
+// node does), decides every check of random sequences as TakeInto on a log
+// that was never packed, leaves the same entries, and returns the same
+// errors; sequences include clocks that step back, Limits that change and
+// invalid checks. Both its answers occur.
+func TestTakeLogPackedMatchesTakeInto(t *testing.T) {
+	t.Parallel()
+	var buf SlidingWindowLogState
+	checkPackedTake(t, packedForm{
+		kind:   SlidingWindowLog,
+		seed:   61,
+		take:   TakeLogPacked,
+		unpack: func(w []int64, limit int64) State { return UnpackLog(w, &buf, limit) },
+		pack:   (*State).PackLog,
+		change: func(r *rand.Rand, l *Limit) { l.Limit = 1 + r.Int64N(6) },
+	})
+}

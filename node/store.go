@@ -198,15 +198,16 @@ type check struct {
 func takeIn[W words](out *algo.Decision, c *check, t *kindTable[W], owns func() bool) error {
 	i := t.find(c.h)
 	if i < 0 {
-		// A fresh state; a bucketed window's is packed words, decided without
-		// allocating its buckets (a fresh state never spans two).
+		// A fresh state; a log's or a bucketed window's is packed words,
+		// decided without allocating its entries or buckets (unless the check
+		// stores three entries, which takes the State).
 		var fresh algo.State
 		var d algo.Decision
 		var err error
-		var bw [algo.BucketedPackedWords]int64
+		var pw [max(algo.LogPackedWords, algo.BucketedPackedWords)]int64
 		packed := false
-		if c.l.Kind == algo.BucketedSlidingWindow {
-			packed, err = algo.TakeBucketedPacked(bw[:], &d, c.now, c.hits, c.l)
+		if c.l.Kind.PackedWords() == 0 {
+			packed, err = takePacked(pw[:], &d, c)
 		}
 		if !packed && err == nil {
 			d, err = fresh.Take(c.now, c.hits, c.l)
@@ -243,7 +244,7 @@ func takeIn[W words](out *algo.Decision, c *check, t *kindTable[W], owns func() 
 		sl := &t.slots[i]
 		sl.lim = c.sh.limits.ref(c.l)
 		if packed {
-			copy(sl.words(), bw[:])
+			copy(sl.words(), pw[:])
 		} else {
 			c.sh.save(c.l.Kind, &fresh, sl.words())
 		}
@@ -288,10 +289,11 @@ const (
 
 func (t *kindTable[W]) update(out *algo.Decision, c *check, i int) error {
 	sl := &t.slots[i]
-	if w := sl.words(); c.l.Kind == algo.BucketedSlidingWindow && w[0] >= 0 {
-		// A packed bucketed window is decided on its words; it declines a check
-		// that would leave hits in two buckets, which goes on below (and boxes).
-		ok, err := algo.TakeBucketedPacked(w, out, c.now, c.hits, c.l)
+	if w := sl.words(); c.l.Kind.PackedWords() == 0 && w[0] >= 0 {
+		// A packed log or bucketed window is decided on its words; a check that
+		// would leave three entries, or hits in two buckets, is declined and
+		// goes on below (and boxes the state).
+		ok, err := takePacked(w, out, c)
 		if err != nil {
 			return err
 		}
@@ -314,6 +316,15 @@ func (t *kindTable[W]) update(out *algo.Decision, c *check, i int) error {
 	}
 	t.taken(out, c, sl)
 	return nil
+}
+
+// takePacked decides c on w, the packed state of a log or bucketed-window key
+// (algo.TakeLogPacked, algo.TakeBucketedPacked); ok false: declined.
+func takePacked(w []int64, out *algo.Decision, c *check) (ok bool, err error) {
+	if c.l.Kind == algo.SlidingWindowLog {
+		return algo.TakeLogPacked(w, out, c.now, c.hits, c.l)
+	}
+	return algo.TakeBucketedPacked(w, out, c.now, c.hits, c.l)
 }
 
 // taken records a check decided on slot sl whose state is stored: the key is
