@@ -11,6 +11,11 @@ const LogPackedWords = 3
 // maxPackedLog is the most entries PackLog packs.
 const maxPackedLog = LogPackedWords - 1
 
+// maxKeptLogBuf is the largest buffer (entries) UnpackLog keeps using in its
+// buf: a larger one, which only a check that left more than two entries can
+// have grown, is replaced by a small one.
+const maxKeptLogBuf = 4 * minLogCap
+
 // PackLog writes s into w[:LogPackedWords] and returns true when s is a
 // SlidingWindowLog State of at most two entries: w[0] the count, w[1] and
 // w[2] the entries oldest first (0 where there is none). UnpackLog reads it
@@ -51,8 +56,11 @@ func (s *State) PackLog(w []int64) bool {
 func UnpackLog(w []int64, buf *SlidingWindowLogState, limit int64) State {
 	_ = w[LogPackedWords-1]
 	n := int32(min(max(w[0], 0), maxPackedLog))
-	if cap(buf.buf) < minLogCap {
-		buf.buf = make([]int64, minLogCap) // once per buf: kept across unpacks
+	if c := cap(buf.buf); c < minLogCap || c > maxKeptLogBuf {
+		// Once per buf, kept across unpacks; and again after a check that grew
+		// it past two entries (and was boxed), so that one large check does not
+		// pin a large buffer in buf.
+		buf.buf = make([]int64, minLogCap)
 	}
 	// A buffer no longer than the Limit and at most minLogCap: take neither
 	// shrinks it (fit) nor grows it (push) for a check it admits within two

@@ -129,3 +129,25 @@ func TestTakeLogPackedMatchesTakeInto(t *testing.T) {
 		change: func(r *rand.Rand, l *Limit) { l.Limit = 1 + r.Int64N(6) },
 	})
 }
+
+// A check that grows the unpacked log far past two entries (it is then boxed,
+// as a Clone) does not leave its large buffer in the reused buf: the next
+// unpack starts from a small one.
+func TestUnpackLogDropsAGrownBuffer(t *testing.T) {
+	t.Parallel()
+	l := Limit{Kind: SlidingWindowLog, Limit: 50_000, Period: time.Minute}
+	var buf SlidingWindowLogState
+	var w [LogPackedWords]int64
+	s := UnpackLog(w[:], &buf, l.Limit)
+	mustTake(t, &s, 1, 40_000, l)
+	if s.PackLog(w[:]) || cap(buf.buf) < 40_000 {
+		t.Fatalf("a log of 40,000 entries: packed or not grown in buf (cap %d)", cap(buf.buf))
+	}
+	u := UnpackLog(w[:], &buf, l.Limit)
+	if c := cap(buf.buf); c > maxKeptLogBuf {
+		t.Fatalf("after the next unpack buf keeps a buffer of %d entries, want at most %d", c, maxKeptLogBuf)
+	}
+	if d := mustTake(t, &u, 2, 1, l); !d.Allowed || d.Remaining != l.Limit-1 {
+		t.Fatalf("a fresh unpacked log after the reset: %+v", d)
+	}
+}
