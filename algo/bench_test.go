@@ -93,7 +93,7 @@ func BenchmarkStateSize(b *testing.B) {
 // BenchmarkHeapPerKey reports the heap per key of a map[string]State holding
 // 1,000,000 keys ("k0".."k999999") that each took one hit, measured with
 // runtime.ReadMemStats after GC: the map's slot for the string header and the
-// 40-byte State, the map's own overhead and, for a SlidingWindowLog, its log
+// 48-byte State, the map's own overhead and, for a SlidingWindowLog, its log
 // (header and buffer). The key strings' bytes are allocated beforehand and not
 // counted (they are the caller's). Each iteration builds the whole map.
 func BenchmarkHeapPerKey(b *testing.B) {

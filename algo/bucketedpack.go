@@ -125,7 +125,7 @@ func TakeBucketedPacked(w []int64, d *Decision, now, hits int64, l Limit) (ok bo
 // packedCheck validates a check as TakeInto does (its error when invalid) and
 // reports whether l is of Kind k, the Kind of the packed state at hand.
 func packedCheck(now, hits int64, l Limit, k Kind) (bool, error) {
-	if _, valid := l.fast(0); !valid || uint64(hits) > uint64(MaxHits) || uint64(now-MinTime) > uint64(MaxTime-MinTime) {
+	if _, valid := l.fastCheck(now, hits, 0); !valid {
 		return false, takeError(now, hits, l)
 	}
 	return l.Kind == k, nil

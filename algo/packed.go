@@ -1,12 +1,13 @@
 package algo
 
 // PackedWords returns how many int64 words State.Pack writes for a State of
-// Kind k, the fixed-size form a store keeps per key instead of the 40-byte
+// Kind k, the fixed-size form a store keeps per key instead of the 48-byte
 // State: 1 for GCRA (the TAT), 2 for TokenBucket (missing tokens*Period, last
 // refill) and FixedWindow (window start, count), 3 for SlidingWindowCounter
 // (window start, prev, cur). It returns 0 for the Kinds whose state has no
-// fixed size (SlidingWindowLog's log) and for invalid Kinds: keep those as a
-// State.
+// fixed size (SlidingWindowLog's log, BucketedSlidingWindow's buckets) and for
+// invalid Kinds: keep those as a State, or, while small, in the three words of
+// State.PackLog or State.PackBucketed.
 func (k Kind) PackedWords() int {
 	switch k {
 	case GCRA:

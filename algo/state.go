@@ -58,8 +58,8 @@ func (s *State) TakeInto(d *Decision, now, hits int64, l Limit) error {
 	if s.kind == GCRA {
 		hint = s.b // the emission interval of the last check
 	}
-	t, ok := l.fast(hint)
-	if !ok || uint64(hits) > uint64(MaxHits) || uint64(now-MinTime) > uint64(MaxTime-MinTime) {
+	t, ok := l.fastCheck(now, hits, hint)
+	if !ok {
 		return takeError(now, hits, l)
 	}
 	if s.kind != l.Kind {
@@ -67,6 +67,14 @@ func (s *State) TakeInto(d *Decision, now, hits int64, l Limit) error {
 	}
 	s.take(d, now, hits, l, t)
 	return nil
+}
+
+// fastCheck is l.fast(hint) that also refuses hits outside [0, MaxHits] and
+// now outside [MinTime, MaxTime]: false exactly when Take returns an error
+// (takeError).
+func (l Limit) fastCheck(now, hits, hint int64) (t int64, ok bool) {
+	t, ok = l.fast(hint)
+	return t, ok && uint64(hits) <= uint64(MaxHits) && uint64(now-MinTime) <= uint64(MaxTime-MinTime)
 }
 
 // takeError returns the error of a check that Take rejects.
