@@ -157,9 +157,8 @@ type Node struct {
 	// bans holds the ban states of keys checked with a penalty (see penalty.go).
 	bans *penalties
 
-	repl        *replicator           // sends changed states to backups
-	breakers    breakers              // per-peer circuit breaker
-	backupRings map[string]*ring.Ring // under rebuildMu: member -> ring without it
+	repl     *replicator // sends changed states to backups
+	breakers breakers    // per-peer circuit breaker
 
 	ml           *memberlist.Memberlist
 	secure       bool

@@ -24,67 +24,38 @@ import (
 // is never owner and backup of the same key, and when a crash makes the backup
 // the owner its replica simply is the owned state (no copy, no window).
 
-// backupTable is the backup of every partition: an index per partition into
-// a short list of members. A replication send looks up the backup of every
-// changed state, and so does the backup receiving it; with a Member (48 bytes)
-// per partition the table was 196 KiB at 4,093 partitions and a perf profile
-// of BenchmarkCluster3 showed that lookup missing the cache (2.5% of all CPU).
-// With 4 bytes per partition it is 16 KiB.
+// backupTable is the backup of every partition of one ring snapshot: the
+// snapshot's own table (ring.Snapshot.PartitionBackup), an index per
+// partition into its members, so a lookup touches 4 bytes per partition (a
+// Member per partition, 196 KiB at 4,093 partitions, missed the cache on
+// every replication send).
 type backupTable struct {
-	idx     []uint32      // per partition: an index into members
-	members []ring.Member // members[0] is the zero Member: no backup
+	snap *ring.Snapshot
 }
 
 // of returns the backup of partition p (the zero Member when it has none).
-func (t *backupTable) of(p int) ring.Member { return t.members[t.idx[p]] }
+func (t *backupTable) of(p int) ring.Member {
+	m, _ := t.snap.PartitionBackup(p)
+	return m
+}
 
 // partitions returns the number of partitions t covers.
-func (t *backupTable) partitions() int { return len(t.idx) }
+func (t *backupTable) partitions() int { return t.snap.PartitionCount() }
 
-// computeBackups returns the backup of each partition of snap (nil when snap
-// has fewer than two members). It keeps one ring per member (the ring without
-// that member) in n.backupRings, so that a rebuild whose member set did not
-// change costs one name comparison per member. Called under rebuildMu.
+// computeBackups returns the backup table of snap (nil when snap has fewer
+// than two members or replication is off). The snapshot computes every
+// partition's backup once, one bounded-load pass per member over its circle:
+// O(members × partitions), 1,000 members in well under a second (see
+// BenchmarkMembershipChange); the ring per member this used to build cost
+// O(members² × virtual nodes). Called under rebuildMu.
 func (n *Node) computeBackups(snap *ring.Snapshot) *backupTable {
-	ms := snap.Members()
-	if len(ms) < 2 || n.cfg.Replication == ReplicationOff {
-		n.backupRings = nil
+	if snap.Len() < 2 || n.cfg.Replication == ReplicationOff {
 		return nil
 	}
-	out := &backupTable{idx: make([]uint32, snap.PartitionCount()), members: []ring.Member{{}}}
-	index := make(map[string]uint32, len(ms))
-	keep := make(map[string]*ring.Ring, len(ms))
-	for _, m := range ms {
-		r := n.backupRings[m.Name]
-		if r == nil {
-			var err error
-			if r, err = ring.New(n.cfg.Ring); err != nil {
-				n.log.Error("backup ring", "err", err)
-				return nil
-			}
-		}
-		if err := r.SetMembers(without(ms, m.Name)); err != nil {
-			n.log.Error("backup ring: keys of this member have no backup", "member", m.Name, "err", err)
-			continue
-		}
-		keep[m.Name] = r
-		s := r.Snapshot()
-		for p := range out.idx {
-			if snap.PartitionOwner(p).Name != m.Name {
-				continue
-			}
-			b := s.PartitionOwner(p)
-			i, ok := index[b.Name]
-			if !ok {
-				i = uint32(len(out.members))
-				index[b.Name] = i
-				out.members = append(out.members, b)
-			}
-			out.idx[p] = i
-		}
+	if _, ok := snap.PartitionBackup(0); !ok {
+		n.log.Error("backup table: partition 0 has no backup; the ring without its owner cannot be placed")
 	}
-	n.backupRings = keep
-	return out
+	return &backupTable{snap: snap}
 }
 
 // backupOfHash returns the backup of the key whose ring hash is h.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/transport"
 )
 
@@ -98,9 +99,13 @@ func TestBackupIsTheOwnerWithoutTheOwner(t *testing.T) {
 				rest = append(rest, n)
 			}
 		}
-		r := nodes[0].backupRings[o.Name]
-		if r == nil {
-			t.Fatalf("no ring without %s", o.Name)
+		var ms []ring.Member
+		for _, n := range rest {
+			ms = append(ms, ring.Member{Name: n.Name()})
+		}
+		r, err := ring.New(nodes[0].cfg.Ring)
+		if err != nil || r.SetMembers(ms) != nil {
+			t.Fatalf("ring without %s: %v", o.Name, err)
 		}
 		if m, _ := r.Owner(k); m.Name != b.Name {
 			t.Fatalf("key %s: ring without %s gives %s, backup is %s", k, o.Name, m.Name, b.Name)

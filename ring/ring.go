@@ -1,12 +1,14 @@
 // Package ring maps a rate-limit key to the one cluster member that owns it, by
-// consistent hashing with bounded loads (github.com/buraksezer/consistent over
-// xxhash). The owner table depends only on the set of member names and the Config,
-// so every node that sees the same members computes the same owner for every key.
+// consistent hashing with bounded loads over xxhash: the tables of
+// github.com/buraksezer/consistent v0.10.0, computed without its cost per
+// rebuild (see bounded.go). The owner table depends only on the set of member
+// names and the Config, so every node that sees the same members computes the
+// same owner for every key.
 //
 // Data flow: the caller (the node package, from membership events) hands the
 // complete current member list to Ring.SetMembers. SetMembers sorts it by name,
-// builds a fresh consistent ring from the names alone, copies the resulting
-// partition→owner assignment into an immutable Snapshot, and publishes it behind
+// builds a fresh circle from the names alone, assigns the partitions to
+// members into an immutable Snapshot, and publishes it behind
 // an atomic pointer; on any failure the previous Snapshot stays published. A lookup
 // (Ring.Owner, or Snapshot.Owner on a Snapshot the caller holds) hashes the key,
 // takes hash % PartitionCount as its partition, and reads that partition's owner
@@ -22,15 +24,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-
-	"github.com/buraksezer/consistent"
 )
 
 // ErrRebuild is returned, wrapped with the cause, by SetMembers when it cannot
 // build a ring from the given members: an empty or duplicate member name, or a
-// member set that consistent cannot place (more members than PartitionCount, or a
-// degenerate Hasher; consistent panics "not enough room to distribute partitions"
-// and SetMembers recovers). The previously published Snapshot stays in force.
+// member set that bounded loads cannot place (more members than PartitionCount,
+// or a degenerate Hasher: "not enough room to distribute partitions", where
+// consistent panics). The previously published Snapshot stays in force.
 var ErrRebuild = errors.New("ring: rebuild failed")
 
 // Member is one cluster member as the ring sees it. Only Name places the member on
@@ -46,12 +46,6 @@ type Member struct {
 	ID string
 }
 
-// ringName is how a member name is handed to consistent, which identifies
-// members by String().
-type ringName string
-
-func (n ringName) String() string { return string(n) }
-
 // Ring holds the current Snapshot of the member set and rebuilds it on
 // SetMembers. Lookups (Owner, Snapshot) take no lock and may run concurrently with
 // each other and with SetMembers. Create it with New; the zero value is not usable.
@@ -59,8 +53,11 @@ type Ring struct {
 	cfg  Config // validated; Hasher is never nil
 	hash func(string) uint64
 
-	mu   sync.Mutex // serializes SetMembers so versions are published in order
-	snap atomic.Pointer[Snapshot]
+	parts []uint64 // each partition's point on the circle (see bounded.go)
+
+	mu     sync.Mutex          // serializes SetMembers so versions are published in order
+	vnodes map[string][]uint64 // under mu: the virtual-node points of each current member
+	snap   atomic.Pointer[Snapshot]
 }
 
 // New validates cfg and returns a Ring with no members: its Snapshot is empty
@@ -73,7 +70,7 @@ func New(cfg Config) (*Ring, error) {
 	if cfg.Hasher == nil {
 		cfg.Hasher = xxHasher{}
 	}
-	r := &Ring{cfg: cfg}
+	r := &Ring{cfg: cfg, parts: partitionHashes(cfg.Hasher, cfg.PartitionCount)}
 	if sh, ok := cfg.Hasher.(stringHasher); ok {
 		r.hash = sh.Sum64String
 	} else {
@@ -111,9 +108,9 @@ func (r *Ring) Owner(key string) (Member, bool) {
 // published. SetMembers is safe to call concurrently; calls are applied one at a
 // time. It does not retain members.
 //
-// A full rebuild costs about 0.6 ms for 3 members, 1.3 ms for 10 and 15 ms for 50
-// on a 2-core machine (consistent re-sorts the circle once per member), so call it
-// from a goroutine of its own, not from inside a memberlist callback.
+// A full rebuild sorts members × ReplicationFactor points once and scans the
+// circle once per partition (see BenchmarkSetMembers for its cost); call it from
+// a goroutine of its own, not from inside a memberlist callback.
 func (r *Ring) SetMembers(members []Member) error {
 	sorted := slices.Clone(members)
 	slices.SortFunc(sorted, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
@@ -142,9 +139,11 @@ func (r *Ring) SetMembers(members []Member) error {
 		r.snap.Store(&next)
 		return nil
 	}
-	owners, err := r.build(sorted)
-	if err != nil {
-		return err
+	circ := r.buildCircle(sorted)
+	owners := make([]int32, r.cfg.PartitionCount)
+	if err := circ.assign(-1, owners, make([]int32, len(sorted))); err != nil {
+		return fmt.Errorf("%w: %d members, PartitionCount %d, Load %v: %w",
+			ErrRebuild, len(sorted), r.cfg.PartitionCount, r.cfg.Load, err)
 	}
 	r.snap.Store(&Snapshot{
 		version:        version,
@@ -154,47 +153,9 @@ func (r *Ring) SetMembers(members []Member) error {
 		members:        sorted,
 		owners:         owners,
 		digest:         digest(r.cfg.PartitionCount, sorted, owners),
+		backups:        &backups{circ: circ, own: owners},
 	})
 	return nil
-}
-
-// build runs consistent over the sorted member names and returns, for each
-// partition, the index in sorted of its owner. consistent panics when it cannot
-// place every partition; the panic is recovered and returned as ErrRebuild.
-func (r *Ring) build(sorted []Member) (owners []int32, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			owners = nil
-			err = fmt.Errorf("%w: %d members, PartitionCount %d, Load %v: %v",
-				ErrRebuild, len(sorted), r.cfg.PartitionCount, r.cfg.Load, p)
-		}
-	}()
-
-	names := make([]consistent.Member, len(sorted))
-	index := make(map[string]int32, len(sorted))
-	for i, m := range sorted {
-		names[i] = ringName(m.Name)
-		index[m.Name] = int32(i)
-	}
-	c := consistent.New(names, consistent.Config{
-		Hasher:            r.cfg.Hasher,
-		PartitionCount:    r.cfg.PartitionCount,
-		ReplicationFactor: r.cfg.ReplicationFactor,
-		Load:              r.cfg.Load,
-	})
-	owners = make([]int32, r.cfg.PartitionCount)
-	for p := range owners {
-		m := c.GetPartitionOwner(p)
-		if m == nil {
-			return nil, fmt.Errorf("%w: partition %d has no owner", ErrRebuild, p)
-		}
-		i, ok := index[m.String()]
-		if !ok {
-			return nil, fmt.Errorf("%w: partition %d owned by unknown member %q", ErrRebuild, p, m.String())
-		}
-		owners[p] = i
-	}
-	return owners, nil
 }
 
 // emptySnapshot returns a Snapshot with no members and the given version.

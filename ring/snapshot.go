@@ -19,6 +19,7 @@ type Snapshot struct {
 	members        []Member // sorted by Name, unique names
 	owners         []int32  // partition -> index in members; nil when members is empty
 	digest         uint64
+	backups        *backups // nil when members is empty; shared by Snapshots of the same names
 }
 
 // Owner returns the member that owns key, and false if the Snapshot has no
@@ -71,6 +72,34 @@ func (s *Snapshot) PartitionOwner(p int) Member {
 		return Member{}
 	}
 	return s.members[s.owners[p]]
+}
+
+// PartitionBackup returns the backup of partition p: the member that owns p in
+// the table built from the same members without p's owner, that is the owner
+// p gets when its owner leaves or is removed as dead. It is never p's owner.
+// False when the Snapshot has fewer than two members (or, which the defaults
+// exclude, the members without p's owner cannot be placed). It panics if p is
+// outside [0, PartitionCount).
+//
+// The first call on a Snapshot computes the backups of every partition, one
+// bounded-load pass over the circle per member (O(members × PartitionCount),
+// no hashing, no sort: 4 ms at 100 members, 42 ms at 1,000 on a 2-core
+// machine, see node's BenchmarkMembershipChange), and keeps them; later calls are
+// an index lookup. Every node computes the same backups from the same member
+// names and Config.
+func (s *Snapshot) PartitionBackup(p int) (Member, bool) {
+	if p < 0 || uint64(p) >= s.partitionCount {
+		panic("ring: partition out of range")
+	}
+	if len(s.members) < 2 {
+		return Member{}, false
+	}
+	b := s.backups
+	b.once.Do(b.compute)
+	if i := b.idx[p]; i >= 0 {
+		return s.members[i], true
+	}
+	return Member{}, false
 }
 
 // Members returns a copy of the members, sorted by Name. It is empty (nil) for an
