@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -175,10 +176,13 @@ type Config struct {
 	// (transport.NewLimiterServer with the Node as handler). Default 7947; 0
 	// picks a free port (tests).
 	PeerPort int
-	// Join lists seed gossip addresses ("host:port"). New joins them before it
-	// returns (an unreachable seed is not an error as long as the node can start
-	// alone), and the node re-joins them every RejoinInterval so a healed network
-	// partition re-forms the cluster. Default: none (a cluster of one).
+	// Join lists seed gossip addresses ("host:port", or "host" for the gossip
+	// port). New joins them before it returns (an unreachable seed is not an
+	// error as long as the node can start alone), and the node re-joins them
+	// every RejoinInterval so a healed network partition re-forms the cluster.
+	// A host name is resolved again on every attempt (see Resolver) and each of
+	// its addresses is joined: a Kubernetes headless Service's name lists the
+	// members of the moment. Default: none (a cluster of one).
 	Join []string
 	// ClusterLabel is memberlist's Label: gossip packets from a cluster with a
 	// different label are dropped, so two clusters on one network never merge.
@@ -285,6 +289,15 @@ type Config struct {
 	// RejoinInterval is how often the seeds in Join are joined again so that a
 	// healed partition re-forms. Default 30 s; 0 disables.
 	RejoinInterval time.Duration
+	// Resolver returns the IP addresses of a host name in Join (an IP literal
+	// is never passed to it). It is called on every join attempt, at New and
+	// every RejoinInterval, so a seed name whose addresses change (a
+	// Kubernetes headless Service as pods come and go) is followed. A name
+	// that fails to resolve is skipped for that attempt, logged at DEBUG.
+	// Each call gets a context bounded by Gossip.TCPTimeout and cancelled by
+	// Close. Default nil: net.DefaultResolver.LookupHost (the system's
+	// resolver, with its search domains; names are never cached by the node).
+	Resolver func(ctx context.Context, host string) ([]string, error)
 	// Gossip tunes failure detection (memberlist). Default: memberlist's LAN preset.
 	Gossip GossipConfig
 	// Ring configures the consistent-hash ring. Default ring.DefaultConfig().

@@ -196,7 +196,7 @@ func (n *Node) startGossip(host string) error {
 	}
 	n.ml = ml
 	if len(n.cfg.Join) > 0 {
-		if k, err := ml.Join(n.cfg.Join); err != nil {
+		if k, err := n.joinSeeds(); err != nil {
 			n.log.Warn("join failed; running alone until a seed answers", "seeds", n.cfg.Join, "err", err)
 		} else {
 			n.log.Info("joined", "contacted", k)
@@ -290,7 +290,7 @@ func (n *Node) rejoinLoop() {
 			}
 			// Join is a push/pull with each seed: cheap, and it is what merges two
 			// halves of a healed partition (memberlist alone would not).
-			if _, err := n.ml.Join(n.cfg.Join); err != nil {
+			if _, err := n.joinSeeds(); err != nil {
 				n.log.Debug("rejoin", "err", err)
 			}
 		}
