@@ -11,7 +11,9 @@
 // (--http-port), both TLS with the node certificate and caller authentication
 // (client certificate or bearer token, package auth) in secure mode; and the
 // read-only admin API (--admin-port: /metrics, /healthz, /readyz). The gRPC port
-// also serves Envoy's RateLimitService (package rls) from --policy-file, and
+// also serves grpc.health.v1 (NOT_SERVING until the node is ready, as /readyz;
+// no caller authentication, health.go) and Envoy's RateLimitService (package
+// rls) from --policy-file, and
 // --redis-port, when set, serves the Redis protocol (package resp: redis-cell's
 // CL.THROTTLE), TLS and AUTH with a client token in secure mode. With
 // --redis-primary the checks of every client port are decided on Redis first
@@ -34,6 +36,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -110,6 +113,7 @@ func newRootCommand(ctx context.Context, lookupEnv func(string) (string, bool), 
 		Long: `ringlimitd runs one member of a ringlimit cluster. Listeners:
 
   --grpc-port   gRPC Limiter service (Check, CheckBatch)       TLS + client cert or bearer token
+                grpc.health.v1 (readiness, as /readyz)         TLS, no caller authentication
   --http-port   POST /v1/check, GET /v1/members                TLS + client cert or bearer token
   --peer-port   gRPC Peer service, cluster members only        mutual TLS, member certificates
   --gossip-port memberlist (TCP+UDP)                           encrypted with --gossip-key-file
@@ -229,6 +233,10 @@ type Daemon struct {
 	// respSrv and respLn serve --redis-port, nil without it.
 	respSrv *resp.Server
 	respLn  net.Listener
+	// health serves grpc.health.v1 on the client gRPC port (health.go).
+	health                 *healthService
+	healthStop, healthDone chan struct{}
+	healthOnce             sync.Once
 }
 
 // Start starts a node configured by cfg (which must have passed Validate) and
@@ -283,6 +291,7 @@ func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 	}
 	d.node = n
 	fail := func(err error) (*Daemon, error) {
+		d.stopHealth()
 		closeAll()
 		n.Abort()
 		return nil, err
@@ -336,11 +345,13 @@ func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 		client = authn.HTTP(client, func(w http.ResponseWriter, _ *http.Request, err error) {
 			httpapi.WriteError(w, http.StatusUnauthorized, strings.TrimPrefix(err.Error(), "auth: "))
 		})
-		grpcOpts = append(grpcOpts, grpc.ChainUnaryInterceptor(authn.UnaryInterceptor()), grpc.ChainStreamInterceptor(authn.StreamInterceptor()))
+		grpcOpts = append(grpcOpts, grpc.ChainUnaryInterceptor(unauthenticatedHealth(authn.UnaryInterceptor())),
+			grpc.ChainStreamInterceptor(unauthenticatedHealthStream(authn.StreamInterceptor())))
 	}
 	// The public Limiter service only: Peer RPCs here answer Unimplemented.
 	d.grpcSrv = transport.NewLimiterServer(transport.ServerConfig{TLS: sec.TLS, MaxKeyLen: nc.MaxKeyLen, ServerOptions: grpcOpts, Descriptors: descHandler}, chk)
 	ratelimitv3.RegisterRateLimitServiceServer(d.grpcSrv.GRPCServer(), rlsSrv)
+	d.startHealth(d.grpcSrv.GRPCServer())
 	if d.respLn != nil {
 		rc := resp.Config{Checker: respChecker{chk}, Policy: lim, Logger: logger.With("component", "resp"), Version: version()}
 		if !cfg.Insecure {
@@ -476,6 +487,7 @@ func (d *Daemon) Err() <-chan error { return d.errc }
 // whichever is first; in the latter case the node may still be closing. Safe to
 // call twice.
 func (d *Daemon) Shutdown(ctx context.Context) error {
+	d.stopHealth()
 	if d.policy != nil {
 		_ = d.policy.Close()
 	}
