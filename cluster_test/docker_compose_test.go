@@ -25,6 +25,10 @@ import (
 	"github.com/ringlimit/ringlimit/transport/pki"
 )
 
+// requireDockerEnv names the environment variable that, set to 1, makes
+// TestDockerCompose fail instead of skipping when it cannot run (.ci/run sets it).
+const requireDockerEnv = "RINGLIMIT_REQUIRE_DOCKER"
+
 // dockerServices returns the services of docker-compose.yml, in order.
 func dockerServices() []string { return []string{"ringlimit-1", "ringlimit-2", "ringlimit-3"} }
 

@@ -39,16 +39,24 @@ import (
 //	    neither certificates nor --insecure refuses to start;
 //	(e) `docker-compose down` leaves no container, network or volume behind.
 //
-// It needs a Docker engine and docker-compose, and is skipped when `docker info`
-// fails and under -short. It does not call t.Parallel: its timings (failure
+// It needs a Docker engine and docker-compose, and is skipped, saying why, when
+// `docker info` fails and under -short — unless RINGLIMIT_REQUIRE_DOCKER=1 (as
+// .ci/run sets it), which turns either skip into a failure so that CI cannot
+// pass without running it. It does not call t.Parallel: its timings (failure
 // detection, healing) are those of a real deployment and should not compete
 // with the in-process clusters for the CPU.
 func TestDockerCompose(t *testing.T) {
+	skip := t.Skip
+	if os.Getenv(requireDockerEnv) == "1" {
+		skip = func(args ...any) { t.Helper(); t.Fatal(append([]any{requireDockerEnv + "=1, but:"}, args...)...) }
+	}
 	if testing.Short() {
-		t.Skip("docker-compose cluster test skipped under -short")
+		skip("docker-compose cluster test skipped under -short (it takes about two minutes)")
+		return
 	}
 	if why := dockerAvailable(); why != "" {
-		t.Skip("docker-compose cluster test skipped: " + why)
+		skip("docker-compose cluster test skipped: " + why)
+		return
 	}
 	start := time.Now()
 	root := dockerModuleRoot(t)
