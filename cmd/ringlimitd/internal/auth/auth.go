@@ -180,20 +180,33 @@ func (t *Tokens) Lookup(tok string) (string, bool) {
 
 // Authenticator decides who a caller is. It is safe for concurrent use.
 type Authenticator struct {
-	tokens   *Tokens
-	onRefuse func(listener string, err error)
+	tokens *Tokens
+	hooks  Hooks
+}
+
+// Hooks are told of every decision of an Authenticator, with the listener
+// ("http" or "grpc") and the caller's remote address (host:port as its
+// connection reports it). Nil hooks are skipped.
+type Hooks struct {
+	// Accepted is called for every authenticated request; it must not block.
+	Accepted func(listener, remote string)
+	// Refused is called for every refused request with the reason, before
+	// the refusal is answered: it may delay the answer (throttling), and
+	// blocks only that request.
+	Refused func(listener, remote string, err error)
 }
 
 // New returns an Authenticator accepting client certificates (verified by
-// the listener's TLS configuration) and the tokens of tokens (nil: none).
-// onRefuse, when not nil, is called for every refused request with the
-// listener ("http" or "grpc") and the reason (for a metric and a debug log);
-// it must not block.
-func New(tokens *Tokens, onRefuse func(listener string, err error)) *Authenticator {
-	if onRefuse == nil {
-		onRefuse = func(string, error) {}
+// the listener's TLS configuration) and the tokens of tokens (nil: none),
+// telling hooks of each decision.
+func New(tokens *Tokens, hooks Hooks) *Authenticator {
+	if hooks.Accepted == nil {
+		hooks.Accepted = func(string, string) {}
 	}
-	return &Authenticator{tokens: tokens, onRefuse: onRefuse}
+	if hooks.Refused == nil {
+		hooks.Refused = func(string, string, error) {}
+	}
+	return &Authenticator{tokens: tokens, hooks: hooks}
 }
 
 // Authenticate returns the caller's Identity from the TLS state of its
@@ -250,11 +263,12 @@ func (a *Authenticator) HTTP(next http.Handler, refuse func(w http.ResponseWrite
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := a.Authenticate(r.TLS, r.Header.Get("Authorization"))
 		if err != nil {
-			a.onRefuse("http", err)
+			a.hooks.Refused("http", r.RemoteAddr, err)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ringlimit"`)
 			refuse(w, r, err)
 			return
 		}
+		a.hooks.Accepted("http", r.RemoteAddr)
 		next.ServeHTTP(w, r.WithContext(WithIdentity(r.Context(), id)))
 	})
 }
@@ -286,7 +300,11 @@ func (a *Authenticator) StreamInterceptor() grpc.StreamServerInterceptor {
 
 func (a *Authenticator) grpc(ctx context.Context, method string) (context.Context, error) {
 	var cs *tls.ConnectionState
+	remote := ""
 	if p, ok := peer.FromContext(ctx); ok {
+		if p.Addr != nil {
+			remote = p.Addr.String()
+		}
 		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
 			cs = &ti.State
 		}
@@ -299,9 +317,10 @@ func (a *Authenticator) grpc(ctx context.Context, method string) (context.Contex
 	}
 	id, err := a.Authenticate(cs, authz)
 	if err != nil {
-		a.onRefuse("grpc", err)
+		a.hooks.Refused("grpc", remote, err)
 		return nil, status.Errorf(codes.Unauthenticated, "%s: %s", method, strings.TrimPrefix(err.Error(), "auth: "))
 	}
+	a.hooks.Accepted("grpc", remote)
 	return WithIdentity(ctx, id), nil
 }
 

@@ -123,7 +123,7 @@ func verified(c *x509.Certificate) *tls.ConnectionState {
 func TestAuthenticate(t *testing.T) {
 	t.Parallel()
 	p := newPKI(t)
-	a := New(mustTokens(t, tokA+",alice-token\n"), nil)
+	a := New(mustTokens(t, tokA+",alice-token\n"), Hooks{})
 	tests := []struct {
 		name  string
 		cs    *tls.ConnectionState
@@ -167,11 +167,11 @@ func TestHTTPOverTLS(t *testing.T) {
 	t.Parallel()
 	p := newPKI(t)
 	refusals := 0
-	a := New(mustTokens(t, tokA+",ops\n"), func(listener string, err error) {
+	a := New(mustTokens(t, tokA+",ops\n"), Hooks{Refused: func(listener, _ string, err error) {
 		if listener == "http" && errors.Is(err, ErrUnauthenticated) {
 			refusals++
 		}
-	})
+	}})
 	reached := 0
 	h := a.HTTP(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		reached++
@@ -263,7 +263,7 @@ func TestHTTPOverTLS(t *testing.T) {
 func TestInterceptors(t *testing.T) {
 	t.Parallel()
 	p := newPKI(t)
-	a := New(mustTokens(t, tokA+",ops\n"), nil)
+	a := New(mustTokens(t, tokA+",ops\n"), Hooks{})
 	ctxWith := func(cs *tls.ConnectionState, authz string) context.Context {
 		ctx := context.Background()
 		if cs != nil {

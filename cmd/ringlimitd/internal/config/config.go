@@ -181,6 +181,29 @@ type Config struct {
 	// served by POST /v1/check_descriptors and the gRPC CheckDescriptors RPC,
 	// reloaded when it changes and on SIGHUP. Default: none.
 	PolicyFile string
+	// MaxConns bounds the open connections of the client ports (gRPC, HTTP,
+	// Redis) together (--max-conns). At the bound the oldest connection that
+	// has not authenticated yet is closed to admit a new one; when all have,
+	// the new one is refused. Default 0: the file-descriptor limit less a
+	// reserve of max(256, limit/8) for the admin and peer ports, at most 10,000
+	// (door.DefaultMaxConns).
+	MaxConns int
+	// MaxConnsPerIP bounds the open client-port connections from one source
+	// address, an IPv4 address or an IPv6 /64 (--max-conns-per-ip). Default
+	// 1024.
+	MaxConnsPerIP int
+	// AuthTimeout is how long a client-port connection may take to finish its
+	// TLS handshake and present a valid credential before it is closed
+	// (--auth-timeout). Default 10 s.
+	AuthTimeout time.Duration
+	// IdleTimeout closes a client-port connection idle this long: HTTP
+	// keep-alive, gRPC connections without RPCs, Redis connections without
+	// commands (--idle-timeout). Default 5 min.
+	IdleTimeout time.Duration
+	// MaxAuthFailures closes a connection at its Nth refused credential (a
+	// wrong AUTH, a 401, an Unauthenticated RPC); each refusal is answered
+	// after a 250 ms delay (--max-auth-failures). Default 3.
+	MaxAuthFailures int
 }
 
 // Default returns the documented defaults of every field.
@@ -207,6 +230,10 @@ func Default() Config {
 		LogLevel:         "info",
 		LogFormat:        "json",
 		RedisBudget:      50 * time.Millisecond,
+		MaxConnsPerIP:    1024,
+		AuthTimeout:      10 * time.Second,
+		IdleTimeout:      5 * time.Minute,
+		MaxAuthFailures:  3,
 	}
 }
 
@@ -240,6 +267,11 @@ func (c *Config) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "json or text")
 	fs.StringVar(&c.RedisPrimary, "redis-primary", c.RedisPrimary, "redis:// or rediss:// URL (Sentinel with ?master_name=, Cluster with ?addr= seeds): decide checks on Redis first, on the cluster while Redis fails (default: cluster only)")
+	fs.IntVar(&c.MaxConns, "max-conns", c.MaxConns, "open connections of the gRPC, HTTP and Redis ports together; at the bound unauthenticated ones make room (0 = the fd limit less a reserve for the admin and peer ports, at most 10000)")
+	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", c.MaxConnsPerIP, "open client-port connections from one IPv4 address or IPv6 /64")
+	fs.DurationVar(&c.AuthTimeout, "auth-timeout", c.AuthTimeout, "a client-port connection not through TLS and authentication by then is closed")
+	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "a client-port connection idle this long is closed")
+	fs.IntVar(&c.MaxAuthFailures, "max-auth-failures", c.MaxAuthFailures, "a connection is closed at this many refused credentials (each answered after 250ms)")
 	fs.DurationVar(&c.RedisBudget, "redis-budget", c.RedisBudget, "with --redis-primary: deadline of each Redis call, after which the cluster decides")
 	fs.StringVar(&c.PolicyFile, "policy-file", c.PolicyFile, "policy file (envoyproxy/ratelimit format) for /v1/check_descriptors; reloaded on change and on SIGHUP")
 }
@@ -376,6 +408,23 @@ func (c *Config) Validate() error {
 	}
 	if c.GossipProfile != ProfileLAN && c.GossipProfile != ProfileFast {
 		return bad("gossip-profile", strconv.Quote(c.GossipProfile), "want lan or fast")
+	}
+	if c.MaxConns < 0 {
+		return bad("max-conns", c.MaxConns, "must be >= 0 (0: from the fd limit)")
+	}
+	if c.MaxConnsPerIP <= 0 {
+		return bad("max-conns-per-ip", c.MaxConnsPerIP, "must be > 0")
+	}
+	if c.MaxAuthFailures <= 0 {
+		return bad("max-auth-failures", c.MaxAuthFailures, "must be > 0")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"auth-timeout", c.AuthTimeout}, {"idle-timeout", c.IdleTimeout}} {
+		if d.v <= 0 {
+			return bad(d.name, d.v, "must be > 0")
+		}
 	}
 	if c.ShutdownTimeout <= 0 {
 		return bad("shutdown-timeout", c.ShutdownTimeout, "must be > 0")

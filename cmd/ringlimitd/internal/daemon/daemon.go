@@ -35,25 +35,19 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 
 	"github.com/ringlimit/ringlimit/algo"
-	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/auth"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/config"
+	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/door"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/httpapi"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/metrics"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/policyfile"
-	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/resp"
-	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/rls"
 	"github.com/ringlimit/ringlimit/node"
-	"github.com/ringlimit/ringlimit/node/policy"
 	"github.com/ringlimit/ringlimit/transport"
 )
 
@@ -218,21 +212,17 @@ type Daemon struct {
 	log     *slog.Logger
 	node    *node.Node
 	metrics *metrics.Metrics
-	ln      net.Listener // client HTTP API
-	adminLn net.Listener // admin HTTP API
-	grpcLn  net.Listener // gRPC Limiter service
-	srv     *http.Server
-	admin   *http.Server
-	grpcSrv *transport.Server
+	// doors are the listeners, in the order Start opens them and Shutdown
+	// stops them (see doorTable).
+	doors []*frontDoor
+	// clients is the connection pool the client doors share.
+	clients *door.Pool
 	tls     bool
 	errc    chan error
 	// closeRedis closes the --redis-primary client, nil without it.
 	closeRedis func() error
 	// policy is the --policy-file watcher, nil without one.
 	policy *policyfile.Watcher
-	// respSrv and respLn serve --redis-port, nil without it.
-	respSrv *resp.Server
-	respLn  net.Listener
 	// health serves grpc.health.v1 on the client gRPC port (health.go).
 	health                 *healthService
 	healthStop, healthDone chan struct{}
@@ -240,14 +230,13 @@ type Daemon struct {
 }
 
 // Start starts a node configured by cfg (which must have passed Validate) and
-// serves the gRPC Limiter service and the HTTP client and admin APIs. It
-// returns once all listen; the node joins its seeds before New returns. On
-// error nothing is left running.
+// serves its front doors (doorTable). It returns once all listen; the node
+// joins its seeds before New returns. On error nothing is left running.
 func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	d := &Daemon{cfg: cfg, log: logger, errc: make(chan error, 3)}
+	d := &Daemon{cfg: cfg, log: logger, errc: make(chan error, 4), tls: !cfg.Insecure}
 	sec, err := cfg.Security()
 	if err != nil {
 		return nil, err
@@ -263,26 +252,31 @@ func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	var lns []net.Listener
+	if err := d.openPools(); err != nil {
+		return nil, err
+	}
+	d.doors = doorTable(cfg)
 	closeAll := func() {
-		for _, l := range lns {
-			l.Close()
+		for _, fd := range d.doors {
+			if fd.ln != nil {
+				fd.ln.Close()
+			}
 		}
 	}
-	for _, l := range []struct {
-		name, addr string
-		dst        *net.Listener
-	}{{"http", cfg.HTTPAddr(), &d.ln}, {"admin", cfg.AdminAddr(), &d.adminLn}, {"grpc", cfg.GRPCAddr(), &d.grpcLn}, {"redis", cfg.RedisAddr(), &d.respLn}} {
-		if l.addr == "" {
+	for _, fd := range d.doors {
+		if fd.addr == "" {
 			continue // --redis-port not set
 		}
-		ln, err := net.Listen("tcp", l.addr)
+		ln, err := net.Listen("tcp", fd.addr)
 		if err != nil {
 			closeAll()
-			return nil, fmt.Errorf("%s listener: %w", l.name, err)
+			return nil, fmt.Errorf("%s listener: %w", fd.name, err)
 		}
-		*l.dst = ln
-		lns = append(lns, ln)
+		pool := d.clients
+		if fd.admin {
+			pool = d.adminPool()
+		}
+		fd.ln = pool.Listen(fd.name, ln)
 	}
 	n, err = node.New(nc)
 	if err != nil {
@@ -296,97 +290,27 @@ func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 		n.Abort()
 		return nil, err
 	}
-
-	// Checks: the cluster, or Redis first with --redis-primary.
-	var chk checker = limiter{n}
-	var pchk policy.Checker = n // descriptors: the node, or Redis first
-	if cfg.RedisPrimary != "" {
-		fc, err := newFailoverChecker(n, cfg.RedisPrimary, cfg.RedisBudget)
-		if err == nil {
-			err = d.metrics.Registry().Register(fc.f.Collector())
-		}
-		if err != nil {
-			return fail(fmt.Errorf("--redis-primary: %w", err))
-		}
-		chk, pchk, d.closeRedis = fc, fc.f, fc.client.Close
-	}
-
-	// Descriptors: the policy file, or an empty policy (every domain unknown:
-	// OK with no limit, as envoyproxy/ratelimit answers).
-	var lim *policy.Limiter
-	var descHandler transport.DescriptorHandler
-	if cfg.PolicyFile != "" {
-		d.policy, err = policyfile.Start(cfg.PolicyFile, pchk, d.metrics.Registry(), logger.With("component", "policy"))
-		if err != nil {
-			return fail(fmt.Errorf("%w: policy file: %w", config.ErrInvalid, err))
-		}
-		lim, descHandler = d.policy.Limiter(), d.policy
-	} else if lim, err = policy.NewLimiter(pchk, nil, nil); err != nil {
-		return fail(err)
-	}
-	rlsSrv, err := rls.New(lim)
+	w, err := d.wire(sec, nc)
 	if err != nil {
 		return fail(err)
 	}
-	// Client ports: TLS and authentication unless insecure.
-	extra := map[string]http.Handler{}
-	if d.policy != nil {
-		extra["/v1/check_descriptors"] = d.policy.Handler()
+	for _, fd := range d.doors {
+		if fd.ln == nil {
+			continue
+		}
+		if fd.srv, err = fd.open(w, fd.ln); err != nil {
+			return fail(fmt.Errorf("%s: %w", fd.name, err))
+		}
 	}
-	var client http.Handler = httpapi.NewHandler(chk, httpapi.Options{Logger: logger.With("component", "http"), Extra: extra})
-	var grpcOpts []grpc.ServerOption
-	if !cfg.Insecure {
-		d.tls = true
-		authLog := logger.With("component", "auth")
-		authn := auth.New(sec.Tokens, func(listener string, err error) {
-			d.metrics.AuthFailure(listener)
-			authLog.Debug("caller refused", "listener", listener, "error", err)
-		})
-		client = authn.HTTP(client, func(w http.ResponseWriter, _ *http.Request, err error) {
-			httpapi.WriteError(w, http.StatusUnauthorized, strings.TrimPrefix(err.Error(), "auth: "))
-		})
-		grpcOpts = append(grpcOpts, grpc.ChainUnaryInterceptor(unauthenticatedHealth(authn.UnaryInterceptor())),
-			grpc.ChainStreamInterceptor(unauthenticatedHealthStream(authn.StreamInterceptor())))
-	}
-	// The public Limiter service only: Peer RPCs here answer Unimplemented.
-	d.grpcSrv = transport.NewLimiterServer(transport.ServerConfig{TLS: sec.TLS, MaxKeyLen: nc.MaxKeyLen, ServerOptions: grpcOpts, Descriptors: descHandler}, chk)
-	ratelimitv3.RegisterRateLimitServiceServer(d.grpcSrv.GRPCServer(), rlsSrv)
-	d.startHealth(d.grpcSrv.GRPCServer())
-	if d.respLn != nil {
-		rc := resp.Config{Checker: respChecker{chk}, Policy: lim, Logger: logger.With("component", "resp"), Version: version()}
-		if !cfg.Insecure {
-			rc.TLS = sec.TLS
-			rc.Authenticate = func(_, password string) bool {
-				if _, ok := sec.Tokens.Lookup(password); ok {
-					return true
+	for _, fd := range d.doors {
+		if fd.srv != nil {
+			go func() {
+				if err := fd.srv.Serve(fd.ln); err != nil {
+					d.report(fmt.Errorf("%s server: %w", fd.name, err))
 				}
-				d.metrics.AuthFailure("redis")
-				return false
-			}
+			}()
 		}
-		if d.respSrv, err = resp.New(rc); err != nil {
-			return fail(err)
-		}
-		go func() {
-			if err := d.respSrv.Serve(d.respLn); err != nil {
-				d.report(fmt.Errorf("redis server: %w", err))
-			}
-		}()
 	}
-	go func() {
-		if err := d.grpcSrv.Serve(d.grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			d.report(fmt.Errorf("grpc server: %w", err))
-		}
-	}()
-	d.srv = newHTTPServer(client, logger)
-	d.srv.TLSConfig = sec.TLS
-	d.admin = newHTTPServer(httpapi.NewAdminHandler(n, httpapi.AdminOptions{
-		Logger:   logger.With("component", "admin"),
-		Extra:    map[string]http.Handler{"/metrics": d.metrics.Handler()},
-		Insecure: cfg.Insecure,
-	}), logger)
-	d.serve(d.srv, d.ln, d.tls)
-	d.serve(d.admin, d.adminLn, false)
 	for _, w := range sec.Warnings {
 		logger.Warn("secret file too open", "problem", w)
 	}
@@ -394,43 +318,18 @@ func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 		logger.Warn("running INSECURE (--insecure): no TLS and no caller authentication on the gRPC and HTTP ports, "+
 			"no TLS or admission handshake between peers; anyone who reaches a port can check keys, read the members, "+
 			"or forward checks and hand off key states to this node",
-			"grpc", d.grpcLn.Addr().String(), "http", d.ln.Addr().String(), "peer", n.PeerAddr(), "gossip", n.GossipAddr(),
+			"grpc", d.GRPCAddr(), "http", d.HTTPAddr(), "peer", n.PeerAddr(), "gossip", n.GossipAddr(),
 			"gossip_encrypted", cfg.GossipKeyFile != "")
 	}
+	lim := d.clients.Limits()
 	logger.Info("started",
-		"node", n.Name(), "grpc", d.grpcLn.Addr().String(), "http", d.ln.Addr().String(), "admin", d.adminLn.Addr().String(),
+		"node", n.Name(), "grpc", d.GRPCAddr(), "http", d.HTTPAddr(), "admin", d.AdminAddr(),
 		"redis", d.RedisAddr(), "policy_file", cfg.PolicyFile, "redis_primary", cfg.RedisPrimary != "",
 		"peer", n.PeerAddr(), "gossip", n.GossipAddr(), "insecure", cfg.Insecure, "client_tokens", sec.Tokens.Len(),
 		"join", cfg.Join, "cluster_label", cfg.ClusterLabel, "owner_unreachable", cfg.OwnerUnreachable,
-		"accept_caller_timestamps", cfg.AcceptCallerTimestamps, "gossip_profile", cfg.GossipProfile)
+		"accept_caller_timestamps", cfg.AcceptCallerTimestamps, "gossip_profile", cfg.GossipProfile,
+		"max_conns", lim.MaxConns, "max_conns_per_ip", lim.MaxConnsPerIP)
 	return d, nil
-}
-
-func newHTTPServer(h http.Handler, logger *slog.Logger) *http.Server {
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
-}
-
-// serve runs srv on ln (with srv.TLSConfig when useTLS) until it is shut
-// down; any other end is reported on Err.
-func (d *Daemon) serve(srv *http.Server, ln net.Listener, useTLS bool) {
-	go func() {
-		var err error
-		if useTLS {
-			err = srv.ServeTLS(ln, "", "")
-		} else {
-			err = srv.Serve(ln)
-		}
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			d.report(err)
-		}
-	}()
 }
 
 func (d *Daemon) report(err error) {
@@ -440,23 +339,38 @@ func (d *Daemon) report(err error) {
 	}
 }
 
+// addr returns the address door name listens on, "" when it is off.
+func (d *Daemon) addr(name string) string {
+	for _, fd := range d.doors {
+		if fd.name == name && fd.ln != nil {
+			return fd.ln.Addr().String()
+		}
+	}
+	return ""
+}
+
+// listener returns door name's listener, nil when it is off.
+func (d *Daemon) listener(name string) *door.Listener {
+	for _, fd := range d.doors {
+		if fd.name == name {
+			return fd.ln
+		}
+	}
+	return nil
+}
+
 // GRPCAddr returns the address the gRPC Limiter server listens on (host:port).
-func (d *Daemon) GRPCAddr() string { return d.grpcLn.Addr().String() }
+func (d *Daemon) GRPCAddr() string { return d.addr(doorGRPC) }
 
 // TLS reports whether the gRPC and HTTP client ports serve TLS (secure mode).
 func (d *Daemon) TLS() bool { return d.tls }
 
 // HTTPAddr returns the address the HTTP client API listens on (host:port).
-func (d *Daemon) HTTPAddr() string { return d.ln.Addr().String() }
+func (d *Daemon) HTTPAddr() string { return d.addr(doorHTTP) }
 
 // RedisAddr returns the address the Redis-protocol server listens on
 // (host:port), "" without --redis-port.
-func (d *Daemon) RedisAddr() string {
-	if d.respLn == nil {
-		return ""
-	}
-	return d.respLn.Addr().String()
-}
+func (d *Daemon) RedisAddr() string { return d.addr(doorRedis) }
 
 // ReloadPolicy reloads --policy-file (what SIGHUP does); without one it does
 // nothing. A file that fails to load keeps the previous policy and is returned.
@@ -471,7 +385,7 @@ func (d *Daemon) ReloadPolicy() error {
 func (d *Daemon) Policy() *policyfile.Watcher { return d.policy }
 
 // AdminAddr returns the address the admin API listens on (host:port).
-func (d *Daemon) AdminAddr() string { return d.adminLn.Addr().String() }
+func (d *Daemon) AdminAddr() string { return d.addr(doorAdmin) }
 
 // Node returns the daemon's node.
 func (d *Daemon) Node() *node.Node { return d.node }
@@ -479,38 +393,30 @@ func (d *Daemon) Node() *node.Node { return d.node }
 // Metrics returns the daemon's metrics.
 func (d *Daemon) Metrics() *metrics.Metrics { return d.metrics }
 
+// ClientPool returns the connection pool of the client doors (gRPC, HTTP,
+// Redis).
+func (d *Daemon) ClientPool() *door.Pool { return d.clients }
+
 // Err delivers a server's error if one stops serving on its own.
 func (d *Daemon) Err() <-chan error { return d.errc }
 
-// Shutdown stops the HTTP server (in-flight requests finish), then closes the
-// node (leave, hand off, stop). It returns when both are done or ctx ends,
-// whichever is first; in the latter case the node may still be closing. Safe to
-// call twice.
+// Shutdown stops the front doors in table order (in-flight requests finish),
+// then closes the node (leave, hand off, stop). It returns when all are done
+// or ctx ends, whichever is first; in the latter case the node may still be
+// closing. Safe to call twice.
 func (d *Daemon) Shutdown(ctx context.Context) error {
 	d.stopHealth()
 	if d.policy != nil {
 		_ = d.policy.Close()
 	}
-	if d.respSrv != nil {
-		_ = d.respSrv.Close()
-	}
-	var httpErr error
-	for _, s := range []struct {
-		name string
-		srv  *http.Server
-	}{{"http", d.srv}, {"admin", d.admin}} {
-		if err := s.srv.Shutdown(ctx); err != nil {
-			httpErr = errors.Join(httpErr, fmt.Errorf("%s shutdown: %w", s.name, err))
-			_ = s.srv.Close()
+	var doorErr error
+	for _, fd := range d.doors {
+		if fd.srv == nil {
+			continue
 		}
-	}
-	grpcDone := make(chan struct{})
-	go func() { d.grpcSrv.GracefulStop(); close(grpcDone) }()
-	select {
-	case <-grpcDone:
-	case <-ctx.Done():
-		d.grpcSrv.Stop()
-		<-grpcDone
+		if err := fd.srv.Shutdown(ctx); err != nil {
+			doorErr = errors.Join(doorErr, fmt.Errorf("%s shutdown: %w", fd.name, err))
+		}
 	}
 	if d.closeRedis != nil {
 		_ = d.closeRedis()
@@ -522,9 +428,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		if err != nil {
 			err = fmt.Errorf("node close: %w", err)
 		}
-		return errors.Join(httpErr, err)
+		return errors.Join(doorErr, err)
 	case <-ctx.Done():
-		return errors.Join(httpErr, fmt.Errorf("node close: %w", context.Cause(ctx)))
+		return errors.Join(doorErr, fmt.Errorf("node close: %w", context.Cause(ctx)))
 	}
 }
 

@@ -286,10 +286,19 @@ func (s *Server) auth(st *connState, user, password string) reply {
 	if s.cfg.Authenticate == nil {
 		return errReply("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
 	}
-	if !s.cfg.Authenticate(user, password) {
+	ok := s.cfg.Authenticate(user, password)
+	if ok {
+		st.authed = true
+		if st.lc != nil {
+			st.lc.authed.Store(true)
+		}
+	}
+	if s.cfg.OnAuth != nil {
+		s.cfg.OnAuth(st.remote, ok)
+	}
+	if !ok {
 		return errReply("WRONGPASS invalid username-password pair or user is disabled.")
 	}
-	st.authed = true
 	return statusReply("OK")
 }
 

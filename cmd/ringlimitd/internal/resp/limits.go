@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"sync/atomic"
 )
 
 // errLimit is returned by limitedConn.Read after a request broke a limit and
@@ -17,6 +18,11 @@ var errLimit = errors.New("resp: request over a limit")
 // own parser, which answers "Protocol error" and closes the connection.
 type scanner struct {
 	maxArgs, maxBulk, maxInline int64
+	// preAuth bounds the bytes of one request while the connection has not
+	// authenticated (0: no bound); limitedConn clears it at AUTH.
+	preAuth int64
+	req     int64 // bytes of the current request so far
+	lost    int64 // bytes since the last '\n' once lost
 
 	state    uint8
 	line     []byte // current header line, without '\r\n' (at most 32 bytes)
@@ -40,8 +46,26 @@ const (
 func (s *scanner) scan(b []byte) (int, string) {
 	for i := 0; i < len(b); i++ {
 		switch s.state {
+		case stStart:
+			s.req = 1
+		case stSkip:
+			s.req += min(int64(len(b)-i), s.skip)
+		default:
+			s.req++
+		}
+		if s.preAuth > 0 && s.req > s.preAuth {
+			return i, "ERR Protocol error: request over " + strconv.FormatInt(s.preAuth, 10) + " bytes before AUTH"
+		}
+		switch s.state {
 		case stLost:
-			return -1, ""
+			// redcon buffers a header line until its '\n': bound it.
+			if b[i] == '\n' {
+				s.lost = 0
+				continue
+			}
+			if s.lost++; s.lost > s.maxInline {
+				return i, "ERR Protocol error: too big request line (max " + strconv.FormatInt(s.maxInline, 10) + " bytes)"
+			}
 		case stSkip:
 			n := min(int64(len(b)-i), s.skip)
 			s.skip -= n
@@ -125,9 +149,15 @@ type limitedConn struct {
 	net.Conn
 	sc      scanner
 	failMsg string
+	// authed is set by the server at AUTH: from then on the request bound of
+	// an unauthenticated connection (scanner.preAuth) no longer applies.
+	authed atomic.Bool
 }
 
 func (c *limitedConn) Read(b []byte) (int, error) {
+	if c.sc.preAuth > 0 && c.authed.Load() {
+		c.sc.preAuth = 0
+	}
 	if c.failMsg != "" {
 		c.Conn.Write([]byte("-" + c.failMsg + "\r\n"))
 		return 0, errLimit
@@ -145,7 +175,7 @@ func (c *limitedConn) Read(b []byte) (int, error) {
 // limitedListener wraps every accepted connection in a limitedConn.
 type limitedListener struct {
 	net.Listener
-	maxArgs, maxBulk, maxInline int64
+	maxArgs, maxBulk, maxInline, preAuth int64
 }
 
 func (l *limitedListener) Accept() (net.Conn, error) {
@@ -153,5 +183,5 @@ func (l *limitedListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &limitedConn{Conn: c, sc: scanner{maxArgs: l.maxArgs, maxBulk: l.maxBulk, maxInline: l.maxInline}}, nil
+	return &limitedConn{Conn: c, sc: scanner{maxArgs: l.maxArgs, maxBulk: l.maxBulk, maxInline: l.maxInline, preAuth: l.preAuth}}, nil
 }

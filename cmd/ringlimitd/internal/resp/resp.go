@@ -51,6 +51,9 @@ const (
 	// DefaultMaxInline is the default Config.MaxInline: bytes per inline command
 	// (Redis's PROTO_INLINE_MAX_SIZE).
 	DefaultMaxInline = 64 << 10
+	// DefaultMaxUnauthRequest is the default Config.MaxUnauthRequest: bytes
+	// of one request before AUTH (an AUTH or HELLO with a token fits easily).
+	DefaultMaxUnauthRequest = 4 << 10
 	// DefaultCheckTimeout is the default Config.CheckTimeout.
 	DefaultCheckTimeout = 5 * time.Second
 	// DefaultPipelineConcurrency is the default Config.PipelineConcurrency.
@@ -76,6 +79,19 @@ type Config struct {
 	// password, and reports whether they are a valid client token. nil: no AUTH
 	// required (insecure mode).
 	Authenticate func(user, password string) bool
+	// OnAuth, when not nil, is called with the connection's remote address
+	// after each AUTH (ok: accepted) and, without Authenticate, at a
+	// connection's first command with ok true. It runs on the connection's
+	// goroutine before the reply is written, so it may delay a refusal
+	// (door.Listener.Refused does).
+	OnAuth func(remote string, ok bool)
+	// MaxUnauthRequest bounds the bytes of one request on a connection that
+	// has not authenticated; over it the connection gets an error and is
+	// closed. Default DefaultMaxUnauthRequest.
+	MaxUnauthRequest int
+	// IdleTimeout closes a connection that sends nothing for this long.
+	// Default 0: never.
+	IdleTimeout time.Duration
 	// MaxConns bounds open connections; one more gets "ERR max number of clients
 	// reached" and is closed. Default DefaultMaxConns.
 	MaxConns int
@@ -114,6 +130,11 @@ type connState struct {
 	id     int64
 	authed bool
 	name   string
+	remote string
+	// lc is the connection's limitedConn (nil if redcon hands another).
+	lc *limitedConn
+	// seen: OnAuth was told of this connection (insecure mode).
+	seen bool
 }
 
 // ErrConfig is returned by New for an invalid Config.
@@ -142,6 +163,7 @@ func New(cfg Config) (*Server, error) {
 		{&cfg.MaxArgs, DefaultMaxArgs, "MaxArgs"},
 		{&cfg.MaxBulk, DefaultMaxBulk, "MaxBulk"},
 		{&cfg.MaxInline, DefaultMaxInline, "MaxInline"},
+		{&cfg.MaxUnauthRequest, DefaultMaxUnauthRequest, "MaxUnauthRequest"},
 		{&cfg.PipelineConcurrency, DefaultPipelineConcurrency, "PipelineConcurrency"},
 	} {
 		if err := def(f.v, f.d, f.name); err != nil {
@@ -151,6 +173,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.CheckTimeout == 0 {
 		cfg.CheckTimeout = DefaultCheckTimeout
 	}
+	if cfg.IdleTimeout < 0 {
+		return nil, fmt.Errorf("%w: IdleTimeout %v must be >= 0", ErrConfig, cfg.IdleTimeout)
+	}
 	if cfg.CheckTimeout < 0 {
 		return nil, fmt.Errorf("%w: CheckTimeout %v must be > 0", ErrConfig, cfg.CheckTimeout)
 	}
@@ -159,6 +184,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, start: time.Now()}
 	s.srv = redcon.NewServerNetwork("tcp", "", s.handle, s.accept, s.closed)
+	if cfg.IdleTimeout > 0 {
+		s.srv.SetIdleClose(cfg.IdleTimeout)
+	}
 	return s, nil
 }
 
@@ -171,7 +199,11 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.cfg.TLS != nil {
 		ln = tls.NewListener(ln, s.cfg.TLS)
 	}
-	ln = &limitedListener{Listener: ln, maxArgs: int64(s.cfg.MaxArgs), maxBulk: int64(s.cfg.MaxBulk), maxInline: int64(s.cfg.MaxInline)}
+	ll := &limitedListener{Listener: ln, maxArgs: int64(s.cfg.MaxArgs), maxBulk: int64(s.cfg.MaxBulk), maxInline: int64(s.cfg.MaxInline)}
+	if s.cfg.Authenticate != nil {
+		ll.preAuth = int64(s.cfg.MaxUnauthRequest)
+	}
+	ln = ll
 	return s.srv.Serve(ln)
 }
 
@@ -193,7 +225,9 @@ func (s *Server) accept(c redcon.Conn) bool {
 		c.WriteError("ERR max number of clients reached")
 		return false
 	}
-	c.SetContext(&connState{id: s.nextID.Add(1), authed: s.cfg.Authenticate == nil})
+	st := &connState{id: s.nextID.Add(1), authed: s.cfg.Authenticate == nil, remote: c.RemoteAddr()}
+	st.lc, _ = c.NetConn().(*limitedConn)
+	c.SetContext(st)
 	return true
 }
 
@@ -230,6 +264,12 @@ const pipelineChunk = 1024
 func (s *Server) handle(c redcon.Conn, first redcon.Command) {
 	cmds := append([]redcon.Command{first}, c.ReadPipeline()...)
 	st := c.Context().(*connState)
+	if !st.seen && s.cfg.Authenticate == nil {
+		st.seen = true
+		if s.cfg.OnAuth != nil {
+			s.cfg.OnAuth(st.remote, true)
+		}
+	}
 	for len(cmds) > 0 {
 		n := min(len(cmds), pipelineChunk)
 		if quit := s.handleChunk(c, st, cmds[:n]); quit {

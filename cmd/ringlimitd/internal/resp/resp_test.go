@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -518,5 +519,51 @@ descriptors:
 	defer c.Close()
 	if err := c.Do(bg, "RL.POLICY", "api", "1", "api_id", "post").Err(); err == nil || !strings.Contains(err.Error(), "--policy-file") {
 		t.Errorf("no policy: got %v, want an error naming --policy-file", err)
+	}
+}
+
+// TestUnauthenticatedRequestBound: before AUTH a request may hold at most
+// MaxUnauthRequest bytes (an unfinished 1,024 x 64 KiB command used to be
+// buffered whole); a header line that never ends is bounded too, and AUTH
+// lifts the pre-AUTH bound.
+func TestUnauthenticatedRequestBound(t *testing.T) {
+	t.Parallel()
+	var authed []string
+	var mu sync.Mutex
+	addr := serve(t, Config{Checker: fakeChecker{}}, func(c *Config) {
+		c.Authenticate = func(_, p string) bool { return p == "s3cret-token" }
+		c.MaxUnauthRequest = 1024
+		c.OnAuth = func(remote string, ok bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			authed = append(authed, fmt.Sprint(ok))
+		}
+	})
+	big := "*1024\r\n$65536\r\n" + strings.Repeat("x", 2000)
+	got, conn := rawExchange(t, addr, big)
+	if got != "-ERR Protocol error: request over 1024 bytes before AUTH" {
+		t.Errorf("unfinished maximal command before AUTH: got %q, want the pre-AUTH bound", got)
+	}
+	if _, err := conn.Read(make([]byte, 1)); err == nil {
+		t.Errorf("connection over the pre-AUTH bound: still open, want closed")
+	}
+	conn.Close()
+	// A header line that never ends (redcon buffers it whole otherwise).
+	got, conn = rawExchange(t, addr, "*1\r\n$"+strings.Repeat("9", 900)+strings.Repeat("x", 200))
+	conn.Close()
+	if !strings.HasPrefix(got, "-ERR Protocol error:") {
+		t.Errorf("endless header line: got %q, want a protocol error", got)
+	}
+	// After AUTH a 2,000-byte argument is fine.
+	c := client(t, addr, func(o *redis.Options) { o.Password = "s3cret-token" })
+	if got, err := c.Echo(context.Background(), strings.Repeat("y", 2000)).Result(); err != nil || len(got) != 2000 {
+		t.Errorf("ECHO of 2000 bytes after AUTH: got %d bytes, %v", len(got), err)
+	}
+	wrong := client(t, addr, func(o *redis.Options) { o.Password = "nope" })
+	_ = wrong.Ping(context.Background()).Err()
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Contains(authed, "true") || !slices.Contains(authed, "false") {
+		t.Errorf("OnAuth: got %v, want a true and a false", authed)
 	}
 }

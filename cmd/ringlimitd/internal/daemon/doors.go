@@ -1,0 +1,375 @@
+package daemon
+
+// The front doors: one table, one row per listener. What every door shares is
+// written once: listening (Start), connection caps, the authentication
+// deadline and failure throttling (package door, through the row's pool), TLS
+// and caller authentication (wiring), serving and graceful shutdown (the
+// server interface). Adding a door is its package plus one row here.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
+
+	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/auth"
+	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/config"
+	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/door"
+	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/httpapi"
+	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/policyfile"
+	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/resp"
+	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/rls"
+	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/node/policy"
+	"github.com/ringlimit/ringlimit/transport"
+)
+
+// Names of the doors: log fields, the "door" label of the door metrics, the
+// "listener" label of ringlimit_auth_failures_total.
+const (
+	doorRedis = "redis"
+	doorHTTP  = "http"
+	doorAdmin = "admin"
+	doorGRPC  = "grpc"
+)
+
+// Limits of the admin door's own pool: a scraper and a prober, kept apart from
+// the client doors so that a flood there leaves /readyz answering.
+const (
+	adminMaxConns      = 64
+	adminMaxConnsPerIP = 16
+)
+
+// grpcMaxStreams bounds the concurrent RPCs of one client gRPC connection;
+// grpc-go clients queue the ones over it.
+const grpcMaxStreams = 1024
+
+// frontDoor is one row of the door table.
+type frontDoor struct {
+	// name names the door in logs and metrics.
+	name string
+	// addr is the host:port to listen on; "" leaves the door closed.
+	addr string
+	// admin puts the door in the admin pool instead of the client pool.
+	admin bool
+	// open builds the door's server, with its TLS and authentication, on
+	// its listener once the node runs; the server reports authentications
+	// and refusals to ln.
+	open func(w *wiring, ln *door.Listener) (server, error)
+
+	ln  *door.Listener
+	srv server
+}
+
+// server is a door's protocol server.
+type server interface {
+	// Serve answers connections on ln until Shutdown; nil after Shutdown.
+	Serve(ln net.Listener) error
+	// Shutdown stops accepting, lets in-flight requests finish until ctx
+	// ends, then closes every connection.
+	Shutdown(ctx context.Context) error
+}
+
+// doorTable lists the daemon's doors in the order they start and stop.
+func doorTable(cfg config.Config) []*frontDoor {
+	return []*frontDoor{
+		{name: doorRedis, addr: cfg.RedisAddr(), open: openRedis},
+		{name: doorHTTP, addr: cfg.HTTPAddr(), open: openHTTP},
+		{name: doorAdmin, addr: cfg.AdminAddr(), admin: true, open: openAdmin},
+		{name: doorGRPC, addr: cfg.GRPCAddr(), open: openGRPC},
+	}
+}
+
+// openPools builds the client pool from the configuration (its MaxConns
+// default from the file-descriptor limit).
+func (d *Daemon) openPools() error {
+	lim := door.Limits{
+		MaxConns:        d.cfg.MaxConns,
+		MaxConnsPerIP:   d.cfg.MaxConnsPerIP,
+		AuthTimeout:     d.cfg.AuthTimeout,
+		MaxAuthFailures: d.cfg.MaxAuthFailures,
+	}
+	p, err := door.NewPool(lim, fdLimit(), d.metrics.Registry(), "client")
+	if err != nil {
+		return fmt.Errorf("%w: %w", config.ErrInvalid, err)
+	}
+	d.clients = p
+	return nil
+}
+
+// adminPool returns the admin door's pool: a small fixed cap, any request
+// counts as authenticated (the admin API has no credentials).
+func (d *Daemon) adminPool() *door.Pool {
+	p, err := door.NewPool(door.Limits{
+		MaxConns:      adminMaxConns,
+		MaxConnsPerIP: adminMaxConnsPerIP,
+		AuthTimeout:   d.cfg.AuthTimeout,
+	}, fdLimit(), d.metrics.Registry(), "admin")
+	if err != nil {
+		panic(err) // constant limits and a fresh registry: cannot fail
+	}
+	return p
+}
+
+// wiring is what the doors share once the node runs: the checkers, the
+// policy, TLS and caller authentication.
+type wiring struct {
+	d     *Daemon
+	sec   config.Security
+	nc    node.Config
+	chk   checker
+	lim   *policy.Limiter
+	desc  transport.DescriptorHandler
+	authn *auth.Authenticator // nil in insecure mode
+}
+
+// wire builds the checkers (the cluster, or Redis first), the descriptor
+// policy and, in secure mode, the authenticator whose decisions reach the
+// doors' pools and the metrics.
+func (d *Daemon) wire(sec config.Security, nc node.Config) (*wiring, error) {
+	w := &wiring{d: d, sec: sec, nc: nc}
+	n := d.node
+	w.chk = limiter{n}
+	var pchk policy.Checker = n // descriptors: the node, or Redis first
+	if d.cfg.RedisPrimary != "" {
+		fc, err := newFailoverChecker(n, d.cfg.RedisPrimary, d.cfg.RedisBudget)
+		if err == nil {
+			err = d.metrics.Registry().Register(fc.f.Collector())
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--redis-primary: %w", err)
+		}
+		w.chk, pchk, d.closeRedis = fc, fc.f, fc.client.Close
+	}
+	// Descriptors: the policy file, or an empty policy (every domain unknown:
+	// OK with no limit, as envoyproxy/ratelimit answers).
+	var err error
+	if d.cfg.PolicyFile != "" {
+		d.policy, err = policyfile.Start(d.cfg.PolicyFile, pchk, d.metrics.Registry(), d.log.With("component", "policy"))
+		if err != nil {
+			return nil, fmt.Errorf("%w: policy file: %w", config.ErrInvalid, err)
+		}
+		w.lim, w.desc = d.policy.Limiter(), d.policy
+	} else if w.lim, err = policy.NewLimiter(pchk, nil, nil); err != nil {
+		return nil, err
+	}
+	if !d.cfg.Insecure {
+		authLog := d.log.With("component", "auth")
+		w.authn = auth.New(sec.Tokens, auth.Hooks{
+			Accepted: func(listener, remote string) {
+				if ln := d.listener(listener); ln != nil {
+					ln.Authenticated(remote)
+				}
+			},
+			Refused: func(listener, remote string, err error) { d.refused(authLog, listener, remote, err) },
+		})
+	}
+	return w, nil
+}
+
+// refused counts and logs a refused credential and throttles its connection.
+func (d *Daemon) refused(log *slog.Logger, listener, remote string, err error) {
+	d.metrics.AuthFailure(listener)
+	log.Debug("caller refused", "listener", listener, "remote", remote, "error", err)
+	if ln := d.listener(listener); ln != nil && ln.Refused(remote) {
+		log.Info("connection closed after repeated refused credentials", "listener", listener, "remote", remote,
+			"max_auth_failures", d.clients.Limits().MaxAuthFailures)
+	}
+}
+
+func openRedis(w *wiring, ln *door.Listener) (server, error) {
+	d := w.d
+	rc := resp.Config{
+		Checker: respChecker{w.chk}, Policy: w.lim, Logger: d.log.With("component", "resp"), Version: version(),
+		MaxConns: d.clients.Limits().MaxConns, IdleTimeout: d.cfg.IdleTimeout,
+		OnAuth: func(remote string, ok bool) {
+			if ok {
+				ln.Authenticated(remote)
+			}
+		},
+	}
+	if w.authn != nil {
+		authLog := d.log.With("component", "auth")
+		rc.TLS = w.sec.TLS
+		rc.Authenticate = func(_, password string) bool {
+			_, ok := w.sec.Tokens.Lookup(password)
+			return ok
+		}
+		rc.OnAuth = func(remote string, ok bool) {
+			if ok {
+				ln.Authenticated(remote)
+				return
+			}
+			d.refused(authLog, doorRedis, remote, auth.ErrUnauthenticated)
+		}
+	}
+	srv, err := resp.New(rc)
+	if err != nil {
+		return nil, err
+	}
+	return respServer{srv}, nil
+}
+
+func openHTTP(w *wiring, ln *door.Listener) (server, error) {
+	d := w.d
+	extra := map[string]http.Handler{}
+	if d.policy != nil {
+		extra["/v1/check_descriptors"] = d.policy.Handler()
+	}
+	var h http.Handler = httpapi.NewHandler(w.chk, httpapi.Options{Logger: d.log.With("component", "http"), Extra: extra})
+	if w.authn == nil {
+		h = markAuthenticated(ln, h)
+	} else {
+		h = w.authn.HTTP(h, func(w http.ResponseWriter, _ *http.Request, err error) {
+			// An unauthenticated caller keeps no connection: HTTP/1 closes
+			// after this answer, HTTP/2 sends GOAWAY.
+			w.Header().Set("Connection", "close")
+			httpapi.WriteError(w, http.StatusUnauthorized, strings.TrimPrefix(err.Error(), "auth: "))
+		})
+	}
+	srv := newHTTPServer(h, d.cfg.IdleTimeout, d.log)
+	if w.authn != nil {
+		srv.TLSConfig = w.sec.TLS
+	}
+	return httpServer{srv}, nil
+}
+
+func openAdmin(w *wiring, ln *door.Listener) (server, error) {
+	d := w.d
+	h := httpapi.NewAdminHandler(d.node, httpapi.AdminOptions{
+		Logger:   d.log.With("component", "admin"),
+		Extra:    map[string]http.Handler{"/metrics": d.metrics.Handler()},
+		Insecure: d.cfg.Insecure,
+	})
+	return httpServer{newHTTPServer(markAuthenticated(ln, h), d.cfg.IdleTimeout, d.log)}, nil
+}
+
+func openGRPC(w *wiring, ln *door.Listener) (server, error) {
+	d := w.d
+	opts := []grpc.ServerOption{
+		// The TLS handshake's deadline; the pool's AuthTimeout bounds it too.
+		grpc.ConnectionTimeout(d.cfg.AuthTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle: d.cfg.IdleTimeout,
+			Time:              transport.DefaultKeepaliveTime,
+			Timeout:           transport.DefaultKeepaliveTimeout,
+		}),
+		grpc.MaxConcurrentStreams(grpcMaxStreams),
+	}
+	if w.authn != nil {
+		opts = append(opts, grpc.ChainUnaryInterceptor(unauthenticatedHealth(w.authn.UnaryInterceptor())),
+			grpc.ChainStreamInterceptor(unauthenticatedHealthStream(w.authn.StreamInterceptor())))
+	} else {
+		mark := func(ctx context.Context) {
+			if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+				ln.Authenticated(p.Addr.String())
+			}
+		}
+		opts = append(opts,
+			grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+				mark(ctx)
+				return h(ctx, req)
+			}),
+			grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+				mark(ss.Context())
+				return h(srv, ss)
+			}))
+	}
+	rlsSrv, err := rls.New(w.lim)
+	if err != nil {
+		return nil, err
+	}
+	// The public Limiter service only: Peer RPCs here answer Unimplemented.
+	var tlsCfg = w.sec.TLS
+	if w.authn == nil {
+		tlsCfg = nil
+	}
+	srv := transport.NewLimiterServer(transport.ServerConfig{TLS: tlsCfg, MaxKeyLen: w.nc.MaxKeyLen, ServerOptions: opts, Descriptors: w.desc}, w.chk)
+	ratelimitv3.RegisterRateLimitServiceServer(srv.GRPCServer(), rlsSrv)
+	d.startHealth(srv.GRPCServer())
+	return grpcServer{srv}, nil
+}
+
+// markAuthenticated marks a connection authenticated at its first request:
+// for doors without credentials (admin, insecure mode) a request is what a
+// credential is elsewhere.
+func markAuthenticated(ln *door.Listener, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ln.Authenticated(r.RemoteAddr)
+		h.ServeHTTP(w, r)
+	})
+}
+
+func newHTTPServer(h http.Handler, idle time.Duration, logger *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       idle,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// httpServer serves HTTP, over TLS when the server has a TLS configuration.
+type httpServer struct{ srv *http.Server }
+
+func (s httpServer) Serve(ln net.Listener) error {
+	var err error
+	if s.srv.TLSConfig != nil {
+		err = s.srv.ServeTLS(ln, "", "")
+	} else {
+		err = s.srv.Serve(ln)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+func (s httpServer) Shutdown(ctx context.Context) error {
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		_ = s.srv.Close()
+	}
+	return err
+}
+
+// grpcServer stops gracefully until ctx ends, then at once.
+type grpcServer struct{ srv *transport.Server }
+
+func (s grpcServer) Serve(ln net.Listener) error {
+	if err := s.srv.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return err
+	}
+	return nil
+}
+
+func (s grpcServer) Shutdown(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { s.srv.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.srv.Stop()
+		<-done
+		return nil
+	}
+}
+
+// respServer closes every connection at Shutdown (a RESP command in flight
+// is not waited for).
+type respServer struct{ srv *resp.Server }
+
+func (s respServer) Serve(ln net.Listener) error    { return s.srv.Serve(ln) }
+func (s respServer) Shutdown(context.Context) error { return s.srv.Close() }
