@@ -147,6 +147,8 @@ type Pool struct {
 	unauth *list.List // of *Conn not yet authenticated, oldest first
 	conns  map[connKey]*Conn
 
+	accepted atomic.Int64
+
 	open   *prometheus.GaugeVec
 	closed *prometheus.CounterVec
 }
@@ -191,6 +193,10 @@ func NewPool(lim Limits, nofile uint64, reg prometheus.Registerer, name string) 
 
 // Limits returns the pool's limits with the defaults applied.
 func (p *Pool) Limits() Limits { return p.lim }
+
+// Accepted returns how many connections the pool's listeners took from the
+// kernel so far, admitted or not.
+func (p *Pool) Accepted() int64 { return p.accepted.Load() }
 
 // Open returns the connections open on every listener of the pool.
 func (p *Pool) Open() int {
@@ -314,6 +320,7 @@ func ipKey(addr net.Addr) string {
 
 // admit decides on nc: the admitted *Conn, or nil after closing nc.
 func (p *Pool) admit(door string, nc net.Conn) *Conn {
+	p.accepted.Add(1)
 	ip := ipKey(nc.RemoteAddr())
 	c := &Conn{Conn: nc, pool: p, key: connKey{door, nc.RemoteAddr().String()}, ip: ip}
 	var evict *Conn

@@ -1,0 +1,281 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/door"
+	pb "github.com/ringlimit/ringlimit/transport/ringlimitv1"
+)
+
+// rssBytes returns this process's resident set size (VmRSS of /proc/self/status).
+func rssBytes(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skipf("no /proc/self/status (not Linux): %v", err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatalf("VmRSS %q: %v", v, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS in /proc/self/status")
+	return 0
+}
+
+// memory is what the flood test bounds: the process's RSS, or under the race
+// detector (whose shadow memory is several times the heap) the Go runtime's
+// heap and stacks in use.
+func memory(t *testing.T) int64 {
+	t.Helper()
+	runtime.GC()
+	if raceEnabled {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapInuse + ms.StackInuse)
+	}
+	return rssBytes(t)
+}
+
+// fdBudget raises RLIMIT_NOFILE's soft limit to the hard one (the Go runtime
+// already does at start) and returns it.
+func fdBudget(t *testing.T) int {
+	t.Helper()
+	var r syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
+		t.Skipf("getrlimit: %v", err)
+	}
+	if r.Cur < r.Max {
+		r.Cur = r.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
+			t.Logf("setrlimit: %v", err)
+		}
+		_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r)
+	}
+	return int(min(r.Cur, 1<<20))
+}
+
+// flood opens n TCP connections to addr that send nothing, spread over source
+// addresses 127.0.1.1, 127.0.1.2, ... (perIP each), and returns them once the
+// daemon has taken them all from its accept queue (a connection made after
+// the flood would otherwise wait behind the whole backlog, as on any server
+// during the flood's first seconds). A connection the server refuses is still
+// counted: the attacker holds it.
+func flood(t *testing.T, pool *door.Pool, addr string, n, perIP int) []net.Conn {
+	t.Helper()
+	want := pool.Accepted() + int64(n)
+	defer waitUntil(t, 60*time.Second, "the flood accepted", func() bool { return pool.Accepted() >= want })
+	conns := make([]net.Conn, 0, n)
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	for i := range n {
+		ip := net.IPv4(127, 0, byte(1+i/perIP/250), byte(1+(i/perIP)%250))
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}, Timeout: 5 * time.Second}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("flood connection %d of %d from %v: %v", i, n, ip, err)
+		}
+		conns = append(conns, c)
+	}
+	return conns
+}
+
+// within runs f and fails the test unless it returns nil within 1 s.
+func within(t *testing.T, what string, f func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := f(ctx); err != nil {
+		t.Errorf("%s during the flood: %v (after %v), want an answer within 1s", what, err, time.Since(start))
+	}
+}
+
+func readyz(d *Daemon) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, "GET", "http://"+d.AdminAddr()+"/readyz", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := (&http.Transport{DisableKeepAlives: true}).RoundTrip(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("/readyz: %s", resp.Status)
+		}
+		return nil
+	}
+}
+
+// TestDoorsUnderConnectionFlood: idle connections that never send a byte and
+// unfinished maximal RESP commands from unauthenticated sources neither shut
+// authenticated clients out (one connected before the flood, one that
+// connects during it) nor grow the daemon's memory past 200 MB, and /readyz
+// answers throughout; then the same for raw connections on the client gRPC
+// port.
+//
+// The attack counts are 10,000 (RESP) and 20,000 (gRPC) when the fd limit
+// allows: this process holds both ends of every connection, so each count is
+// capped at what the limit leaves once the daemon's cap (--max-conns 3000)
+// is counted; any count above that cap exercises the same path (the pool is
+// full and evicts the oldest unauthenticated connection).
+func TestDoorsUnderConnectionFlood(t *testing.T) {
+	const maxConns = 3000
+	budget := fdBudget(t) - maxConns - 1500 // the daemon's own files, the test's clients
+	if budget < 2*maxConns {
+		t.Skipf("RLIMIT_NOFILE %d leaves %d descriptors for the attack, need %d", fdBudget(t), budget, 2*maxConns)
+	}
+	p := newTestPKI(t)
+	d := startDaemon(t, testConfig(t, p, "flooded", "--redis-port", "0",
+		"--max-conns", strconv.Itoa(maxConns), "--max-conns-per-ip", "1000", "--auth-timeout", "1m"))
+	ctx := context.Background()
+
+	// Connected and authenticated before the flood.
+	before := redis.NewClient(&redis.Options{Addr: d.RedisAddr(), TLSConfig: p.anonTLS, Password: testToken, PoolSize: 1, MaxRetries: -1})
+	defer before.Close()
+	throttle := func(c *redis.Client) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			r, err := c.Do(ctx, "CL.THROTTLE", "flood:key", "1000", "1000", "60").Int64Slice()
+			if err == nil && (len(r) != 5 || r[0] != 0) {
+				err = fmt.Errorf("CL.THROTTLE: got %v, want allowed", r)
+			}
+			return err
+		}
+	}
+	if err := throttle(before)(ctx); err != nil {
+		t.Fatal(err)
+	}
+	gconn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(credentials.NewTLS(p.anonTLS)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gconn.Close()
+	grpcCheck := func(c *grpc.ClientConn) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+testToken)
+			_, err := pb.NewLimiterClient(c).Check(ctx, &pb.CheckRequest{Check: &pb.Check{
+				Key: []byte("flood:grpc"), Algorithm: pb.Algorithm_ALGORITHM_GCRA, Limit: 1000, PeriodNs: int64(time.Second), Hits: 1}})
+			return err
+		}
+	}
+	if err := grpcCheck(gconn)(ctx); err != nil {
+		t.Fatal(err)
+	}
+	idle := memory(t)
+
+	// RESP: 10 unfinished maximal commands (1,024 arguments of 64 KiB
+	// announced; 1 MiB sent each), then the idle connections.
+	var wg sync.WaitGroup
+	for i := range 10 {
+		c, err := tls.DialWithDialer(&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 2, byte(1+i))}}, "tcp", d.RedisAddr(), p.anonTLS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		wg.Go(func() {
+			c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+			w := bufio.NewWriter(c)
+			fmt.Fprintf(w, "*1024\r\n$65536\r\n")
+			chunk := strings.Repeat("x", 64<<10)
+			for range 16 {
+				if _, err := w.WriteString(chunk); err != nil {
+					return // closed by the server: the bound works
+				}
+			}
+			w.Flush()
+		})
+	}
+	wg.Wait()
+	nResp := min(10000, budget)
+	conns := flood(t, d.ClientPool(), d.RedisAddr(), nResp, 1000)
+	t.Logf("RESP: %d idle connections, 10 unfinished commands; open on the client doors: %d (cap %d)", len(conns), d.ClientPool().Open(), maxConns)
+	within(t, "CL.THROTTLE on a connection authenticated before", throttle(before))
+	during := redis.NewClient(&redis.Options{Addr: d.RedisAddr(), TLSConfig: p.anonTLS, Password: testToken, PoolSize: 1, MaxRetries: -1,
+		DialTimeout: time.Second, ReadTimeout: time.Second})
+	defer during.Close()
+	within(t, "CL.THROTTLE on a new authenticated connection", throttle(during))
+	within(t, "GET /readyz", readyz(d))
+	if grown := memory(t) - idle; grown > 200<<20 {
+		t.Errorf("memory grew %d MB under the RESP flood, want under 200 MB (race detector: %v)", grown>>20, raceEnabled)
+	} else {
+		t.Logf("memory grew %d MB under the RESP flood (race detector: %v)", grown>>20, raceEnabled)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+
+	// gRPC: raw connections, no TLS byte.
+	nGRPC := min(20000, budget)
+	conns = flood(t, d.ClientPool(), d.GRPCAddr(), nGRPC, 1000)
+	t.Logf("gRPC: %d raw connections; open on the client doors: %d (cap %d)", len(conns), d.ClientPool().Open(), maxConns)
+	within(t, "gRPC Check on a connection authenticated before", grpcCheck(gconn))
+	gnew, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(credentials.NewTLS(p.anonTLS)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gnew.Close()
+	within(t, "gRPC Check on a new connection", grpcCheck(gnew))
+	within(t, "GET /readyz", readyz(d))
+	if grown := memory(t) - idle; grown > 200<<20 {
+		t.Errorf("memory grew %d MB under the gRPC flood, want under 200 MB (race detector: %v)", grown>>20, raceEnabled)
+	} else {
+		t.Logf("memory grew %d MB under the gRPC flood (race detector: %v)", grown>>20, raceEnabled)
+	}
+}
+
+// TestHTTP401ClosesConnection: an unauthenticated HTTP/1.1 keep-alive
+// connection is closed right after its 401 (it used to stay open for the
+// 2-minute idle timeout).
+func TestHTTP401ClosesConnection(t *testing.T) {
+	t.Parallel()
+	p := newTestPKI(t)
+	d := startDaemon(t, testConfig(t, p, "http401"))
+	c, err := tls.Dial("tcp", d.HTTPAddr(), p.anonTLS.Clone())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "GET /v1/members HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("status: got %d, want 401", resp.StatusCode)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Errorf("after the 401: got %v, want EOF (connection closed by the server)", err)
+	}
+}
