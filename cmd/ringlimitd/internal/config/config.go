@@ -39,7 +39,7 @@ import (
 var ErrInvalid = errors.New("config: invalid")
 
 // ErrInsecure is returned, wrapping ErrInvalid, when the secure-mode material
-// (--certs-dir, --gossip-key-file) is missing and --insecure is not set, or
+// (--certs-dir or the --tls-*-file flags, --gossip-key-file) is missing and --insecure is not set, or
 // when --insecure is set together with any of it.
 var ErrInsecure = fmt.Errorf("%w: security", ErrInvalid)
 
@@ -105,7 +105,10 @@ type Config struct {
 	// --insecure). Default -1: off; 0 picks a free port.
 	RedisPort int
 	// Join lists the seeds' gossip addresses, "host:port" or "host" for port 7946
-	// (--join, comma-separated). Default none: a cluster of one until others join.
+	// (--join, comma-separated). A host name is resolved again at every join
+	// attempt (start and every RejoinInterval) and each of its addresses is
+	// joined: a Kubernetes headless Service's name lists the members of the
+	// moment. Default none: a cluster of one until others join.
 	Join []string
 	// ClusterLabel keeps clusters sharing a network apart (--cluster-label).
 	// Default "ringlimit".
@@ -123,8 +126,17 @@ type Config struct {
 	// certificate, naming NodeName; `ringlimit cert create-node`) and node.key.
 	// The peer port uses them for mutual TLS; the gRPC and HTTP client ports
 	// serve node.crt and verify client certificates against ca.crt. Required
-	// unless Insecure.
+	// unless Insecure or all three of TLSCAFile, TLSCertFile and TLSKeyFile are
+	// set.
 	CertsDir string
+	// TLSCAFile, TLSCertFile and TLSKeyFile name the cluster CA bundle (PEM,
+	// one or more CA certificates), this member's certificate and its key one
+	// by one (--tls-ca-file, --tls-cert-file, --tls-key-file), each replacing
+	// the file of that role in CertsDir. They take cert-manager's layout as it
+	// is: ca.crt, tls.crt and tls.key, possibly from two mounts (the
+	// certificate from a per-pod volume, the CA bundle from a Secret). Default
+	// empty: the files in CertsDir. Not allowed with Insecure.
+	TLSCAFile, TLSCertFile, TLSKeyFile string
 	// ClientTokenFile names a file of bearer tokens accepted on the client
 	// ports besides client certificates (--client-token-file): one token per
 	// line, optionally "token,name" (see auth.ParseTokens). Default empty: client
@@ -249,10 +261,13 @@ func (c *Config) Register(fs *pflag.FlagSet) {
 	fs.IntVar(&c.HTTPPort, "http-port", c.HTTPPort, "HTTP client API port: POST /v1/check, GET /v1/members; HTTPS + client certificate or bearer token unless --insecure (0 = any free port)")
 	fs.IntVar(&c.RedisPort, "redis-port", c.RedisPort, "Redis-protocol port (CL.THROTTLE); TLS + AUTH <client token> unless --insecure (-1 = off, 0 = any free port)")
 	fs.IntVar(&c.AdminPort, "admin-port", c.AdminPort, "read-only admin HTTP port: GET /metrics, /healthz, /readyz; no authentication (0 = any free port)")
-	fs.StringSliceVar(&c.Join, "join", c.Join, "comma-separated seed gossip addresses host[:port]")
+	fs.StringSliceVar(&c.Join, "join", c.Join, "comma-separated seed gossip addresses host[:port]; a name is resolved again at every rejoin (a headless Service's name)")
 	fs.StringVar(&c.ClusterLabel, "cluster-label", c.ClusterLabel, "cluster label; gossip from another label is dropped")
 	fs.StringVar(&c.GossipKeyFile, "gossip-key-file", c.GossipKeyFile, "file with the gossip encryption key: base64 or raw, 16/24/32 bytes (required unless --insecure)")
-	fs.StringVar(&c.CertsDir, "certs-dir", c.CertsDir, "directory with ca.crt, node.crt and node.key, made by 'ringlimit cert' (required unless --insecure)")
+	fs.StringVar(&c.CertsDir, "certs-dir", c.CertsDir, "directory with ca.crt, node.crt and node.key, made by 'ringlimit cert' (required unless --insecure or all three --tls-*-file flags are set)")
+	fs.StringVar(&c.TLSCAFile, "tls-ca-file", c.TLSCAFile, "cluster CA bundle (PEM), instead of ca.crt in --certs-dir; cert-manager's ca.crt")
+	fs.StringVar(&c.TLSCertFile, "tls-cert-file", c.TLSCertFile, "this member's certificate, instead of node.crt in --certs-dir; cert-manager's tls.crt")
+	fs.StringVar(&c.TLSKeyFile, "tls-key-file", c.TLSKeyFile, "this member's private key, instead of node.key in --certs-dir; cert-manager's tls.key")
 	fs.StringVar(&c.ClientTokenFile, "client-token-file", c.ClientTokenFile, "file of bearer tokens accepted on the client ports besides client certificates: one \"token[,name]\" per line")
 	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "no TLS and no authentication on any port (gossip encrypted only with --gossip-key-file): for a laptop, never a deployment")
 	fs.StringVar(&c.OwnerUnreachable, "owner-unreachable", c.OwnerUnreachable, "policy when a key's owner and its backup are unreachable: local (this node's share of the limit), fail-open or fail-closed")
@@ -443,7 +458,10 @@ func (c *Config) Validate() error {
 // which was meant?). Insecure with a gossip key is allowed, as node allows it:
 // gossip stays encrypted, everything else is open.
 func (c *Config) validateSecurity() error {
-	set := []struct{ flag, v string }{{"certs-dir", c.CertsDir}, {"gossip-key-file", c.GossipKeyFile}, {"client-token-file", c.ClientTokenFile}}
+	set := []struct{ flag, v string }{
+		{"certs-dir", c.CertsDir}, {"gossip-key-file", c.GossipKeyFile}, {"client-token-file", c.ClientTokenFile},
+		{"tls-ca-file", c.TLSCAFile}, {"tls-cert-file", c.TLSCertFile}, {"tls-key-file", c.TLSKeyFile},
+	}
 	for _, f := range set {
 		if c.Insecure && f.v != "" && f.flag != "gossip-key-file" {
 			return fmt.Errorf("%w: --insecure with --%s: drop one or the other", ErrInsecure, f.flag)
@@ -452,15 +470,30 @@ func (c *Config) validateSecurity() error {
 	if c.Insecure {
 		return nil
 	}
-	var missing []string
-	for _, f := range set[:2] {
-		if f.v == "" {
-			missing = append(missing, "--"+f.flag+" ("+EnvName(f.flag)+")")
+	files := set[3:]
+	var given, absent []string
+	for _, f := range files {
+		if f.v != "" {
+			given = append(given, "--"+f.flag)
+		} else {
+			absent = append(absent, "--"+f.flag)
 		}
+	}
+	var missing []string
+	switch {
+	case c.CertsDir != "" || len(absent) == 0:
+	case len(given) == 0:
+		missing = append(missing, "--certs-dir ("+EnvName("certs-dir")+")")
+	default:
+		return fmt.Errorf("%w: %s without --certs-dir needs %s too", ErrInsecure, strings.Join(given, ", "), strings.Join(absent, " and "))
+	}
+	if c.GossipKeyFile == "" {
+		missing = append(missing, "--gossip-key-file ("+EnvName("gossip-key-file")+")")
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("%w: ringlimitd runs secure unless told otherwise and needs %s; create the material with "+
-			"`ringlimit cert create-ca`, `create-node`, `create-gossip-key`, or pass --insecure (no TLS, no authentication: laptops only)",
+			"`ringlimit cert create-ca`, `create-node`, `create-gossip-key` (or give cert-manager's ca.crt, tls.crt and tls.key "+
+			"with --tls-ca-file, --tls-cert-file and --tls-key-file), or pass --insecure (no TLS, no authentication: laptops only)",
 			ErrInsecure, strings.Join(missing, " and "))
 	}
 	return nil
@@ -545,8 +578,9 @@ func (c *Config) NodeConfig(logger *slog.Logger, metrics node.Metrics) (node.Con
 	nc.Insecure = c.Insecure
 	nc.Join = append([]string(nil), c.Join...)
 	nc.ClusterLabel = c.ClusterLabel
-	if c.CertsDir != "" {
-		nc.TLSCAFile, nc.TLSCertFile, nc.TLSKeyFile = c.certFiles()
+	if !c.Insecure {
+		ca, cert, key := c.certFiles()
+		nc.TLSCAFile, nc.TLSCertFile, nc.TLSKeyFile = ca.path, cert.path, key.path
 	}
 	nc.OwnerUnreachable = policy
 	if nc.Replication, err = node.ParseReplication(c.Replication); err != nil {
@@ -570,9 +604,19 @@ func (c *Config) NodeConfig(logger *slog.Logger, metrics node.Metrics) (node.Con
 	return nc, nil
 }
 
-// certFiles returns the paths of ca.crt, node.crt and node.key in CertsDir.
-func (c *Config) certFiles() (ca, cert, key string) {
-	return filepath.Join(c.CertsDir, CACertFile), filepath.Join(c.CertsDir, NodeCertFile), filepath.Join(c.CertsDir, NodeKeyFile)
+// tlsFile is one TLS file and the flag it comes from.
+type tlsFile struct{ path, flag string }
+
+// certFiles returns the CA bundle, the member certificate and its key: each
+// file flag when set, else its file in CertsDir.
+func (c *Config) certFiles() (ca, cert, key tlsFile) {
+	pick := func(v, flag, name string) tlsFile {
+		if v != "" {
+			return tlsFile{v, "--" + flag}
+		}
+		return tlsFile{filepath.Join(c.CertsDir, name), "--certs-dir"}
+	}
+	return pick(c.TLSCAFile, "tls-ca-file", CACertFile), pick(c.TLSCertFile, "tls-cert-file", NodeCertFile), pick(c.TLSKeyFile, "tls-key-file", NodeKeyFile)
 }
 
 // Security is what the client listeners need in secure mode.
@@ -583,12 +627,15 @@ type Security struct {
 	TLS *tls.Config
 	// Tokens are the bearer tokens of ClientTokenFile; nil when unset.
 	Tokens *auth.Tokens
-	// Warnings name secret files that group or others may read (node.key, the
-	// token file): the daemon logs them at WARN. `ringlimit cert` writes 0600.
+	// Warnings name secret files that others, or a group this process is not
+	// in, may read (node.key, the token file): the daemon logs them at WARN.
+	// `ringlimit cert` writes 0600; a Kubernetes volume's 0440 owned by the
+	// pod's fsGroup is not warned about.
 	Warnings []string
 }
 
-// Security reads the TLS material of CertsDir and the token file. It returns
+// Security reads the TLS material (CertsDir, or the files of the --tls-*-file
+// flags) and the token file. It returns
 // the zero Security when Insecure. Errors wrap ErrInvalid and name the file.
 func (c *Config) Security() (Security, error) {
 	if c.Insecure {
@@ -596,30 +643,31 @@ func (c *Config) Security() (Security, error) {
 	}
 	caFile, certFile, keyFile := c.certFiles()
 	var pems [3][]byte
-	for i, f := range []string{caFile, certFile, keyFile} {
-		b, err := os.ReadFile(f)
+	for i, f := range []tlsFile{caFile, certFile, keyFile} {
+		b, err := os.ReadFile(f.path)
 		if err != nil {
-			return Security{}, fmt.Errorf("%w: --certs-dir: %v", ErrInvalid, err)
+			return Security{}, fmt.Errorf("%w: %s: %v", ErrInvalid, f.flag, err)
 		}
 		pems[i] = b
 	}
 	cfg, err := pki.ServerTLS(pems[0], pems[1], pems[2])
 	if err != nil {
-		return Security{}, fmt.Errorf("%w: --certs-dir %s: %w", ErrInvalid, c.CertsDir, err)
+		return Security{}, fmt.Errorf("%w: %s, %s, %s: %w", ErrInvalid, caFile.path, certFile.path, keyFile.path, err)
 	}
 	if cert, err := pki.ParseCertificate(pems[1]); err == nil {
 		if name, ok := pki.MemberName(cert); !ok || name != c.NodeName {
-			return Security{}, fmt.Errorf("%w: --certs-dir %s: node.crt names member %q, not --node-name %q (make it with `ringlimit cert create-node %s`)",
-				ErrInvalid, c.CertsDir, name, c.NodeName, c.NodeName)
+			return Security{}, fmt.Errorf("%w: %s %s: %s names member %q, not --node-name %q (make it with `ringlimit cert create-node %s`, "+
+				"or issue it with the URI SAN %s://%s/%s and the server auth and client auth usages)",
+				ErrInvalid, certFile.flag, certFile.path, filepath.Base(certFile.path), name, c.NodeName, c.NodeName, pki.Scheme, pki.MemberHost, c.NodeName)
 		}
 	}
 	sec := Security{TLS: cfg}
-	secrets := []string{keyFile}
+	secrets := []string{keyFile.path}
 	if c.ClientTokenFile != "" {
 		secrets = append(secrets, c.ClientTokenFile)
 	}
 	for _, f := range secrets {
-		if fi, err := os.Stat(f); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		if fi, err := os.Stat(f); err == nil && tooOpen(fi) {
 			sec.Warnings = append(sec.Warnings, fmt.Sprintf("%s is readable by group or others (mode %v): chmod 600 it", f, fi.Mode().Perm()))
 		}
 	}

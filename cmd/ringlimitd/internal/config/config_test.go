@@ -74,6 +74,12 @@ func TestSecureByDefault(t *testing.T) {
 		{nil, map[string]string{"RINGLIMIT_INSECURE": "true"}, ""},
 		{[]string{"--insecure", "--certs-dir", "c"}, nil, "--insecure with --certs-dir"},
 		{[]string{"--insecure", "--client-token-file", "t"}, nil, "--insecure with --client-token-file"},
+		// cert-manager's layout, file by file, or one file replacing its --certs-dir one.
+		{[]string{"--tls-ca-file", "ca.crt", "--tls-cert-file", "tls.crt", "--tls-key-file", "tls.key", "--gossip-key-file", "k"}, nil, ""},
+		{[]string{"--certs-dir", "c", "--tls-ca-file", "bundle.crt", "--gossip-key-file", "k"}, nil, ""},
+		{[]string{"--tls-cert-file", "tls.crt", "--gossip-key-file", "k"}, nil, "--tls-cert-file without --certs-dir needs --tls-ca-file and --tls-key-file too"},
+		{nil, map[string]string{"RINGLIMIT_TLS_CERT_FILE": "t", "RINGLIMIT_TLS_KEY_FILE": "k"}, "needs --tls-ca-file too"},
+		{[]string{"--insecure", "--tls-ca-file", "ca.crt"}, nil, "--insecure with --tls-ca-file"},
 		// Insecure with a gossip key: encrypted gossip, nothing else (node allows it too).
 		{[]string{"--gossip-key-file", "k"}, map[string]string{"RINGLIMIT_INSECURE": "1"}, ""},
 	}
@@ -156,7 +162,7 @@ func TestInvalid(t *testing.T) {
 		{"bad seed", []string{"--join", "http://a:1"}, nil, "--join"},
 		{"empty seed host", []string{"--join", ":7946"}, nil, "empty host"},
 		{"empty label", []string{"--cluster-label="}, nil, "--cluster-label"},
-		{"old tls flag", []string{"--tls-cert-file", "c.pem"}, nil, "unknown flag: --tls-cert-file"},
+		{"tls file when insecure", []string{"--tls-cert-file", "c.pem"}, nil, "--insecure with --tls-cert-file"},
 		{"peer on grpc", []string{"--peer-port", "8081"}, nil, "--grpc-port and --peer-port are both 8081"},
 		{"policy", nil, map[string]string{"RINGLIMIT_OWNER_UNREACHABLE": "fail-sometimes"}, `--owner-unreachable (RINGLIMIT_OWNER_UNREACHABLE) = "fail-sometimes"`},
 		{"replication", []string{"--replication", "eventually"}, nil, `--replication (RINGLIMIT_REPLICATION) = "eventually"`},
@@ -339,5 +345,67 @@ func TestSecurityFiles(t *testing.T) {
 	}
 	if sec, err := (&Config{Insecure: true}).Security(); err != nil || sec.TLS != nil {
 		t.Errorf("insecure: got %+v, %v; want nothing", sec, err)
+	}
+}
+
+// TestSecurityCertManagerLayout reads cert-manager's file names from two
+// mounts, as the Kubernetes manifests give them: tls.crt and tls.key from the
+// member's volume, ca.crt from the trust bundle's; node.Config gets the same
+// paths.
+func TestSecurityCertManagerLayout(t *testing.T) {
+	t.Parallel()
+	ca, err := node.NewTestCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := ca.NodePEM("ringlimit-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsDir, trustDir := t.TempDir(), t.TempDir()
+	files := map[string][]byte{filepath.Join(tlsDir, "tls.crt"): cert, filepath.Join(tlsDir, "tls.key"): key, filepath.Join(trustDir, "ca.crt"): ca.CertPEM}
+	for p, b := range files {
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keyFile := filepath.Join(tlsDir, "tls.key")
+	// Readable by this process's own group, as a volume owned by the pod's
+	// fsGroup is: no warning (it could not be chmod-ed there anyway).
+	if err := os.Chmod(keyFile, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"RINGLIMIT_NODE_NAME":       "ringlimit-0",
+		"RINGLIMIT_TLS_CA_FILE":     filepath.Join(trustDir, "ca.crt"),
+		"RINGLIMIT_TLS_CERT_FILE":   filepath.Join(tlsDir, "tls.crt"),
+		"RINGLIMIT_TLS_KEY_FILE":    keyFile,
+		"RINGLIMIT_GOSSIP_KEY_FILE": "unused-here",
+	}
+	c, err := Load(nil, envOnly(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sec, err := c.Security(); err != nil || sec.TLS == nil || len(sec.Warnings) != 0 {
+		t.Fatalf("Security: got %+v, %v; want TLS and no warning", sec, err)
+	}
+	if err := os.Chmod(keyFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if sec, err := c.Security(); err != nil || len(sec.Warnings) != 1 {
+		t.Fatalf("tls.key 0644: got %v, %v; want one warning", sec.Warnings, err)
+	}
+	c.GossipKeyFile = ""
+	nc, err := c.NodeConfig(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nc.TLSCAFile != env["RINGLIMIT_TLS_CA_FILE"] || nc.TLSCertFile != env["RINGLIMIT_TLS_CERT_FILE"] || nc.TLSKeyFile != keyFile {
+		t.Errorf("node.Config files: got %q, %q, %q; want the three flags' files", nc.TLSCAFile, nc.TLSCertFile, nc.TLSKeyFile)
+	}
+	c.NodeName = "ringlimit-1"
+	if _, err := c.Security(); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `--tls-cert-file`) ||
+		!strings.Contains(err.Error(), `tls.crt names member "ringlimit-0", not --node-name "ringlimit-1"`) {
+		t.Errorf("certificate of another member: got %v, want the refusal to name --tls-cert-file and tls.crt", err)
 	}
 }

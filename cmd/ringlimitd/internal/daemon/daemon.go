@@ -116,7 +116,8 @@ func newRootCommand(ctx context.Context, lookupEnv func(string) (string, bool), 
   POST /v1/check {"key"|"key_base64","algorithm","limit","period"|"period_ns","burst","hits","created_at_unix_ns"}
 
 It runs secure unless --insecure: --certs-dir (ca.crt, node.crt, node.key; made
-by 'ringlimit cert') and --gossip-key-file are required, and callers present a
+by 'ringlimit cert') or --tls-ca-file, --tls-cert-file and --tls-key-file
+(cert-manager's ca.crt, tls.crt, tls.key), and --gossip-key-file are required, and callers present a
 client certificate (ringlimit cert create-client) or a token listed in
 --client-token-file. --insecure turns every one of those checks off.
 
