@@ -31,7 +31,7 @@ $(CERTS)/ringlimit-3/node.crt:
 	bin/ringlimit cert create-ca --certs-dir $(CERTS) --ca-key $(CA_KEY)
 	bin/ringlimit cert create-client root --certs-dir $(CERTS) --ca-key $(CA_KEY)
 	bin/ringlimit cert create-gossip-key --certs-dir $(CERTS)
-	umask 077 && printf '%s,operator\n' "$$(head -c 24 /dev/urandom | base64 | tr -d '/+=')" > $(CERTS)/tokens
+	bin/ringlimit cert create-token operator --certs-dir $(CERTS)
 	for n in $(NODES); do \
 	  mkdir -p $(CERTS)/$$n && \
 	  cp -p $(CERTS)/ca.crt $(CERTS)/gossip.key $(CERTS)/tokens $(CERTS)/client.root.crt $(CERTS)/client.root.key $(CERTS)/$$n/ && \
@@ -39,7 +39,12 @@ $(CERTS)/ringlimit-3/node.crt:
 	done
 
 up: docker certs ## start the secure three-node cluster (HTTPS 127.0.0.1:18080-18082, gRPC 127.0.0.1:18091-18093, admin 127.0.0.1:18101-18103)
-	RINGLIMIT_IMAGE=$(IMAGE) RINGLIMIT_CERTS=$(abspath $(CERTS)) RINGLIMIT_UID=$$(id -u) RINGLIMIT_GID=$$(id -g) $(COMPOSE) -p $(PROJECT) up -d
+	@# The nodes never run as root: as root, they run as the image's user
+	@# 65532, which is given the node directories (the keys are 0600).
+	@uid=$$(id -u); gid=$$(id -g); \
+	if [ "$$uid" = 0 ]; then uid=65532; gid=65532; chown -R $$uid:$$gid $(addprefix $(CERTS)/,$(NODES)); fi; \
+	echo "starting the nodes as user $$uid:$$gid"; \
+	RINGLIMIT_IMAGE=$(IMAGE) RINGLIMIT_CERTS=$(abspath $(CERTS)) RINGLIMIT_UID=$$uid RINGLIMIT_GID=$$gid $(COMPOSE) -p $(PROJECT) up -d
 	@echo "try: bin/ringlimit check user:1 --addr 127.0.0.1:18091 --certs-dir $(CERTS)"
 	@echo ' or: redis-cli -p 18111 --tls --cacert $(CERTS)/ca.crt -a "$$(cut -d, -f1 $(CERTS)/tokens)" --no-auth-warning CL.THROTTLE user123 15 30 60'
 	@echo " or: curl -s --cacert $(CERTS)/ca.crt --cert $(CERTS)/client.root.crt --key $(CERTS)/client.root.key -d '{\"key\":\"k\",\"algorithm\":\"gcra\",\"limit\":10,\"period\":\"1m\",\"burst\":5}' https://127.0.0.1:18080/v1/check"

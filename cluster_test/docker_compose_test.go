@@ -49,6 +49,8 @@ type composeCluster struct {
 	certs   string            // directory of the per-node certs directories
 	caKey   string            // the CA key (never mounted)
 	client  *http.Client      // HTTPS with the client certificate "root"
+	uid     int               // user the containers run as (never root)
+	gid     int               // its group
 }
 
 // on returns a copy of c reporting to t (a subtest); the port maps are shared.
@@ -274,7 +276,7 @@ func (c *composeCluster) ports(service string) {
 }
 
 // dockerToken is the client token the docker test writes into certs/tokens.
-const dockerToken = "docker-test-token-0123456789"
+const dockerToken = "dkr-Pw3Nq8Zx5Lt2Rk7Vm9Bc4Hj"
 
 // port returns the 127.0.0.1 host address published for a container port.
 func (c *composeCluster) port(service string, port int) string {

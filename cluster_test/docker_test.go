@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"fmt"
+	"io/fs"
 	"maps"
 	"math/rand/v2"
 	"net"
@@ -77,8 +78,10 @@ func TestDockerCompose(t *testing.T) {
 	c.client = dockerMakeCerts(t, c.bin, c.certs, c.caKey, dockerServices()...)
 
 	c.subnet = dockerFreeSubnet(t, os.Getpid())
+	c.uid, c.gid = dockerNonRoot(t, c.certs)
+	// Caller timestamps are off in docker-compose.yml; the replay needs them.
 	c.env = []string{"RINGLIMIT_IMAGE=" + c.image, "RINGLIMIT_SUBNET=" + c.subnet, "RINGLIMIT_CERTS=" + c.certs,
-		fmt.Sprintf("RINGLIMIT_UID=%d", os.Getuid()), fmt.Sprintf("RINGLIMIT_GID=%d", os.Getgid())}
+		fmt.Sprintf("RINGLIMIT_UID=%d", c.uid), fmt.Sprintf("RINGLIMIT_GID=%d", c.gid), "RINGLIMIT_ACCEPT_CALLER_TIMESTAMPS=true"}
 	for i := 1; i <= 3; i++ { // empty: Docker picks free host ports
 		c.env = append(c.env, fmt.Sprintf("RINGLIMIT_HOST_HTTP_%d=", i), fmt.Sprintf("RINGLIMIT_HOST_GRPC_%d=", i), fmt.Sprintf("RINGLIMIT_HOST_ADMIN_%d=", i),
 			fmt.Sprintf("RINGLIMIT_HOST_REDIS_%d=", i))
@@ -560,9 +563,10 @@ func dockerIntruder(t *testing.T, c *composeCluster) {
 		{"nocert", nocert, []string{"RINGLIMIT_INSECURE=true"}},
 	}
 	for _, in := range intruders {
+		dockerNonRoot(t, in.dir)
 		container := c.project + "-" + in.name
 		args := []string{"run", "-d", "--name", container, "--hostname", in.name, "--network", netName,
-			"--user", fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()), "-v", in.dir + ":/certs:ro",
+			"--user", fmt.Sprintf("%d:%d", c.uid, c.gid), "-v", in.dir + ":/certs:ro",
 			"-e", "RINGLIMIT_GOSSIP_KEY_FILE=/certs/gossip.key", "-e", "RINGLIMIT_CLUSTER_LABEL=ringlimit-compose",
 			"-e", "RINGLIMIT_NODE_NAME=" + in.name, "-e", "RINGLIMIT_JOIN=ringlimit-1:7946,ringlimit-2:7946",
 			"-e", "RINGLIMIT_GOSSIP_PROFILE=fast"}
@@ -625,4 +629,27 @@ func dockerIntruder(t *testing.T, c *composeCluster) {
 	if _, body, err := c.get("ringlimit-1", "/metrics"); err == nil && !strings.Contains(string(body), "\nringlimit_members_refused 2\n") {
 		t.Errorf("ringlimit-1 /metrics lacks ringlimit_members_refused 2")
 	}
+}
+
+// dockerNonRoot returns the user the containers run as, never root: this
+// process's, or when it is root the image's user 65532, which is then given
+// dirs (the key files in them are 0600), as `make up` does.
+func dockerNonRoot(t *testing.T, dirs ...string) (uid, gid int) {
+	t.Helper()
+	if os.Getuid() != 0 {
+		return os.Getuid(), os.Getgid()
+	}
+	const nonRoot = 65532
+	for _, dir := range dirs {
+		err := filepath.WalkDir(dir, func(path string, _ fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Lchown(path, nonRoot, nonRoot)
+		})
+		if err != nil {
+			t.Fatalf("giving %s to user %d: %v", dir, nonRoot, err)
+		}
+	}
+	return nonRoot, nonRoot
 }

@@ -24,6 +24,9 @@ const (
 	nodeCertFile  = "node.crt"
 	nodeKeyFile   = "node.key"
 	gossipKeyFile = "gossip.key"
+	// tokenFile is the client token file create-token writes (ringlimitd
+	// --client-token-file).
+	tokenFile = "tokens"
 )
 
 // Default lifetimes of `ringlimit cert` (CockroachDB's: 10 years for the CA,
@@ -133,6 +136,7 @@ ECDSA P-256 keys (files 0600), X.509 certificates signed by the cluster CA (0644
   ringlimit cert create-node NAME  --certs-dir certs --ca-key safe/ca.key --host 10.0.0.1,node-1.internal
   ringlimit cert create-client NAME --certs-dir certs --ca-key safe/ca.key
   ringlimit cert create-gossip-key --certs-dir certs
+  ringlimit cert create-token NAME --certs-dir certs
 
 A node certificate names its member (URI SAN ringlimit://member/NAME, equal to
 ringlimitd's --node-name) and serves both the peer port and the client ports; a
@@ -141,7 +145,7 @@ client ports and is refused on the peer port. ringlimitd --certs-dir reads
 ca.crt, node.crt and node.key; the CLI's --certs-dir reads ca.crt and
 client.<--user>.crt/.key. Existing files are never replaced unless --overwrite.`,
 	}
-	cmd.AddCommand(newCreateCACmd(), newCreateNodeCmd(), newCreateClientCmd(), newCreateGossipKeyCmd())
+	cmd.AddCommand(newCreateCACmd(), newCreateNodeCmd(), newCreateClientCmd(), newCreateGossipKeyCmd(), newCreateTokenCmd())
 	return cmd
 }
 
@@ -291,6 +295,80 @@ func newCreateGossipKeyCmd() *cobra.Command {
 	}
 	f.register(cmd.Flags(), 0)
 	return cmd
+}
+
+func newCreateTokenCmd() *cobra.Command {
+	var f certFlags
+	cmd := &cobra.Command{
+		Use:   "create-token NAME",
+		Short: "Add a client token (256 random bits) named NAME to the token file tokens (ringlimitd --client-token-file)",
+		Long: `create-token adds a line "token,NAME" to <certs-dir>/tokens (0600, created if
+missing; with --overwrite the file holds only the new token), the format
+ringlimitd --client-token-file reads. The token is 43 characters of base64url
+(256 random bits) and is never printed: give it to the caller from the file
+(cut -d, -f1). NAME names the caller in logs; a NAME already in the file is
+refused.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			if name == "" || strings.ContainsAny(name, ",\n\r") || strings.TrimSpace(name) != name {
+				return fmt.Errorf("token name %q: want a non-empty name without commas, newlines or surrounding spaces", name)
+			}
+			if err := f.prepare(); err != nil {
+				return err
+			}
+			path := filepath.Join(f.certsDir, tokenFile)
+			tok, err := pki.NewToken()
+			if err != nil {
+				return err
+			}
+			line := []byte(tok + "," + name + "\n")
+			old, err := os.ReadFile(path)
+			switch {
+			case errors.Is(err, os.ErrNotExist) || (err == nil && f.overwrite):
+				err = f.write(path, line, true)
+			case err == nil:
+				for l := range strings.SplitSeq(string(old), "\n") {
+					if _, n, ok := strings.Cut(l, ","); ok && strings.TrimSpace(n) == name {
+						return fmt.Errorf("%s already has a token named %q (pass --overwrite to start a new file)", path, name)
+					}
+				}
+				err = appendPrivate(path, old, line)
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote a token named %s to %s (256 random bits; the caller sends it as \"Authorization: Bearer <token>\" or AUTH <token>)\n", name, path)
+			return nil
+		},
+	}
+	f.register(cmd.Flags(), 0)
+	return cmd
+}
+
+// appendPrivate appends line to the file at path, whose content is old,
+// starting a new line if old does not end with one; the file must be private
+// (no group or other access), as ringlimitd warns otherwise.
+func appendPrivate(path string, old, line []byte) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("%s is readable by others (mode %v): chmod 600 it first", path, st.Mode().Perm())
+	}
+	fh, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	if len(old) > 0 && old[len(old)-1] != '\n' {
+		line = append([]byte("\n"), line...)
+	}
+	if _, err := fh.Write(line); err != nil {
+		fh.Close()
+		return err
+	}
+	return fh.Close()
 }
 
 // clientFiles returns the paths of client.<user>.crt and .key in dir.

@@ -263,7 +263,7 @@ type secureDir struct {
 
 func newSecureDir(t *testing.T) *secureDir {
 	t.Helper()
-	s := &secureDir{dir: t.TempDir(), token: "cli-test-token-0123456789"}
+	s := &secureDir{dir: t.TempDir(), token: "cli-Gx4Rt8Lq2Zw7Mk9Vn3Bp6Hc"}
 	s.caKey = filepath.Join(t.TempDir(), "ca.key")
 	nodeDir := filepath.Join(s.dir, "node")
 	for _, args := range [][]string{
@@ -607,5 +607,56 @@ func TestDefaultBurst(t *testing.T) {
 		if def := sub.Flags().Lookup("burst").DefValue; def != "0" {
 			t.Errorf("%s --burst default: got %s, want 0", cmd, def)
 		}
+	}
+}
+
+// TestCertCreateToken: create-token writes "token,NAME" lines of strong
+// tokens to <certs-dir>/tokens (0600), appends, refuses a NAME twice, and
+// never prints a token.
+func TestCertCreateToken(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tokens")
+	for _, name := range []string{"operator", "billing"} {
+		code, stdout, stderr := run(t, Deps{}, "cert", "create-token", name, "--certs-dir", dir)
+		if code != ExitOK {
+			t.Fatalf("create-token %s: exit %d %s", name, code, stderr)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
+			tok, _, _ := strings.Cut(line, ",")
+			if strings.Contains(stdout+stderr, tok) {
+				t.Errorf("create-token printed the token")
+			}
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("tokens: got %d lines, want 2: %q", len(lines), b)
+	}
+	for i, want := range []string{"operator", "billing"} {
+		tok, name, _ := strings.Cut(lines[i], ",")
+		if name != want || len(tok) != 43 || pki.TokenBits(tok) < pki.MinTokenBits {
+			t.Errorf("line %d: name %q, %d characters, %.0f bits; want %s, 43, >= %d", i+1, name, len(tok), pki.TokenBits(tok), want, pki.MinTokenBits)
+		}
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("tokens: mode %v (%v), want 0600", fi.Mode().Perm(), err)
+	}
+	if code, _, stderr := run(t, Deps{}, "cert", "create-token", "billing", "--certs-dir", dir); code != ExitError || !strings.Contains(stderr, `already has a token named "billing"`) {
+		t.Errorf("create-token billing again: exit %d %q, want refused", code, stderr)
+	}
+	if code, _, _ := run(t, Deps{}, "cert", "create-token", "billing", "--certs-dir", dir, "--overwrite"); code != ExitOK {
+		t.Errorf("--overwrite: exit %d, want 0", code)
+	}
+	if b, _ := os.ReadFile(path); strings.Count(string(b), "\n") != 1 {
+		t.Errorf("after --overwrite: %d lines, want 1", strings.Count(string(b), "\n"))
 	}
 }

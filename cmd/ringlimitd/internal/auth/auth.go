@@ -104,8 +104,11 @@ func (t *Tokens) Len() int {
 // a comma and a name for logs ("token,name", the first two columns of a
 // Kubernetes static token file). Surrounding spaces are trimmed; blank lines
 // and lines starting with '#' are skipped. A token is at least MinTokenLen
-// bytes of printable ASCII without spaces or commas; a token listed twice is
-// an error. Errors wrap ErrTokenFile and name the line, never the token.
+// bytes of printable ASCII without spaces or commas with an estimated entropy
+// of at least pki.MinTokenBits (pki.TokenBits: by its alphabet, with runs and
+// repeats counting 1 bit a character, so `passwordpassword` is refused
+// whatever its length; `ringlimit cert create-token` writes 256 random bits);
+// a token listed twice is an error. Errors wrap ErrTokenFile and name the line, never the token.
 func ParseTokens(r io.Reader) (*Tokens, error) {
 	t := &Tokens{}
 	seen := map[[sha256.Size]byte]int{}
@@ -125,6 +128,10 @@ func ParseTokens(r io.Reader) (*Tokens, error) {
 			if tok[i] <= ' ' || tok[i] > '~' {
 				return nil, fmt.Errorf("%w: line %d: byte %d of the token is not printable ASCII", ErrTokenFile, line, i)
 			}
+		}
+		if bits := pki.TokenBits(tok); bits < pki.MinTokenBits {
+			return nil, fmt.Errorf("%w: line %d: token too weak: an estimated %.0f bits, want at least %d (make one with `ringlimit cert create-token`)",
+				ErrTokenFile, line, bits, pki.MinTokenBits)
 		}
 		if name == "" {
 			name = fmt.Sprintf("token:%d", line)

@@ -24,8 +24,8 @@ import (
 )
 
 const (
-	tokA = "tok-aaaaaaaaaaaaaaaaaaaa"
-	tokB = "tok-bbbbbbbbbbbbbbbbbbbb"
+	tokA = "tokA-Kf8xQ2mZ7pLw9rTb4vNc1s"
+	tokB = "tokB-h3Rq9XwL2pV7nZc5Tm8Ykd"
 )
 
 func mustTokens(t *testing.T, text string) *Tokens {
@@ -56,6 +56,10 @@ func TestParseTokens(t *testing.T) {
 		{"# c\n" + tokA + "\n" + tokA + ",again\n", "line 3 repeats the token of line 2"},
 		{"tok-with space-xxxxxxxx\n", "line 1: byte 8"},
 		{"tok-\x01-xxxxxxxxxxxxxxxxx\n", "not printable ASCII"},
+		// Long enough, weak all the same (it used to be accepted).
+		{"passwordpassword\n", "line 1: token too weak: an estimated 24 bits, want at least 112"},
+		{"secret-secret-secret-secret-secret\n", "token too weak"},
+		{"0123456789abcdef0123456789abcdef\n", "token too weak"},
 	}
 	for _, b := range bad {
 		_, err := ParseTokens(strings.NewReader(b.text))

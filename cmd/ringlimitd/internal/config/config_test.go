@@ -329,7 +329,7 @@ func TestSecurityFiles(t *testing.T) {
 	write("ca.crt", ca.CertPEM, 0o644)
 	write("node.crt", cert, 0o644)
 	write("node.key", key, 0o600)
-	tokens := write("tokens", []byte("0123456789abcdef0123,ops\n"), 0o600)
+	tokens := write("tokens", []byte("Xq7Lm2Rv9Tk4Wp8Zc3Nb6Hd,ops\n"), 0o600)
 	c := Config{NodeName: "n1", CertsDir: dir, ClientTokenFile: tokens}
 	sec, err := c.Security()
 	if err != nil || sec.TLS == nil || sec.Tokens.Len() != 1 || len(sec.Warnings) != 0 {

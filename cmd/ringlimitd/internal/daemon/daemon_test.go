@@ -35,7 +35,7 @@ import (
 )
 
 // testToken is listed in every testPKI's token file.
-const testToken = "test-token-0123456789abcdef"
+const testToken = "tT5-qW8zRk2Lx9Nv4Bm7Pc3Hs6Jd"
 
 // testPKI is a cluster's security material in a temporary directory, made
 // with pki as `ringlimit cert` would: a CA, one certs directory per member
