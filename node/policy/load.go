@@ -17,6 +17,43 @@ import (
 	"github.com/ringlimit/ringlimit/node"
 )
 
+// ErrNotRegular is wrapped by Load's error for a path that is not a regular
+// file (a FIFO would block the reader until a writer comes).
+var ErrNotRegular = errors.New("policy: not a regular file")
+
+// openRegular opens path for reading without blocking on a FIFO and returns it
+// only if it is a regular file.
+func openRegular(path string) (*os.File, error) {
+	fh, err := openNonBlocking(path)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	st, err := fh.Stat()
+	if err != nil {
+		fh.Close()
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		fh.Close()
+		return nil, fmt.Errorf("%w: %s is a %v", ErrNotRegular, path, fileKind(st.Mode()))
+	}
+	return fh, nil
+}
+
+func fileKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeNamedPipe != 0:
+		return "FIFO"
+	case m.IsDir():
+		return "directory"
+	case m&os.ModeDevice != 0:
+		return "device"
+	case m&os.ModeSocket != 0:
+		return "socket"
+	}
+	return "special file (" + m.Type().String() + ")"
+}
+
 // MaxFileSize is the largest policy file Parse and Load accept (16 MiB).
 const MaxFileSize = 16 << 20
 
@@ -24,14 +61,16 @@ const MaxFileSize = 16 << 20
 const MaxDepth = 32
 
 // Load reads and parses the named files into one Policy (see Parse). Two files
-// may not define the same domain. Errors are *LoadError (wrapping
-// ErrInvalidPolicy) or the file system's error.
+// may not define the same domain. Each must be a regular file (or a symbolic
+// link to one): a FIFO, device or directory wraps ErrNotRegular, decided
+// without blocking on it. Errors are *LoadError (wrapping ErrInvalidPolicy),
+// ErrNotRegular or the file system's error.
 func Load(files ...string) (*Policy, error) {
 	p := &Policy{domains: make(map[string]*domainTree)}
 	for _, f := range files {
-		fh, err := os.Open(f)
+		fh, err := openRegular(f)
 		if err != nil {
-			return nil, fmt.Errorf("policy: %w", err)
+			return nil, err
 		}
 		data, err := io.ReadAll(io.LimitReader(fh, MaxFileSize+1))
 		fh.Close()

@@ -178,6 +178,16 @@ func run(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		}
 		return &exitError{code, err}
 	}
+	// Reloads run apart from this loop, one at a time, coalesced: a reload
+	// that hangs (bounded by policyfile.ReloadTimeout) never keeps SIGTERM
+	// from stopping the daemon.
+	reload := make(chan struct{}, 1)
+	defer close(reload)
+	go func() {
+		for range reload {
+			_ = d.ReloadPolicy() // a failure is logged and counted; the old policy stays
+		}
+	}()
 	var serveErr error
 wait:
 	for {
@@ -189,7 +199,10 @@ wait:
 			logger.Error("a server failed, stopping", "error", serveErr)
 			break wait
 		case <-hup:
-			_ = d.ReloadPolicy() // a failure is logged and counted; the old policy stays
+			select {
+			case reload <- struct{}{}:
+			default: // one is pending already
+			}
 		}
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)

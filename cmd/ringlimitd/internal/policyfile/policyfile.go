@@ -41,6 +41,20 @@ const Debounce = 100 * time.Millisecond
 // MaxBody is the largest /v1/check_descriptors body accepted (64 KiB).
 const MaxBody = 64 << 10
 
+// ReloadTimeout bounds one reload (10 s): a load that has not returned by then
+// (a hung network file system) fails the reload and keeps the old policy;
+// the next reload fails at once until that load returns.
+const ReloadTimeout = 10 * time.Second
+
+// Named errors of package policyfile.
+var (
+	// ErrReloadTimeout is wrapped by Reload's error when the file did not load
+	// within ReloadTimeout, or an earlier such load has still not returned.
+	ErrReloadTimeout = errors.New("policyfile: reload timed out")
+	// ErrClosed is returned by Reload after Close.
+	ErrClosed = errors.New("policyfile: closed")
+)
+
 // Watcher holds the daemon's policy.Limiter and keeps its policy in step with
 // the file.
 type Watcher struct {
@@ -49,11 +63,17 @@ type Watcher struct {
 	log  *slog.Logger
 	met  *metrics
 
-	mu    sync.Mutex // serializes Reload
-	fsw   *fsnotify.Watcher
-	stop  chan struct{}
-	done  chan struct{}
-	close sync.Once
+	mu sync.Mutex // serializes Reload
+	// hung is closed when the load that outlived its reload's deadline
+	// returns; nil when none did. Under mu.
+	hung chan struct{}
+	// load and timeout are policy.Load and ReloadTimeout (tests replace them).
+	load    func(string) (*policy.Policy, error)
+	timeout time.Duration
+	fsw     *fsnotify.Watcher
+	stop    chan struct{}
+	done    chan struct{}
+	close   sync.Once
 }
 
 type metrics struct {
@@ -115,7 +135,8 @@ func Start(path string, c policy.Checker, reg prometheus.Registerer, log *slog.L
 		fsw.Close()
 		return nil, fmt.Errorf("policyfile: watch %s: %w", filepath.Dir(path), err)
 	}
-	w := &Watcher{path: path, lim: lim, log: log, met: m, fsw: fsw, stop: make(chan struct{}), done: make(chan struct{})}
+	w := &Watcher{path: path, lim: lim, log: log, met: m, fsw: fsw, stop: make(chan struct{}), done: make(chan struct{}),
+		load: func(p string) (*policy.Policy, error) { return policy.Load(p) }, timeout: ReloadTimeout}
 	go w.loop()
 	log.Info("policy loaded", "file", path, "domains", len(p.Domains()), "rules", p.Rules(), "version", 1)
 	return w, nil
@@ -125,28 +146,70 @@ func Start(path string, c policy.Checker, reg prometheus.Registerer, log *slog.L
 func (w *Watcher) Limiter() *policy.Limiter { return w.lim }
 
 // Reload loads the file again and, when it loads, swaps it in (every check
-// sees the old or the new policy, whole). When it does not, the old policy
-// stays, the error is logged and counted, and returned.
+// sees the old or the new policy, whole). When it does not (the file is
+// invalid, not a regular file, or does not load within ReloadTimeout), the
+// old policy stays, the error is logged and counted, and returned. It returns
+// ErrClosed at once once Close is called.
 func (w *Watcher) Reload() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	p, err := policy.Load(w.path)
-	if err != nil {
-		w.met.reloads.WithLabelValues("error").Inc()
-		_, v := w.lim.Policy()
-		attrs := []any{"err", err, "file", w.path, "kept_version", v}
-		var le *policy.LoadError
-		if errors.As(err, &le) {
-			attrs = append(attrs, "line", le.Line, "path", le.Path)
-		}
-		w.log.Error("policy reload failed, keeping the previous policy", attrs...)
-		return err
+	select {
+	case <-w.stop:
+		return ErrClosed
+	default:
 	}
-	v := w.lim.Swap(p)
+	if w.hung != nil {
+		select {
+		case <-w.hung:
+			w.hung = nil
+		default:
+			return w.failed(fmt.Errorf("%w: an earlier load of %s has not returned", ErrReloadTimeout, w.path))
+		}
+	}
+	type loaded struct {
+		p   *policy.Policy
+		err error
+	}
+	res := make(chan loaded, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p, err := w.load(w.path)
+		res <- loaded{p, err}
+	}()
+	timer := time.NewTimer(w.timeout)
+	defer timer.Stop()
+	var r loaded
+	select {
+	case r = <-res:
+	case <-timer.C:
+		w.hung = done
+		return w.failed(fmt.Errorf("%w: %s did not load within %v", ErrReloadTimeout, w.path, w.timeout))
+	case <-w.stop:
+		w.hung = done
+		return ErrClosed
+	}
+	if r.err != nil {
+		return w.failed(r.err)
+	}
+	v := w.lim.Swap(r.p)
 	w.met.reloads.WithLabelValues("ok").Inc()
 	w.met.version.Set(float64(v))
-	w.log.Info("policy reloaded", "file", w.path, "domains", len(p.Domains()), "rules", p.Rules(), "version", v)
+	w.log.Info("policy reloaded", "file", w.path, "domains", len(r.p.Domains()), "rules", r.p.Rules(), "version", v)
 	return nil
+}
+
+// failed logs and counts a failed reload and returns err.
+func (w *Watcher) failed(err error) error {
+	w.met.reloads.WithLabelValues("error").Inc()
+	_, v := w.lim.Policy()
+	attrs := []any{"err", err, "file", w.path, "kept_version", v}
+	var le *policy.LoadError
+	if errors.As(err, &le) {
+		attrs = append(attrs, "line", le.Line, "path", le.Path)
+	}
+	w.log.Error("policy reload failed, keeping the previous policy", attrs...)
+	return err
 }
 
 func (w *Watcher) loop() {
