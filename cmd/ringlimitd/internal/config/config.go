@@ -142,6 +142,14 @@ type Config struct {
 	// line, optionally "token,name" (see auth.ParseTokens). Default empty: client
 	// certificates only. Not allowed with Insecure.
 	ClientTokenFile string
+	// ClientScopesFile names a YAML file of credential scopes
+	// (--client-scopes-file, see package scope): per token or client
+	// certificate name, the key prefixes and policy domains it may use,
+	// whether it may send its own limits, the longest period and largest
+	// limit it may ask for, and how many keys it may hold through this node.
+	// Default empty: every caller gets scope.DefaultScope (own limits on any
+	// key but the policy file's, periods up to 31 days).
+	ClientScopesFile string
 	// Insecure runs without TLS and authentication (--insecure): no TLS or
 	// caller authentication on the client ports, no TLS or admission handshake
 	// between peers (secure members refuse to admit an insecure one); gossip is
@@ -268,6 +276,7 @@ func (c *Config) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.TLSCAFile, "tls-ca-file", c.TLSCAFile, "cluster CA bundle (PEM), instead of ca.crt in --certs-dir; cert-manager's ca.crt")
 	fs.StringVar(&c.TLSCertFile, "tls-cert-file", c.TLSCertFile, "this member's certificate, instead of node.crt in --certs-dir; cert-manager's tls.crt")
 	fs.StringVar(&c.TLSKeyFile, "tls-key-file", c.TLSKeyFile, "this member's private key, instead of node.key in --certs-dir; cert-manager's tls.key")
+	fs.StringVar(&c.ClientScopesFile, "client-scopes-file", c.ClientScopesFile, "YAML file of what each client credential may do: key prefixes, policy domains, own limits or policy only, max period and limit, max keys (default: own limits on any key, periods up to 31 days)")
 	fs.StringVar(&c.ClientTokenFile, "client-token-file", c.ClientTokenFile, "file of bearer tokens accepted on the client ports besides client certificates: one \"token[,name]\" per line")
 	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "no TLS and no authentication on any port (gossip encrypted only with --gossip-key-file): for a laptop, never a deployment")
 	fs.StringVar(&c.OwnerUnreachable, "owner-unreachable", c.OwnerUnreachable, "policy when a key's owner and its backup are unreachable: local (this node's share of the limit), fail-open or fail-closed")

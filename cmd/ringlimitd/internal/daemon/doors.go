@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/peer"
 
+	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/auth"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/config"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/door"
@@ -28,6 +29,7 @@ import (
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/policyfile"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/resp"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/rls"
+	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/scope"
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/node/policy"
 	"github.com/ringlimit/ringlimit/transport"
@@ -138,6 +140,13 @@ type wiring struct {
 func (d *Daemon) wire(sec config.Security, nc node.Config) (*wiring, error) {
 	w := &wiring{d: d, sec: sec, nc: nc}
 	n := d.node
+	scopes := scope.Default()
+	if d.cfg.ClientScopesFile != "" {
+		var err error
+		if scopes, err = scope.Load(d.cfg.ClientScopesFile); err != nil {
+			return nil, fmt.Errorf("%w: --client-scopes-file: %w", config.ErrInvalid, err)
+		}
+	}
 	w.chk = limiter{n}
 	var pchk policy.Checker = n // descriptors: the node, or Redis first
 	if d.cfg.RedisPrimary != "" {
@@ -150,6 +159,9 @@ func (d *Daemon) wire(sec config.Security, nc node.Config) (*wiring, error) {
 		}
 		w.chk, pchk, d.closeRedis = fc, fc.f, fc.client.Close
 	}
+	// Every check within its caller's scope.
+	w.chk = scopedChecker{checker: w.chk, scopes: scopes}
+	pchk = scopedPolicy{next: pchk, scopes: scopes}
 	// Descriptors: the policy file, or an empty policy (every domain unknown:
 	// OK with no limit, as envoyproxy/ratelimit answers).
 	var err error
@@ -200,9 +212,11 @@ func openRedis(w *wiring, ln *door.Listener) (server, error) {
 	if w.authn != nil {
 		authLog := d.log.With("component", "auth")
 		rc.TLS = w.sec.TLS
-		rc.Authenticate = func(_, password string) bool {
-			_, ok := w.sec.Tokens.Lookup(password)
-			return ok
+		rc.Authenticate = func(_, password string) (string, bool) {
+			return w.sec.Tokens.Lookup(password)
+		}
+		rc.CallerContext = func(ctx context.Context, caller string) context.Context {
+			return auth.WithIdentity(ctx, auth.Identity{Name: caller, Method: auth.MethodToken})
 		}
 		rc.OnAuth = func(remote string, ok bool) {
 			if ok {
@@ -373,3 +387,38 @@ type respServer struct{ srv *resp.Server }
 
 func (s respServer) Serve(ln net.Listener) error    { return s.srv.Serve(ln) }
 func (s respServer) Shutdown(context.Context) error { return s.srv.Close() }
+
+// callerName is the name of the credential that authenticated the request
+// of ctx ("" for none: insecure mode).
+func callerName(ctx context.Context) string {
+	id, _ := auth.FromContext(ctx)
+	return id.Name
+}
+
+// scopedChecker refuses the direct checks outside their caller's scope.
+type scopedChecker struct {
+	checker
+	scopes *scope.Scopes
+}
+
+func (s scopedChecker) Check(ctx context.Context, c transport.Check) (transport.Result, error) {
+	if err := s.scopes.Direct(callerName(ctx), c.Key, c.Limit); err != nil {
+		return transport.Result{}, err
+	}
+	return s.checker.Check(ctx, c)
+}
+
+// scopedPolicy refuses the descriptor checks outside their caller's scope
+// (its domains and key cap; the policy file chose the limit).
+type scopedPolicy struct {
+	next   policy.Checker
+	scopes *scope.Scopes
+}
+
+func (s scopedPolicy) AllowPenalized(ctx context.Context, key string, l algo.Limit, hits int64, p node.Penalty) (node.Decision, error) {
+	domain, _ := scope.DomainOf(key)
+	if err := s.scopes.Policy(callerName(ctx), domain, key, l); err != nil {
+		return node.Decision{}, err
+	}
+	return s.next.AllowPenalized(ctx, key, l, hits, p)
+}

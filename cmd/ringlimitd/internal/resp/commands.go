@@ -286,9 +286,9 @@ func (s *Server) auth(st *connState, user, password string) reply {
 	if s.cfg.Authenticate == nil {
 		return errReply("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
 	}
-	ok := s.cfg.Authenticate(user, password)
+	caller, ok := s.cfg.Authenticate(user, password)
 	if ok {
-		st.authed = true
+		st.authed, st.caller = true, caller
 		if st.lc != nil {
 			st.lc.authed.Store(true)
 		}

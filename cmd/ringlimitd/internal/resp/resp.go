@@ -76,9 +76,13 @@ type Config struct {
 	TLS *tls.Config
 	// Authenticate, when not nil, makes every connection AUTH (or HELLO ... AUTH)
 	// first: it gets the username ("default" when AUTH has one argument) and the
-	// password, and reports whether they are a valid client token. nil: no AUTH
-	// required (insecure mode).
-	Authenticate func(user, password string) bool
+	// password, and reports whether they are a valid client token, and the
+	// caller's name (the token's). nil: no AUTH required (insecure mode).
+	Authenticate func(user, password string) (caller string, ok bool)
+	// CallerContext, when not nil, returns the context of a check made by the
+	// authenticated caller (its name from Authenticate) from parent: the
+	// daemon puts the caller's identity there for its scope.
+	CallerContext func(parent context.Context, caller string) context.Context
 	// OnAuth, when not nil, is called with the connection's remote address
 	// after each AUTH (ok: accepted) and, without Authenticate, at a
 	// connection's first command with ok true. It runs on the connection's
@@ -135,6 +139,8 @@ type connState struct {
 	lc *limitedConn
 	// seen: OnAuth was told of this connection (insecure mode).
 	seen bool
+	// caller is the authenticated caller's name ("" before AUTH or insecure).
+	caller string
 }
 
 // ErrConfig is returned by New for an invalid Config.
@@ -295,7 +301,7 @@ func (s *Server) handleChunk(c redcon.Conn, st *connState, cmds []redcon.Command
 			for j < len(cmds) && isCheck(cmds[j]) {
 				j++
 			}
-			s.runChecks(cmds[i:j], replies[i:j])
+			s.runChecks(s.callerContext(st), cmds[i:j], replies[i:j])
 			i = j
 			continue
 		}
@@ -337,10 +343,19 @@ type check struct {
 	desc   *policy.Descriptor
 }
 
+// callerContext is the base context of st's checks.
+func (s *Server) callerContext(st *connState) context.Context {
+	ctx := context.Background()
+	if s.cfg.CallerContext != nil && st.caller != "" {
+		ctx = s.cfg.CallerContext(ctx, st.caller)
+	}
+	return ctx
+}
+
 // runChecks decides a run of consecutive checks: parse errors answer at once;
 // valid checks are grouped by key, each group decided in order by one
 // goroutine, up to PipelineConcurrency groups at a time.
-func (s *Server) runChecks(cmds []redcon.Command, replies []reply) {
+func (s *Server) runChecks(base context.Context, cmds []redcon.Command, replies []reply) {
 	checks := make([]check, len(cmds))
 	groups := map[string][]int{}
 	var order []string
@@ -361,7 +376,7 @@ func (s *Server) runChecks(cmds []redcon.Command, replies []reply) {
 	}
 	decide := func(idx []int) {
 		for _, i := range idx {
-			replies[i] = s.decide(checks[i])
+			replies[i] = s.decide(base, checks[i])
 		}
 	}
 	if len(order) == 1 {
@@ -381,8 +396,8 @@ func (s *Server) runChecks(cmds []redcon.Command, replies []reply) {
 }
 
 // decide runs one check on its owner and returns its reply.
-func (s *Server) decide(ck check) reply {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CheckTimeout)
+func (s *Server) decide(base context.Context, ck check) reply {
+	ctx, cancel := context.WithTimeout(base, s.cfg.CheckTimeout)
 	defer cancel()
 	if ck.desc != nil {
 		return s.decidePolicy(ctx, ck)

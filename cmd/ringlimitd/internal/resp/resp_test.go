@@ -274,7 +274,9 @@ func TestConnectHandshakes(t *testing.T) {
 // TestAuth: with client tokens, every command but AUTH/HELLO/QUIT needs AUTH.
 func TestAuth(t *testing.T) {
 	t.Parallel()
-	addrs, _ := startCluster(t, 1, func(c *Config) { c.Authenticate = func(_, p string) bool { return p == "s3cret-token" } })
+	addrs, _ := startCluster(t, 1, func(c *Config) {
+		c.Authenticate = func(_, p string) (string, bool) { return "tester", p == "s3cret-token" }
+	})
 	ctx := context.Background()
 	anon := redis.NewClient(&redis.Options{Addr: addrs[0], DisableIdentity: true})
 	defer anon.Close()
@@ -531,7 +533,7 @@ func TestUnauthenticatedRequestBound(t *testing.T) {
 	var authed []string
 	var mu sync.Mutex
 	addr := serve(t, Config{Checker: fakeChecker{}}, func(c *Config) {
-		c.Authenticate = func(_, p string) bool { return p == "s3cret-token" }
+		c.Authenticate = func(_, p string) (string, bool) { return "tester", p == "s3cret-token" }
 		c.MaxUnauthRequest = 1024
 		c.OnAuth = func(remote string, ok bool) {
 			mu.Lock()

@@ -1,0 +1,115 @@
+package daemon
+
+import (
+	"context"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/ringlimit/ringlimit/transport/ringlimitv1"
+)
+
+// TestCredentialScopes: one tenant's token may check only its own prefix,
+// within its period cap, through every door (HTTP, gRPC, RESP); a
+// policy-only credential (the client certificate here) may not send limits
+// but checks descriptors; a domain outside a scope is refused; and without a
+// scopes file no caller may lock a key for 100 years or touch the policy's
+// keys.
+func TestCredentialScopes(t *testing.T) {
+	t.Parallel()
+	p := newTestPKI(t)
+	dir := t.TempDir()
+	policyPath := filepath.Join(dir, "policy.yaml")
+	writeAtomic(t, policyPath, policyV1+"---\ndomain: other\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 2}\n")
+	scopes := p.write("scopes.yaml", []byte(`
+clients:
+  tester-token:
+    key_prefixes: ["tenant-a:"]
+    domains: [api]
+    max_period: 1h
+  tester:
+    own_limits: false
+`), 0o600)
+	d := startDaemon(t, testConfig(t, p, "scoped", "--redis-port", "0", "--policy-file", policyPath, "--client-scopes-file", scopes))
+	check := func(key, period string) string {
+		return `{"key":"` + key + `","algorithm":"gcra","limit":10,"period":"` + period + `"}`
+	}
+	url := "https://" + d.HTTPAddr()
+	bearer := "Bearer " + testToken
+	for _, tc := range []struct {
+		name   string
+		hc     *http.Client
+		authz  string
+		path   string
+		body   string
+		code   int
+		inBody string
+	}{
+		{"token, own prefix", p.anon, bearer, "/v1/check", check("tenant-a:1", "1m"), 200, `"allowed":true`},
+		{"token, another tenant's prefix", p.anon, bearer, "/v1/check", check("tenant-b:1", "1m"), 400, "key outside its prefixes"},
+		{"token, period over its cap", p.anon, bearer, "/v1/check", check("tenant-a:2", "876000h"), 400, "over its max_period 1h0m0s"},
+		{"token, its domain", p.anon, bearer, "/v1/check_descriptors", `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"u"}]}]}`, 200, `"allowed":true`},
+		{"token, another domain", p.anon, bearer, "/v1/check_descriptors", `{"domain":"other","descriptors":[{"entries":[{"key":"user","value":"u"}]}]}`, 400, `domain \"other\" outside its domains`},
+		{"certificate, own limit", p.certClient, "", "/v1/check", check("tenant-a:1", "1m"), 400, "may only check the policy file's descriptors"},
+		{"certificate, descriptors", p.certClient, "", "/v1/check_descriptors", `{"domain":"other","descriptors":[{"entries":[{"key":"user","value":"u"}]}]}`, 200, `"allowed":true`},
+	} {
+		code, body := httpDoWith(t, tc.hc, http.MethodPost, url+tc.path, tc.body, tc.authz)
+		if code != tc.code || !strings.Contains(body, tc.inBody) {
+			t.Errorf("HTTP %s: got %d %s, want %d with %s", tc.name, code, body, tc.code, tc.inBody)
+		}
+	}
+
+	// gRPC, the same token.
+	conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(credentials.NewTLS(p.anonTLS)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "authorization", bearer), 10*time.Second)
+	defer cancel()
+	grpcCheck := func(key string) error {
+		_, err := pb.NewLimiterClient(conn).Check(ctx, &pb.CheckRequest{Check: &pb.Check{
+			Key: []byte(key), Algorithm: pb.Algorithm_ALGORITHM_GCRA, Limit: 10, PeriodNs: int64(time.Minute), Hits: 1}})
+		return err
+	}
+	if err := grpcCheck("tenant-a:g"); err != nil {
+		t.Errorf("gRPC own prefix: %v", err)
+	}
+	if err := grpcCheck("tenant-b:g"); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "outside its prefixes") {
+		t.Errorf("gRPC another tenant's prefix: got %v, want InvalidArgument outside its prefixes", err)
+	}
+
+	// RESP, the same token (its name comes from the token file).
+	rc := redis.NewClient(&redis.Options{Addr: d.RedisAddr(), TLSConfig: p.anonTLS, Password: testToken})
+	defer rc.Close()
+	if _, err := rc.Do(ctx, "CL.THROTTLE", "tenant-a:r", "5", "10", "60").Int64Slice(); err != nil {
+		t.Errorf("RESP own prefix: %v", err)
+	}
+	if err := rc.Do(ctx, "CL.THROTTLE", "tenant-b:r", "5", "10", "60").Err(); err == nil || !strings.Contains(err.Error(), "outside its prefixes") {
+		t.Errorf("RESP another tenant's prefix: got %v, want an error naming the prefixes", err)
+	}
+	if err := rc.Do(ctx, "RL.POLICY", "other", "1", "user", "u").Err(); err == nil || !strings.Contains(err.Error(), "outside its domains") {
+		t.Errorf("RESP RL.POLICY in another domain: got %v, want an error naming the domains", err)
+	}
+
+	// Without a scopes file: the default scope.
+	plain := startDaemon(t, testConfig(t, p, "unscoped", "--policy-file", policyPath))
+	for _, tc := range []struct{ name, body, inBody string }{
+		{"100-year lock", check("victim", "876000h"), "over its max_period 744h0m0s"},
+		{"a policy key", check("rl:3:api4:user1:u", "1m"), `keys starting \"rl:\" belong to the policy file`},
+	} {
+		code, body := httpDoWith(t, p.anon, http.MethodPost, "https://"+plain.HTTPAddr()+"/v1/check", tc.body, bearer)
+		if code != 400 || !strings.Contains(body, tc.inBody) {
+			t.Errorf("default scope, %s: got %d %s, want 400 with %s", tc.name, code, body, tc.inBody)
+		}
+	}
+}

@@ -1,0 +1,140 @@
+package scope
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/node/policy"
+)
+
+const testFile = `
+default:
+  max_period: 48h
+clients:
+  billing:
+    key_prefixes: ["billing:"]
+    domains: [billing]
+    max_limit: 100
+    max_keys: 2
+  envoy:
+    own_limits: false
+`
+
+func gcra(limit int64, period time.Duration) algo.Limit {
+	return algo.Limit{Kind: algo.GCRA, Limit: limit, Period: period}
+}
+
+func TestDirect(t *testing.T) {
+	t.Parallel()
+	s, err := Parse(strings.NewReader(testFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, key string
+		l         algo.Limit
+		want      string // "" allowed, else in the error
+	}{
+		{"", "any:key", gcra(10, time.Hour), ""},
+		{"", "any:key", gcra(1, 876000*time.Hour), "period 876000h0m0s over its max_period 48h0m0s"},
+		{"", "rl:4:edge3:key", gcra(1, time.Second), `keys starting "rl:" belong to the policy file`},
+		{"other", "x", gcra(1, 48*time.Hour), ""},
+		{"billing", "billing:a", gcra(100, time.Hour), ""},
+		{"billing", "orders:a", gcra(1, time.Hour), "key outside its prefixes"},
+		{"billing", "billing:b", gcra(101, time.Hour), "limit 101 (burst 0) over its max_limit 100"},
+		{"billing", "billing:c", gcra(1, 49*time.Hour), "max_period 48h"}, // inherited from default
+		{"envoy", "k", gcra(1, time.Second), "only check the policy file's descriptors"},
+	} {
+		err := s.Direct(tc.name, tc.key, tc.l)
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("Direct(%q, %q, %v): got %v, want allowed", tc.name, tc.key, tc.l, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrOutOfScope) || !errors.Is(err, node.ErrInvalidCheck) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Direct(%q, %q, %v): got %v, want ErrOutOfScope with %q", tc.name, tc.key, tc.l, err, tc.want)
+		}
+	}
+}
+
+func TestMaxKeys(t *testing.T) {
+	t.Parallel()
+	s, err := Parse(strings.NewReader(testFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	s.now = func() time.Time { return now }
+	for i, tc := range []struct {
+		key  string
+		at   time.Duration
+		want bool
+	}{
+		{"billing:1", 0, true},
+		{"billing:1", time.Second, true}, // the same key again
+		{"billing:2", 0, true},
+		{"billing:3", 0, false},          // a third key while two are held
+		{"billing:3", time.Minute, true}, // billing:1 and :2 idle after their 1 m period
+	} {
+		now = time.Unix(1000, 0).Add(tc.at)
+		err := s.Direct("billing", tc.key, gcra(1, time.Minute-2*time.Second))
+		if (err == nil) != tc.want {
+			t.Errorf("step %d: %s at +%v: got %v, want allowed=%v", i, tc.key, tc.at, err, tc.want)
+		}
+	}
+	// Other credentials are not counted against billing's cap.
+	if err := s.Direct("other", "billing:9", gcra(1, time.Minute)); err != nil {
+		t.Errorf("another credential: %v", err)
+	}
+}
+
+func TestPolicyDomains(t *testing.T) {
+	t.Parallel()
+	s, err := Parse(strings.NewReader(testFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := policy.Key("billing", []policy.Entry{{Key: "user", Value: "a"}})
+	if d, ok := DomainOf(key); !ok || d != "billing" {
+		t.Fatalf("DomainOf(%q): got %q %v, want billing", key, d, ok)
+	}
+	if err := s.Policy("billing", "billing", key, gcra(1, time.Hour)); err != nil {
+		t.Errorf("billing in billing: %v", err)
+	}
+	if err := s.Policy("billing", "edge", policy.Key("edge", nil), gcra(1, time.Hour)); !errors.Is(err, ErrOutOfScope) {
+		t.Errorf("billing in edge: got %v, want ErrOutOfScope", err)
+	}
+	if err := s.Policy("envoy", "edge", policy.Key("edge", nil), gcra(1, 1000*time.Hour)); err != nil {
+		t.Errorf("envoy in edge (the policy's limit, not capped): %v", err)
+	}
+	if _, ok := DomainOf("user:1"); ok {
+		t.Error("DomainOf of a direct key: got ok")
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ text, want string }{
+		{"default:\n  max_periods: 1h\n", "field max_periods not found"},
+		{"clients:\n  a:\n    max_keys: -1\n", "line 3: client \"a\": max_keys -1"},
+		{"clients:\n  a:\n    key_prefixes: [\"\"]\n", "empty key prefix"},
+		{"other: 1\n", "field other not found"},
+	} {
+		_, err := Parse(strings.NewReader(tc.text))
+		if !errors.Is(err, ErrFile) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Parse(%q): got %v, want ErrFile with %q", tc.text, err, tc.want)
+		}
+	}
+	s, err := Parse(strings.NewReader(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.For("x"); !got.OwnLimits || got.MaxPeriod != DefaultMaxPeriod {
+		t.Errorf("empty file: got %+v, want DefaultScope", got)
+	}
+}
