@@ -279,3 +279,62 @@ func TestHTTP401ClosesConnection(t *testing.T) {
 		t.Errorf("after the 401: got %v, want EOF (connection closed by the server)", err)
 	}
 }
+
+// TestRESPAuthGuessesThrottled: one connection gets at most
+// --max-auth-failures (3) wrong AUTHs, each answered late, then is closed;
+// the refusals are counted (it used to answer 230k guesses a second).
+func TestRESPAuthGuessesThrottled(t *testing.T) {
+	t.Parallel()
+	p := newTestPKI(t)
+	d := startDaemon(t, testConfig(t, p, "guessed", "--redis-port", "0"))
+	c, err := tls.Dial("tcp", d.RedisAddr(), p.anonTLS.Clone())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	var req strings.Builder
+	for i := range 10 {
+		fmt.Fprintf(&req, "AUTH guess-%d-xxxxxxxxxxxxxxxx\r\n", i)
+	}
+	if _, err := io.WriteString(c, req.String()); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	answered := 0
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			break // closed by the server
+		}
+		if strings.HasPrefix(line, "-WRONGPASS") {
+			answered++
+		}
+	}
+	if answered > 3 {
+		t.Errorf("wrong AUTHs answered on one connection: got %d, want at most 3 before it is closed", answered)
+	}
+	metrics := func() string {
+		resp, err := http.Get("http://" + d.AdminAddr() + "/metrics")
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	defer func() {
+		if t.Failed() {
+			for _, l := range strings.Split(metrics(), "\n") {
+				if strings.Contains(l, "auth") || strings.Contains(l, "door") {
+					t.Log(l)
+				}
+			}
+		}
+	}()
+	waitUntil(t, 5*time.Second, "the refusals counted", func() bool {
+		m := metrics()
+		return strings.Contains(m, `ringlimit_auth_failures_total{listener="redis"} 3`) &&
+			strings.Contains(m, `ringlimit_door_closed_total{door="redis",pool="client",reason="auth_failures"} 1`)
+	})
+}

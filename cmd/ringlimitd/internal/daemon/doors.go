@@ -182,20 +182,23 @@ func (d *Daemon) wire(sec config.Security, nc node.Config) (*wiring, error) {
 					ln.Authenticated(remote)
 				}
 			},
-			Refused: func(listener, remote string, err error) { d.refused(authLog, listener, remote, err) },
+			Refused: func(listener, remote string, err error) { _ = d.refused(authLog, listener, remote, err) },
 		})
 	}
 	return w, nil
 }
 
 // refused counts and logs a refused credential and throttles its connection.
-func (d *Daemon) refused(log *slog.Logger, listener, remote string, err error) {
+// It reports whether the connection was closed for it.
+func (d *Daemon) refused(log *slog.Logger, listener, remote string, err error) (closed bool) {
 	d.metrics.AuthFailure(listener)
 	log.Debug("caller refused", "listener", listener, "remote", remote, "error", err)
 	if ln := d.listener(listener); ln != nil && ln.Refused(remote) {
 		log.Info("connection closed after repeated refused credentials", "listener", listener, "remote", remote,
 			"max_auth_failures", d.clients.Limits().MaxAuthFailures)
+		return true
 	}
+	return false
 }
 
 func openRedis(w *wiring, ln *door.Listener) (server, error) {
@@ -203,10 +206,11 @@ func openRedis(w *wiring, ln *door.Listener) (server, error) {
 	rc := resp.Config{
 		Checker: respChecker{w.chk}, Policy: w.lim, Logger: d.log.With("component", "resp"), Version: version(),
 		MaxConns: d.clients.Limits().MaxConns, IdleTimeout: d.cfg.IdleTimeout,
-		OnAuth: func(remote string, ok bool) {
+		OnAuth: func(remote string, ok bool) bool {
 			if ok {
 				ln.Authenticated(remote)
 			}
+			return false
 		},
 	}
 	if w.authn != nil {
@@ -218,12 +222,12 @@ func openRedis(w *wiring, ln *door.Listener) (server, error) {
 		rc.CallerContext = func(ctx context.Context, caller string) context.Context {
 			return auth.WithIdentity(ctx, auth.Identity{Name: caller, Method: auth.MethodToken})
 		}
-		rc.OnAuth = func(remote string, ok bool) {
+		rc.OnAuth = func(remote string, ok bool) bool {
 			if ok {
 				ln.Authenticated(remote)
-				return
+				return false
 			}
-			d.refused(authLog, doorRedis, remote, auth.ErrUnauthenticated)
+			return d.refused(authLog, doorRedis, remote, auth.ErrUnauthenticated)
 		}
 	}
 	srv, err := resp.New(rc)

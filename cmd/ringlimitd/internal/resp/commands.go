@@ -294,7 +294,7 @@ func (s *Server) auth(st *connState, user, password string) reply {
 		}
 	}
 	if s.cfg.OnAuth != nil {
-		s.cfg.OnAuth(st.remote, ok)
+		st.hangUp = s.cfg.OnAuth(st.remote, ok)
 	}
 	if !ok {
 		return errReply("WRONGPASS invalid username-password pair or user is disabled.")

@@ -87,8 +87,10 @@ type Config struct {
 	// after each AUTH (ok: accepted) and, without Authenticate, at a
 	// connection's first command with ok true. It runs on the connection's
 	// goroutine before the reply is written, so it may delay a refusal
-	// (door.Listener.Refused does).
-	OnAuth func(remote string, ok bool)
+	// (door.Listener.Refused does); when it returns true the refusal is the
+	// connection's last answer: the rest of its pipeline is not run and the
+	// connection is closed.
+	OnAuth func(remote string, ok bool) (hangUp bool)
 	// MaxUnauthRequest bounds the bytes of one request on a connection that
 	// has not authenticated; over it the connection gets an error and is
 	// closed. Default DefaultMaxUnauthRequest.
@@ -141,6 +143,8 @@ type connState struct {
 	seen bool
 	// caller is the authenticated caller's name ("" before AUTH or insecure).
 	caller string
+	// hangUp: OnAuth asked to close the connection after this answer.
+	hangUp bool
 }
 
 // ErrConfig is returned by New for an invalid Config.
@@ -273,7 +277,7 @@ func (s *Server) handle(c redcon.Conn, first redcon.Command) {
 	if !st.seen && s.cfg.Authenticate == nil {
 		st.seen = true
 		if s.cfg.OnAuth != nil {
-			s.cfg.OnAuth(st.remote, true)
+			st.hangUp = s.cfg.OnAuth(st.remote, true)
 		}
 	}
 	for len(cmds) > 0 {
@@ -306,7 +310,7 @@ func (s *Server) handleChunk(c redcon.Conn, st *connState, cmds []redcon.Command
 			continue
 		}
 		replies[i] = s.exec(st, cmds[i])
-		if lower(cmds[i].Args[0]) == "quit" {
+		if st.hangUp || lower(cmds[i].Args[0]) == "quit" {
 			quit = true
 			break
 		}

@@ -535,10 +535,11 @@ func TestUnauthenticatedRequestBound(t *testing.T) {
 	addr := serve(t, Config{Checker: fakeChecker{}}, func(c *Config) {
 		c.Authenticate = func(_, p string) (string, bool) { return "tester", p == "s3cret-token" }
 		c.MaxUnauthRequest = 1024
-		c.OnAuth = func(remote string, ok bool) {
+		c.OnAuth = func(remote string, ok bool) bool {
 			mu.Lock()
 			defer mu.Unlock()
 			authed = append(authed, fmt.Sprint(ok))
+			return false
 		}
 	})
 	big := "*1024\r\n$65536\r\n" + strings.Repeat("x", 2000)
