@@ -229,8 +229,9 @@ type Daemon struct {
 	// doors are the listeners, in the order Start opens them and Shutdown
 	// stops them (see doorTable).
 	doors []*frontDoor
-	// clients is the connection pool the client doors share.
-	clients *door.Pool
+	// clients is the connection pool the client doors share; admin the
+	// admin door's own.
+	clients, admin *door.Pool
 	tls     bool
 	errc    chan error
 	// closeRedis closes the --redis-primary client, nil without it.
@@ -288,7 +289,7 @@ func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 		}
 		pool := d.clients
 		if fd.admin {
-			pool = d.adminPool()
+			pool = d.admin
 		}
 		fd.ln = pool.Listen(fd.name, ln)
 	}

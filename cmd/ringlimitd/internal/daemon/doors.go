@@ -92,7 +92,9 @@ func doorTable(cfg config.Config) []*frontDoor {
 }
 
 // openPools builds the client pool from the configuration (its MaxConns
-// default from the file-descriptor limit).
+// default from the file-descriptor limit) and the admin pool: a small fixed
+// cap, where any request counts as authenticated (the admin API has no
+// credentials).
 func (d *Daemon) openPools() error {
 	lim := door.Limits{
 		MaxConns:        d.cfg.MaxConns,
@@ -100,26 +102,16 @@ func (d *Daemon) openPools() error {
 		AuthTimeout:     d.cfg.AuthTimeout,
 		MaxAuthFailures: d.cfg.MaxAuthFailures,
 	}
-	p, err := door.NewPool(lim, fdLimit(), d.metrics.Registry(), "client")
-	if err != nil {
+	var err error
+	if d.clients, err = door.NewPool(lim, fdLimit(), d.metrics.Registry(), "client"); err != nil {
 		return fmt.Errorf("%w: %w", config.ErrInvalid, err)
 	}
-	d.clients = p
-	return nil
-}
-
-// adminPool returns the admin door's pool: a small fixed cap, any request
-// counts as authenticated (the admin API has no credentials).
-func (d *Daemon) adminPool() *door.Pool {
-	p, err := door.NewPool(door.Limits{
+	d.admin, err = door.NewPool(door.Limits{
 		MaxConns:      adminMaxConns,
 		MaxConnsPerIP: adminMaxConnsPerIP,
 		AuthTimeout:   d.cfg.AuthTimeout,
 	}, fdLimit(), d.metrics.Registry(), "admin")
-	if err != nil {
-		panic(err) // constant limits and a fresh registry: cannot fail
-	}
-	return p
+	return err
 }
 
 // wiring is what the doors share once the node runs: the checkers, the
