@@ -232,8 +232,8 @@ type Daemon struct {
 	// clients is the connection pool the client doors share; admin the
 	// admin door's own.
 	clients, admin *door.Pool
-	tls     bool
-	errc    chan error
+	tls            bool
+	errc           chan error
 	// closeRedis closes the --redis-primary client, nil without it.
 	closeRedis func() error
 	// policy is the --policy-file watcher, nil without one.
