@@ -67,6 +67,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 )
 
@@ -144,9 +145,16 @@ const (
 	BucketedSlidingWindow
 )
 
-// String returns the snake_case name used on the wire, in flags and in metrics
-// ("sliding_window_log", "sliding_window_counter", "fixed_window", "gcra",
-// "token_bucket", "bucketed_sliding_window"), or "kind(N)" for an unknown value.
+// lastKind is the last algorithm declared above: Valid, Kinds and the name
+// list follow it, so a new algorithm is one constant, one case in String, and
+// this line (see the checklist in the package doc).
+const lastKind = BucketedSlidingWindow
+
+// String returns the snake_case name used on the wire, in flags, in help texts,
+// in policy files and in metrics ("sliding_window_log",
+// "sliding_window_counter", "fixed_window", "gcra", "token_bucket",
+// "bucketed_sliding_window"), or "kind(N)" for an unknown value. It is the one
+// name table of the algorithms: ParseKind, Kinds and KindNames derive from it.
 func (k Kind) String() string {
 	switch k {
 	case SlidingWindowLog:
@@ -165,23 +173,45 @@ func (k Kind) String() string {
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
-// Valid reports whether k is one of the six algorithms.
-func (k Kind) Valid() bool { return k >= SlidingWindowLog && k <= BucketedSlidingWindow }
+// Valid reports whether k is one of the algorithms (SlidingWindowLog..lastKind).
+func (k Kind) Valid() bool { return k >= SlidingWindowLog && k <= lastKind }
 
-// Kinds returns the six algorithms in declaration order.
+// Kinds returns every algorithm in declaration order (a new slice each call).
 func Kinds() []Kind {
-	return []Kind{SlidingWindowLog, SlidingWindowCounter, FixedWindow, GCRA, TokenBucket, BucketedSlidingWindow}
+	out := make([]Kind, 0, int(lastKind))
+	for k := SlidingWindowLog; k <= lastKind; k++ {
+		out = append(out, k)
+	}
+	return out
 }
 
-// ParseKind maps a name produced by Kind.String back to its Kind. It returns an
-// error wrapping ErrInvalidLimit for any other string.
+// KindNames returns the names of Kinds joined by sep, for help texts, usage
+// lines and error messages ("sliding_window_log|...|bucketed_sliding_window"
+// with sep "|").
+func KindNames(sep string) string {
+	var b strings.Builder
+	for i, k := range Kinds() {
+		if i > 0 {
+			b.WriteString(sep)
+		}
+		b.WriteString(k.String())
+	}
+	return b.String()
+}
+
+// kindList is the list of names that messages give as allowed.
+func kindList() string { return KindNames(", ") }
+
+// ParseKind maps a name produced by Kind.String back to its Kind. For any
+// other string it returns an *InputError (field "algorithm") wrapping
+// ErrInvalidLimit that lists the names.
 func ParseKind(s string) (Kind, error) {
 	for _, k := range Kinds() {
 		if k.String() == s {
 			return k, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: kind %q (want one of sliding_window_log, sliding_window_counter, fixed_window, gcra, token_bucket, bucketed_sliding_window)", ErrInvalidLimit, s)
+	return 0, limitError("algorithm", fmt.Sprintf("%q", s), "must be one of "+kindList())
 }
 
 // Limit is the rate-limit policy of a check. The same key may be checked with a

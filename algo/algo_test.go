@@ -619,29 +619,29 @@ func TestValidate(t *testing.T) {
 		field string
 		value string
 	}{
-		{"zero kind", with(GCRA, func(l *Limit) { l.Kind = 0 }), "Kind", "0"},
-		{"unknown kind", with(GCRA, func(l *Limit) { l.Kind = 9 }), "Kind", "9"},
-		{"zero limit", with(FixedWindow, func(l *Limit) { l.Limit = 0 }), "Limit", "0"},
-		{"negative limit", with(SlidingWindowCounter, func(l *Limit) { l.Limit = -5 }), "Limit", "-5"},
-		{"zero period", with(TokenBucket, func(l *Limit) { l.Period = 0 }), "Period", "0"},
-		{"negative period", with(GCRA, func(l *Limit) { l.Period = -time.Second }), "Period", "-1000000000"},
-		{"huge period", with(FixedWindow, func(l *Limit) { l.Period = MaxDuration + 1 }), "Period", "4611686018427387904"},
-		{"negative burst", with(FixedWindow, func(l *Limit) { l.Burst = -1 }), "Burst", "-1"},
-		{"token bucket burst 0", with(TokenBucket, func(l *Limit) { l.Burst = 0 }), "Burst", "0"},
-		{"log limit", with(SlidingWindowLog, func(l *Limit) { l.Limit = MaxLogLimit + 1 }), "Limit", "65537"},
-		{"gcra interval < 1ns", with(GCRA, func(l *Limit) { l.Limit = 2_000_000_000 }), "Limit", "2000000000"},
-		{"gcra tau overflow", with(GCRA, func(l *Limit) { l.Limit = 1; l.Burst = 1 << 40 }), "Burst", "1099511627776"},
-		{"gcra burst+1 overflow", with(GCRA, func(l *Limit) { l.Burst = 1<<63 - 1 }), "Burst", "9223372036854775807"},
-		{"token bucket burst*period", with(TokenBucket, func(l *Limit) { l.Burst = 1 << 33 }), "Burst", "8589934592"},
+		{"zero kind", with(GCRA, func(l *Limit) { l.Kind = 0 }), "algorithm", "0"},
+		{"unknown kind", with(GCRA, func(l *Limit) { l.Kind = 9 }), "algorithm", "9"},
+		{"zero limit", with(FixedWindow, func(l *Limit) { l.Limit = 0 }), "limit", "0"},
+		{"negative limit", with(SlidingWindowCounter, func(l *Limit) { l.Limit = -5 }), "limit", "-5"},
+		{"zero period", with(TokenBucket, func(l *Limit) { l.Period = 0 }), "period", "0"},
+		{"negative period", with(GCRA, func(l *Limit) { l.Period = -time.Second }), "period", "-1000000000 ns"},
+		{"huge period", with(FixedWindow, func(l *Limit) { l.Period = MaxDuration + 1 }), "period", "4611686018427387904 ns"},
+		{"negative burst", with(FixedWindow, func(l *Limit) { l.Burst = -1 }), "burst", "-1"},
+		{"token bucket burst 0", with(TokenBucket, func(l *Limit) { l.Burst = 0 }), "burst", "0"},
+		{"log limit", with(SlidingWindowLog, func(l *Limit) { l.Limit = MaxLogLimit + 1 }), "limit", "65537"},
+		{"gcra interval < 1ns", with(GCRA, func(l *Limit) { l.Limit = 2_000_000_000 }), "limit", "2000000000"},
+		{"gcra tau overflow", with(GCRA, func(l *Limit) { l.Limit = 1; l.Burst = 1 << 40 }), "burst", "1099511627776"},
+		{"gcra burst+1 overflow", with(GCRA, func(l *Limit) { l.Burst = 1<<63 - 1 }), "burst", "9223372036854775807"},
+		{"token bucket burst*period", with(TokenBucket, func(l *Limit) { l.Burst = 1 << 33 }), "burst", "8589934592"},
 	} {
 		err := c.l.Validate()
 		if !errors.Is(err, ErrInvalidLimit) {
 			t.Errorf("%s: got %v, want ErrInvalidLimit", c.name, err)
 			continue
 		}
-		msg := err.Error()
-		if !strings.Contains(msg, "field "+c.field+" ") || !strings.Contains(msg, "value "+c.value) {
-			t.Errorf("%s: got %q, want the field %s and value %s named", c.name, msg, c.field, c.value)
+		var ie *InputError
+		if !errors.As(err, &ie) || !errors.Is(err, ErrInvalidInput) || ie.Field != c.field || !strings.HasPrefix(ie.Value, c.value) {
+			t.Errorf("%s: got %#v, want an *InputError with field %s and value %s", c.name, err, c.field, c.value)
 		}
 		// State.Take returns the same error and leaves the state untouched.
 		var s State

@@ -20,13 +20,13 @@ import (
 func CLThrottle(maxBurst, count, periodSeconds, quantity int64) (Limit, int64, error) {
 	switch {
 	case maxBurst < 0:
-		return Limit{}, 0, fmt.Errorf("%w: field max_burst value %d: must be >= 0", ErrInvalidLimit, maxBurst)
+		return Limit{}, 0, limitError("max_burst", fmt.Sprint(maxBurst), "must be >= 0")
 	case count <= 0:
-		return Limit{}, 0, fmt.Errorf("%w: field count value %d: must be > 0", ErrInvalidLimit, count)
+		return Limit{}, 0, limitError("count", fmt.Sprint(count), "must be > 0")
 	case periodSeconds <= 0 || periodSeconds > int64(MaxDuration/time.Second):
-		return Limit{}, 0, fmt.Errorf("%w: field period value %d s: must be in 1..%d s", ErrInvalidLimit, periodSeconds, int64(MaxDuration/time.Second))
+		return Limit{}, 0, limitError("period", fmt.Sprintf("%d s", periodSeconds), fmt.Sprintf("must be in 1..%d s", int64(MaxDuration/time.Second)))
 	case quantity < 0 || quantity > MaxHits:
-		return Limit{}, 0, fmt.Errorf("%w: field quantity value %d: must be in 0..%d", ErrInvalidLimit, quantity, MaxHits)
+		return Limit{}, 0, limitError("quantity", fmt.Sprint(quantity), fmt.Sprintf("must be in 0..%d", MaxHits))
 	}
 	l := Limit{Kind: GCRA, Limit: count, Period: time.Duration(periodSeconds) * time.Second, Burst: maxBurst}
 	if err := l.Validate(); err != nil {

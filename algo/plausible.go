@@ -42,7 +42,7 @@ func (s *State) Plausible(now, skew int64, l Limit) error {
 		return err
 	}
 	if skew < 0 || skew > int64(MaxDuration) {
-		return fmt.Errorf("%w: skew %d ns", ErrInvalidLimit, skew)
+		return limitError("skew", fmt.Sprintf("%d ns", skew), fmt.Sprintf("must be in 0..%d ns", int64(MaxDuration)))
 	}
 	if s.kind == 0 {
 		return nil

@@ -27,39 +27,39 @@ func (l Limit) Validate() error {
 // computed only when Period*(Burst+1) (an upper bound of tau) overflows.
 func (l Limit) check() error {
 	if !l.Kind.Valid() {
-		return fmt.Errorf("%w: field Kind value %d: not one of the six algorithms", ErrInvalidLimit, uint8(l.Kind))
+		return limitError("algorithm", fmt.Sprint(uint8(l.Kind)), "must be one of "+kindList())
 	}
 	if l.Limit <= 0 {
-		return fmt.Errorf("%w: field Limit value %d: must be > 0", ErrInvalidLimit, l.Limit)
+		return limitError("limit", fmt.Sprint(l.Limit), "must be > 0")
 	}
 	if l.Period <= 0 || l.Period > MaxDuration {
-		return fmt.Errorf("%w: field Period value %d ns: must be in 1..%d ns", ErrInvalidLimit, int64(l.Period), int64(MaxDuration))
+		return limitError("period", fmt.Sprintf("%d ns", int64(l.Period)), fmt.Sprintf("must be in 1..%d ns", int64(MaxDuration)))
 	}
 	if l.Burst < 0 {
-		return fmt.Errorf("%w: field Burst value %d: must be >= 0", ErrInvalidLimit, l.Burst)
+		return limitError("burst", fmt.Sprint(l.Burst), "must be >= 0")
 	}
 	switch l.Kind {
 	case SlidingWindowLog:
 		if l.Limit > MaxLogLimit {
-			return fmt.Errorf("%w: field Limit value %d: sliding_window_log stores one timestamp per hit, must be <= MaxLogLimit (%d)", ErrInvalidLimit, l.Limit, MaxLogLimit)
+			return limitError("limit", fmt.Sprint(l.Limit), fmt.Sprintf("sliding_window_log stores one timestamp per hit, must be <= MaxLogLimit (%d)", MaxLogLimit))
 		}
 	case GCRA:
 		if int64(l.Period) < l.Limit { // T = Period/Limit < 1
-			return fmt.Errorf("%w: field Limit value %d: emission interval Period/Limit = %d ns / %d is below 1 ns", ErrInvalidLimit, l.Limit, int64(l.Period), l.Limit)
+			return limitError("limit", fmt.Sprint(l.Limit), fmt.Sprintf("emission interval Period/Limit = %d ns / %d is below 1 ns", int64(l.Period), l.Limit))
 		}
 		// tau = T*(Burst+1) <= Period*(Burst+1): when that fits, so does tau,
 		// and the division is skipped.
 		if !mulFits(int64(l.Period), l.Burst, 1) {
 			if t := int64(l.Period) / l.Limit; !mulFits(t, l.Burst, 1) {
-				return fmt.Errorf("%w: field Burst value %d: tau = T*(Burst+1) = %d ns * %d overflows MaxDuration", ErrInvalidLimit, l.Burst, t, uint64(l.Burst)+1)
+				return limitError("burst", fmt.Sprint(l.Burst), fmt.Sprintf("tau = T*(Burst+1) = %d ns * %d overflows MaxDuration", t, uint64(l.Burst)+1))
 			}
 		}
 	case TokenBucket:
 		if l.Burst < 1 {
-			return fmt.Errorf("%w: field Burst value %d: token_bucket needs a capacity >= 1", ErrInvalidLimit, l.Burst)
+			return limitError("burst", fmt.Sprint(l.Burst), "token_bucket needs a capacity >= 1")
 		}
 		if !mulFits(int64(l.Period), l.Burst, 0) {
-			return fmt.Errorf("%w: field Burst value %d: Burst*Period = %d * %d ns overflows MaxDuration", ErrInvalidLimit, l.Burst, l.Burst, int64(l.Period))
+			return limitError("burst", fmt.Sprint(l.Burst), fmt.Sprintf("Burst*Period = %d * %d ns overflows MaxDuration", l.Burst, int64(l.Period)))
 		}
 	}
 	return nil
@@ -101,7 +101,7 @@ func (l Limit) isInterval(t int64) bool {
 // that names the field and value.
 func ValidateHits(hits int64) error {
 	if hits < 0 || hits > MaxHits {
-		return fmt.Errorf("%w: field hits value %d: must be in 0..%d", ErrInvalidLimit, hits, MaxHits)
+		return limitError("hits", fmt.Sprint(hits), fmt.Sprintf("must be in 0..%d", MaxHits))
 	}
 	return nil
 }
@@ -109,7 +109,7 @@ func ValidateHits(hits int64) error {
 // validateNow reports whether now lies in [MinTime, MaxTime].
 func validateNow(now int64) error {
 	if now < MinTime || now > MaxTime {
-		return fmt.Errorf("%w: field now value %d ns: must be in %d..%d (MinTime..MaxTime)", ErrInvalidLimit, now, MinTime, MaxTime)
+		return limitError("now", fmt.Sprintf("%d ns", now), fmt.Sprintf("must be in %d..%d (MinTime..MaxTime)", MinTime, MaxTime))
 	}
 	return nil
 }

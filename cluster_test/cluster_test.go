@@ -608,7 +608,7 @@ func serveLimiter(t testing.TB, n *node.Node) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := transport.NewLimiterServer(transport.ServerConfig{}, n)
+	s := transport.NewLimiterServer(transport.ServerConfig{}, node.LimiterHandler(n))
 	go s.Serve(lis)
 	t.Cleanup(s.Stop)
 	return lis.Addr().String()

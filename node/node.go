@@ -49,9 +49,10 @@ var (
 	// ErrTooManyKeys is returned for a check that would create a new key on a node
 	// that holds Config.MaxKeys keys, none of them idle.
 	ErrTooManyKeys = errors.New("node: too many keys")
-	// ErrCallerTimestamp is returned (wrapping transport.ErrInvalidCheck) for a
-	// check carrying CreatedAt on a node with AcceptCallerTimestamps off.
-	ErrCallerTimestamp = fmt.Errorf("%w: created_at is refused by this node (AcceptCallerTimestamps is off)", transport.ErrInvalidCheck)
+	// ErrCallerTimestamp is matched (errors.Is) by the *InputError (field
+	// created_at) of a check carrying CreatedAt on a node with
+	// AcceptCallerTimestamps off.
+	ErrCallerTimestamp = errors.New("node: caller timestamp refused")
 	// ErrDuplicateName is returned by New, wrapped with the conflicting member's
 	// address, when another live member already uses Config.Name.
 	ErrDuplicateName = errors.New("node: member name already in use")
@@ -62,32 +63,6 @@ var (
 
 	errNotOwner = errors.New("node: not owner")
 )
-
-// Route says which path decided a check: RouteOwner (this node owns the key),
-// RouteForwarded (its owner decided), RouteBackup (the owner was unreachable
-// and the key's backup decided on its replica, see Config.Replication) or
-// RouteFallback (neither was reachable and Config.OwnerUnreachable decided).
-type Route = transport.Route
-
-// The routes a Decision reports.
-const (
-	RouteOwner     = transport.RouteOwner
-	RouteForwarded = transport.RouteForwarded
-	RouteFallback  = transport.RouteFallback
-	RouteBackup    = transport.RouteBackup
-)
-
-// Decision is the outcome of a check: the algorithm's Decision, the path that
-// decided it, and the name of the member that decided it (this node's name for
-// RouteOwner and RouteFallback).
-type Decision struct {
-	algo.Decision
-	Route Route
-	Owner string
-	// Banned is set when the key's penalty ban decided the check (see
-	// AllowPenalized).
-	Banned bool
-}
 
 // Admission states of a Member.
 const (
@@ -202,7 +177,8 @@ func (n *Node) clock() int64 {
 }
 
 // peerClient is what the node needs from the transport: forwarding to an owner
-// and handing states to a new owner. transport.Pool implements it.
+// and handing states to a new owner. transport.Pool implements it. It speaks
+// transport's wire types: the peer glue converts (see wire.go).
 type peerClient interface {
 	Forward(ctx context.Context, addr string, c transport.Check) (transport.Result, error)
 	Handoff(ctx context.Context, addr string, b transport.TransferBatch) error
@@ -449,39 +425,35 @@ func (n *Node) Allow(ctx context.Context, key string, l algo.Limit) (Decision, e
 }
 
 // AllowN checks hits hits of key against l on the key's owner and returns its
-// Decision (hits == 0 peeks). Errors: a wrapped algo.ErrInvalidLimit or
-// transport.ErrInvalidCheck for bad input (empty or too long key, hits < 0 or
-// above algo.MaxHits, invalid limit), ErrTooManyKeys, ErrStopped, or ctx's error.
+// Decision (hits == 0 peeks). Errors: an *InputError (ErrInvalid, and
+// algo.ErrInvalidLimit for limit and hits errors) for bad input (empty or too
+// long key, hits < 0 or above algo.MaxHits, invalid limit), ErrTooManyKeys,
+// ErrStopped, or ctx's error; Classify sorts them.
 // An unreachable owner is not an error: the Decision reports RouteFallback.
 func (n *Node) AllowN(ctx context.Context, key string, l algo.Limit, hits int64) (d Decision, err error) {
-	var c transport.Check // filled field by field: no temporary to copy
+	var c Check // filled field by field: no temporary to copy
 	c.Key, c.Limit, c.Hits = key, l, hits
 	err = n.decideInto(ctx, &c, &d)
 	return
 }
 
-// Check implements transport.LimiterHandler: the entry point of the public gRPC
-// (the daemon serves transport.NewLimiterServer(cfg, node)) and HTTP services. c.CreatedAt (Unix ns) is honoured only with
-// Config.AcceptCallerTimestamps; otherwise a non-zero value is ErrCallerTimestamp.
-func (n *Node) Check(ctx context.Context, c transport.Check) (transport.Result, error) {
+// Check decides c on its key's owner, as AllowN and AllowPenalized do, with
+// c.CreatedAt (Unix ns) honoured only with Config.AcceptCallerTimestamps
+// (otherwise a non-zero value is an *InputError matching ErrCallerTimestamp).
+// It is the entry point of the front doors (the daemon serves it as gRPC
+// through LimiterHandler). Errors as AllowN; Classify sorts them.
+func (n *Node) Check(ctx context.Context, c Check) (d Decision, err error) {
 	if c.CreatedAt != 0 && !n.cfg.AcceptCallerTimestamps {
-		return transport.Result{}, ErrCallerTimestamp
+		return Decision{}, callerTimestampError(c.CreatedAt)
 	}
-	c.AsBackup = false // peers only
-	d, err := n.decide(ctx, &c)
-	if err != nil {
-		if errors.Is(err, ErrStopped) {
-			err = fmt.Errorf("%w: %w", transport.ErrUnavailable, err)
-		}
-		return transport.Result{}, err
-	}
-	return transport.Result{Decision: d.Decision, Route: d.Route, Owner: d.Owner, Code: transport.CodeOK, Banned: d.Banned}, nil
+	err = n.decideInto(ctx, &c, &d)
+	return
 }
 
 // decide routes one check: decide it here if this node owns the key, else forward
 // it to the owner, re-resolving after a "not owner" answer until the ring settles
 // or ForwardTimeout passes, else fall back.
-func (n *Node) decide(ctx context.Context, c *transport.Check) (Decision, error) {
+func (n *Node) decide(ctx context.Context, c *Check) (Decision, error) {
 	var d Decision
 	err := n.decideInto(ctx, c, &d)
 	return d, err
@@ -491,7 +463,7 @@ func (n *Node) decide(ctx context.Context, c *transport.Check) (Decision, error)
 // Decision and stays so on error. The owner-local path fills *out in place
 // instead of copying a Decision up through every call (each such copy right
 // after its fields were written stalls the CPU's store forwarding).
-func (n *Node) decideInto(ctx context.Context, c *transport.Check, out *Decision) error {
+func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 	if n.leaving.Load() || n.stopping.Load() {
 		return ErrStopped
 	}
@@ -555,7 +527,7 @@ func (n *Node) decideInto(ctx context.Context, c *transport.Check, out *Decision
 		)
 		viaBackup := n.breakers.skip(owner.Name)
 		if !viaBackup {
-			res, err = n.peers.Forward(ctx, owner.Addr, *c)
+			res, err = n.peers.Forward(ctx, owner.Addr, c.wire(false))
 			if err != nil && ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -566,7 +538,7 @@ func (n *Node) decideInto(ctx context.Context, c *transport.Check, out *Decision
 				*out = Decision{Decision: res.Decision, Route: RouteForwarded, Owner: owner.Name, Banned: res.Banned}
 				return nil
 			case err == nil && res.Code == transport.CodeInvalidArgument:
-				return fmt.Errorf("%w: %s", transport.ErrInvalidCheck, res.Message)
+				return refusedByPeer(owner.Name, res.Message)
 			}
 			if n.stopping.Load() {
 				return ErrStopped // our own pool is closing: not the owner's fault
@@ -658,7 +630,7 @@ func (n *Node) awaitRingChange(ctx context.Context, rs *ringState, d time.Durati
 // the key's partition was just gained from a live member. A check with a
 // Penalty is decided with the key's ban state (banned reports that the ban
 // decided it).
-func (n *Node) decideOwned(ctx context.Context, rs *ringState, c *transport.Check, h uint64, p int, out *algo.Decision) (banned bool, err error) {
+func (n *Node) decideOwned(ctx context.Context, rs *ringState, c *Check, h uint64, p int, out *algo.Decision) (banned bool, err error) {
 	if gate := rs.gateOf(p); gate != nil {
 		if err := rs.waitGate(ctx, gate, n.stop); err != nil {
 			return false, err
@@ -697,7 +669,7 @@ func (n *Node) owns(rs *ringState, h uint64) bool {
 
 // fallbackInto is decideFallback writing the Decision to *out (unchanged on
 // error).
-func (n *Node) fallbackInto(c transport.Check, rs *ringState, out *Decision) error {
+func (n *Node) fallbackInto(c Check, rs *ringState, out *Decision) error {
 	d, err := n.decideFallback(c, rs)
 	if err == nil {
 		*out = d
@@ -707,7 +679,7 @@ func (n *Node) fallbackInto(c transport.Check, rs *ringState, out *Decision) err
 
 // decideFallback applies the OwnerUnreachable policy; a Local limiter gets
 // this node's share of the limit among the members of rs (see Local).
-func (n *Node) decideFallback(c transport.Check, rs *ringState) (Decision, error) {
+func (n *Node) decideFallback(c Check, rs *ringState) (Decision, error) {
 	wall := n.clock()
 	now := c.CreatedAt
 	if now == 0 {
@@ -799,7 +771,7 @@ func (p peerService) Forward(ctx context.Context, checks []transport.Check, out 
 		if c.CreatedAt != 0 && !n.cfg.AcceptCallerTimestamps {
 			// The owner's config decides, whatever the sender accepted.
 			n.refused("timestamp")
-			out[i] = transport.Result{Code: transport.CodeInvalidArgument, Message: ErrCallerTimestamp.Error()}
+			out[i] = transport.Result{Code: transport.CodeInvalidArgument, Message: callerTimestampError(c.CreatedAt).Error()}
 			continue
 		}
 		rs := n.rs.Load()
@@ -814,7 +786,7 @@ func (p peerService) Forward(ctx context.Context, checks []transport.Check, out 
 			out[i] = transport.Result{Code: transport.CodeNotOwner, Message: "not owner"}
 			continue
 		}
-		out[i] = n.decideResult(ctx, rs, c, h)
+		out[i] = n.decideResult(ctx, rs, checkFromWire(&checks[i]), h)
 		changed = changed || c.Hits > 0 && out[i].Code == transport.CodeOK && out[i].Decision.Allowed
 	}
 	if backups != nil {
@@ -834,18 +806,18 @@ func (p peerService) Forward(ctx context.Context, checks []transport.Check, out 
 
 // decideResult decides c as the owner of its key (hash h) under rs and maps
 // the outcome to a Result.
-func (n *Node) decideResult(ctx context.Context, rs *ringState, c transport.Check, h uint64) transport.Result {
+func (n *Node) decideResult(ctx context.Context, rs *ringState, c Check, h uint64) transport.Result {
 	var d algo.Decision
 	ban, err := n.decideOwned(ctx, rs, &c, h, rs.snap.PartitionOfHash(h), &d)
 	if err != nil {
 		return errorResult(err)
 	}
-	return transport.Result{Decision: d, Route: RouteOwner, Owner: n.cfg.Name, Code: transport.CodeOK, Banned: ban}
+	return transport.Result{Decision: d, Route: transport.RouteOwner, Owner: n.cfg.Name, Code: transport.CodeOK, Banned: ban}
 }
 
 // ownerResult is decideResult followed, under ReplicationSync, by the wait for
 // the state to reach the backup.
-func (n *Node) ownerResult(ctx context.Context, rs *ringState, c transport.Check, h uint64) transport.Result {
+func (n *Node) ownerResult(ctx context.Context, rs *ringState, c Check, h uint64) transport.Result {
 	r := n.decideResult(ctx, rs, c, h)
 	if c.Hits > 0 && r.Code == transport.CodeOK && r.Decision.Allowed {
 		if err := n.awaitReplicated(ctx); err != nil {
@@ -860,7 +832,7 @@ func errorResult(err error) transport.Result {
 	switch {
 	case errors.Is(err, errNotOwner):
 		return transport.Result{Code: transport.CodeNotOwner, Message: "not owner"}
-	case errors.Is(err, algo.ErrInvalidLimit), errors.Is(err, transport.ErrInvalidCheck):
+	case Classify(err) == ClassInvalid:
 		return transport.Result{Code: transport.CodeInvalidArgument, Message: err.Error()}
 	}
 	return transport.Result{Code: transport.CodeUnavailable, Message: err.Error()}

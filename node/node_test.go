@@ -120,8 +120,8 @@ func TestBadInputIsTypedError(t *testing.T) {
 		hits int64
 		want error
 	}{
-		{"empty key", "", hourly, 1, transport.ErrInvalidCheck},
-		{"long key", strings.Repeat("k", transport.DefaultMaxKeyLen+1), hourly, 1, transport.ErrInvalidCheck},
+		{"empty key", "", hourly, 1, ErrInvalid},
+		{"long key", strings.Repeat("k", algo.DefaultMaxKeyLen+1), hourly, 1, ErrInvalid},
 		{"negative hits", "k", hourly, -1, algo.ErrInvalidLimit},
 		{"zero limit", "k", algo.Limit{Kind: algo.GCRA, Period: time.Second}, 1, algo.ErrInvalidLimit},
 		{"no kind", "k", algo.Limit{Limit: 1, Period: time.Second}, 1, algo.ErrInvalidLimit},
@@ -141,8 +141,8 @@ func TestCallerTimestamp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	refuse := testNode(t, nil)
-	c := transport.Check{Key: "k", Limit: hourly, Hits: 1, CreatedAt: 1_000_000_000}
-	if _, err := refuse.Check(ctx, c); !errors.Is(err, ErrCallerTimestamp) || !errors.Is(err, transport.ErrInvalidCheck) {
+	c := Check{Key: "k", Limit: hourly, Hits: 1, CreatedAt: 1_000_000_000}
+	if _, err := refuse.Check(ctx, c); !errors.Is(err, ErrCallerTimestamp) || !errors.Is(err, ErrInvalid) || Classify(err) != ClassInvalid {
 		t.Fatalf("got %v, want ErrCallerTimestamp", err)
 	}
 	accept := testNode(t, func(c *Config) { c.Name = "accept"; c.AcceptCallerTimestamps = true })

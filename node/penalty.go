@@ -11,20 +11,6 @@ import (
 	"github.com/ringlimit/ringlimit/transport"
 )
 
-// Penalty is a ban rule carried with a check to its key's owner: after Denials
-// denied checks of the key within Within, the owner bans the key for Ban. See
-// AllowPenalized.
-type Penalty = transport.Penalty
-
-// ErrInvalidCheck is wrapped by every error a check returns for bad input
-// (it is transport.ErrInvalidCheck): an empty or too long key, hits out of
-// range, an invalid limit (then algo.ErrInvalidLimit too) or penalty. Front
-// doors tell bad input from an unavailable cluster with it.
-var ErrInvalidCheck = transport.ErrInvalidCheck
-
-// MaxPenaltyDenials is the largest Penalty.Denials (1024).
-const MaxPenaltyDenials = transport.MaxPenaltyDenials
-
 // AllowPenalized checks hits hits of key against l on the key's owner like
 // AllowN, under the ban rule p (the zero Penalty is none, and then it is
 // AllowN). The owner keeps the key's ban state next to its algorithm state
@@ -36,10 +22,10 @@ const MaxPenaltyDenials = transport.MaxPenaltyDenials
 // with the key on a handoff and is replicated to the key's backup (see
 // Config.Replication), which applies it while the owner is unreachable. A
 // check decided by the OwnerUnreachable fallback applies no penalty (the
-// owner's ban state is out of reach). Errors as AllowN,
-// plus a wrapped transport.ErrInvalidCheck for an invalid p.
+// owner's ban state is out of reach). Errors as AllowN, plus an *InputError
+// for an invalid p.
 func (n *Node) AllowPenalized(ctx context.Context, key string, l algo.Limit, hits int64, p Penalty) (Decision, error) {
-	c := transport.Check{Key: key, Limit: l, Hits: hits, Penalty: p}
+	c := Check{Key: key, Limit: l, Hits: hits, Penalty: p}
 	return n.decide(ctx, &c)
 }
 

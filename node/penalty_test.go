@@ -108,8 +108,8 @@ func TestPenaltyValidated(t *testing.T) {
 	t.Parallel()
 	n := testNode(t, nil)
 	for _, p := range []Penalty{{Denials: 0, Within: 1, Ban: 1}, {Denials: MaxPenaltyDenials + 1, Within: 1, Ban: 1}, {Denials: 1, Ban: 1}, {Denials: 1, Within: 1}} {
-		if _, err := n.AllowPenalized(context.Background(), "k", hourly, 1, p); !errors.Is(err, transport.ErrInvalidCheck) {
-			t.Errorf("penalty %+v: got %v, want ErrInvalidCheck", p, err)
+		if _, err := n.AllowPenalized(context.Background(), "k", hourly, 1, p); !errors.Is(err, ErrInvalid) {
+			t.Errorf("penalty %+v: got %v, want ErrInvalid", p, err)
 		}
 	}
 }

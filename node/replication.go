@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -508,7 +507,7 @@ var errNoBackup = errors.New("node: no backup reachable")
 // the key's backup; when this node is the backup it decides c itself.
 // errNoBackup: no backup, or it cannot be reached either; errNotOwner: the
 // backup does not see itself as the key's backup (rings disagree for a moment).
-func (n *Node) decideViaBackup(ctx context.Context, rs *ringState, c transport.Check, h uint64, owner ring.Member) (Decision, error) {
+func (n *Node) decideViaBackup(ctx context.Context, rs *ringState, c Check, h uint64, owner ring.Member) (Decision, error) {
 	b, ok := rs.backupOfHash(h)
 	if !ok {
 		return Decision{}, errNoBackup
@@ -524,9 +523,7 @@ func (n *Node) decideViaBackup(ctx context.Context, rs *ringState, c transport.C
 	if n.breakers.skip(b.Name) {
 		return Decision{}, errNoBackup
 	}
-	bc := c
-	bc.AsBackup = true
-	res, err := n.peers.Forward(ctx, b.Addr, bc)
+	res, err := n.peers.Forward(ctx, b.Addr, c.wire(true))
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return Decision{}, ctx.Err()
@@ -536,13 +533,13 @@ func (n *Node) decideViaBackup(ctx context.Context, rs *ringState, c transport.C
 	case res.Code == transport.CodeOK:
 		n.breakers.reset(b.Name)
 		route := RouteForwarded // the backup reached the owner itself
-		if res.Route == RouteBackup {
+		if res.Route == transport.RouteBackup {
 			route = RouteBackup
 		}
 		n.observe(c.Limit.Kind, route, res.Decision.Allowed)
 		return Decision{Decision: res.Decision, Route: route, Owner: res.Owner, Banned: res.Banned}, nil
 	case res.Code == transport.CodeInvalidArgument:
-		return Decision{}, fmt.Errorf("%w: %s", transport.ErrInvalidCheck, res.Message)
+		return Decision{}, refusedByPeer(b.Name, res.Message)
 	case res.Code == transport.CodeNotOwner:
 		return Decision{}, errNotOwner
 	}
@@ -552,7 +549,7 @@ func (n *Node) decideViaBackup(ctx context.Context, rs *ringState, c transport.C
 // decideAsBackup decides c on this node's replica of its key, whose owner
 // cannot be reached. It returns errNotOwner if this node is neither the key's
 // backup nor its owner (any more) in its current ring.
-func (n *Node) decideAsBackup(ctx context.Context, c transport.Check, h uint64) (algo.Decision, bool, error) {
+func (n *Node) decideAsBackup(ctx context.Context, c Check, h uint64) (algo.Decision, bool, error) {
 	self := n.cfg.Name
 	holds := func() bool {
 		rs := n.rs.Load()
@@ -591,7 +588,7 @@ func (n *Node) forwardAsBackup(ctx context.Context, c transport.Check) transport
 	h := rs.snap.Hash(c.Key)
 	owner, ok := rs.snap.OwnerOfHash(h)
 	if ok && owner.Name == n.cfg.Name && !rs.leaving {
-		return n.ownerResult(ctx, rs, c, h)
+		return n.ownerResult(ctx, rs, checkFromWire(&c), h)
 	}
 	if b, isB := rs.backupOfHash(h); !ok || !isB || b.Name != n.cfg.Name || rs.leaving {
 		return transport.Result{Code: transport.CodeNotOwner, Message: "not the key's backup"}
@@ -624,9 +621,9 @@ func (n *Node) forwardAsBackup(ctx context.Context, c transport.Check) transport
 			n.breakers.trip(owner.Name)
 		}
 	}
-	d, ban, err := n.decideAsBackup(ctx, c, h)
+	d, ban, err := n.decideAsBackup(ctx, checkFromWire(&c), h)
 	if err != nil {
 		return errorResult(err)
 	}
-	return transport.Result{Decision: d, Route: RouteBackup, Owner: n.cfg.Name, Code: transport.CodeOK, Banned: ban}
+	return transport.Result{Decision: d, Route: transport.RouteBackup, Owner: n.cfg.Name, Code: transport.CodeOK, Banned: ban}
 }

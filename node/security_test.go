@@ -453,7 +453,7 @@ func TestPeerServiceNotOnClientPort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := transport.NewLimiterServer(transport.ServerConfig{}, n)
+	srv := transport.NewLimiterServer(transport.ServerConfig{}, LimiterHandler(n))
 	go srv.Serve(lis)
 	defer srv.Stop()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -47,10 +47,8 @@ func kindFromWire(a pb.Algorithm) (algo.Kind, error) {
 		return algo.TokenBucket, nil
 	case pb.Algorithm_ALGORITHM_BUCKETED_SLIDING_WINDOW:
 		return algo.BucketedSlidingWindow, nil
-	case pb.Algorithm_ALGORITHM_UNSPECIFIED:
-		return 0, fmt.Errorf("%w: algorithm is unspecified", ErrInvalidCheck)
 	}
-	return 0, fmt.Errorf("%w: algorithm %d is unknown", ErrInvalidCheck, int32(a))
+	return 0, &algo.InputError{Field: "algorithm", Value: a.String(), Allowed: "must be one of " + algo.KindNames(", "), Err: ErrInvalidCheck}
 }
 
 func routeToWire(r Route) pb.Route {

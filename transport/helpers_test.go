@@ -99,7 +99,7 @@ func (l *fakeLimiter) Check(ctx context.Context, c Check) (Result, error) {
 	case "stopped":
 		return Result{}, fmt.Errorf("%w: node stopped", ErrUnavailable)
 	case "handler-invalid":
-		return Result{}, fmt.Errorf("node: %w: burst 99 too large for this node", algo.ErrInvalidLimit)
+		return Result{}, fmt.Errorf("node: %w", &algo.InputError{Field: "burst", Value: "99", Allowed: "too large for this node", Err: algo.ErrInvalidLimit})
 	case "handler-bug":
 		return Result{}, errors.New("something broke")
 	}

@@ -8,9 +8,10 @@ import (
 	pb "github.com/ringlimit/ringlimit/transport/ringlimitv1"
 )
 
-// MaxPenaltyDenials is the largest Penalty.Denials (1024): the owner keeps the
-// times of a key's last Denials denied checks, 8 bytes each.
-const MaxPenaltyDenials = 1024
+// MaxPenaltyDenials is the largest Penalty.Denials (algo.MaxPenaltyDenials,
+// 1024): the owner keeps the times of a key's last Denials denied checks, 8
+// bytes each.
+const MaxPenaltyDenials = algo.MaxPenaltyDenials
 
 // Penalty is a ban rule carried with a check to its key's owner: after Denials
 // denied checks of the key within Within, the owner bans the key for Ban, and
@@ -31,20 +32,9 @@ func (p Penalty) IsZero() bool { return p == Penalty{} }
 
 // Validate returns nil for the zero Penalty or one with Denials in
 // 1..MaxPenaltyDenials and Within and Ban in (0, algo.MaxDuration]; otherwise
-// an error wrapping ErrInvalidCheck that names the field.
+// an *algo.InputError wrapping ErrInvalidCheck that names the field.
 func (p Penalty) Validate() error {
-	if p.IsZero() {
-		return nil
-	}
-	switch {
-	case p.Denials < 1 || p.Denials > MaxPenaltyDenials:
-		return fmt.Errorf("%w: penalty denials %d outside 1..%d", ErrInvalidCheck, p.Denials, MaxPenaltyDenials)
-	case p.Within <= 0 || p.Within > algo.MaxDuration:
-		return fmt.Errorf("%w: penalty within %d ns outside 1..%d", ErrInvalidCheck, int64(p.Within), int64(algo.MaxDuration))
-	case p.Ban <= 0 || p.Ban > algo.MaxDuration:
-		return fmt.Errorf("%w: penalty ban %d ns outside 1..%d", ErrInvalidCheck, int64(p.Ban), int64(algo.MaxDuration))
-	}
-	return nil
+	return algo.ValidatePenalty(p.Denials, p.Within, p.Ban, ErrInvalidCheck)
 }
 
 // PenaltyState is the ban state of one key, handed from its old owner to its

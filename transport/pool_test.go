@@ -208,7 +208,7 @@ func TestForwardPerItemInvalidDoesNotFailTheBatch(t *testing.T) {
 		}
 		switch v.key {
 		case "far-too-long-key":
-			if v.r.Code != CodeInvalidArgument || !strings.Contains(v.r.Message, "key is 16 bytes") {
+			if v.r.Code != CodeInvalidArgument || !strings.Contains(v.r.Message, "field key value 16 bytes") {
 				t.Fatalf("got %+v, want CodeInvalidArgument naming the key length", v.r)
 			}
 		default:

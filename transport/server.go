@@ -796,9 +796,6 @@ func (s *limiterServer) CheckBatch(ctx context.Context, req *pb.CheckBatchReques
 		wg.Wait()
 	}
 	results = mergeInvalid(results, invalid, len(in))
-	for i := range results {
-		results[i].Message = ClientMessage(results[i].Message)
-	}
 	return &pb.CheckBatchResponse{Results: resultsToWire(results)}, nil
 }
 
@@ -837,7 +834,7 @@ func mergeInvalid(valid []Result, invalid []invalidItem, n int) []Result {
 	v, k := 0, 0
 	for i := range out {
 		if k < len(invalid) && invalid[k].index == i {
-			out[i] = Result{Code: CodeInvalidArgument, Message: invalid[k].err.Error()}
+			out[i] = Result{Code: CodeInvalidArgument, Message: ClientMessage(invalid[k].err)}
 			k++
 			continue
 		}

@@ -40,7 +40,7 @@ func rawConn(t *testing.T, addr string) *grpc.ClientConn {
 }
 
 // badChecks are invalid checks with the field their error must name
-// (compared case-insensitively: algo names Go fields, "field Period").
+// (the *algo.InputError's Field; messages read "field <Field> value ...").
 func badChecks() []struct {
 	name  string
 	check Check
@@ -55,11 +55,11 @@ func badChecks() []struct {
 	}{
 		{"empty key", with(func(c *Check) { c.Key = "" }), "key"},
 		{"key too long", with(func(c *Check) { c.Key = strings.Repeat("x", 33) }), "key"},
-		{"negative hits", with(func(c *Check) { c.Hits = -1 }), "field hits"},
-		{"hits above MaxHits", with(func(c *Check) { c.Hits = algo.MaxHits + 1 }), "field hits"},
-		{"zero limit", with(func(c *Check) { c.Limit.Limit = 0 }), "field limit"},
-		{"negative period", with(func(c *Check) { c.Limit.Period = -time.Second }), "field period"},
-		{"negative burst", with(func(c *Check) { c.Limit.Burst = -1 }), "field burst"},
+		{"negative hits", with(func(c *Check) { c.Hits = -1 }), "hits"},
+		{"hits above MaxHits", with(func(c *Check) { c.Hits = algo.MaxHits + 1 }), "hits"},
+		{"zero limit", with(func(c *Check) { c.Limit.Limit = 0 }), "limit"},
+		{"negative period", with(func(c *Check) { c.Limit.Period = -time.Second }), "period"},
+		{"negative burst", with(func(c *Check) { c.Limit.Burst = -1 }), "burst"},
 		{"unspecified algorithm", with(func(c *Check) { c.Limit.Kind = 0 }), "algorithm"},
 		{"negative created_at", with(func(c *Check) { c.CreatedAt = -1 }), "created_at"},
 	}
@@ -91,7 +91,7 @@ func TestLimiterCheckRejectsEveryBadField(t *testing.T) {
 	checkToWire(validCheck("k", 1), m, &keys)
 	m.Algorithm = 99
 	_, err := raw.Check(ctx, &pb.CheckRequest{Check: m})
-	if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "algorithm 99") {
+	if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "field algorithm value 99") {
 		t.Errorf("unknown algorithm: got %v, want InvalidArgument naming algorithm 99", err)
 	}
 	_, err = raw.Check(ctx, &pb.CheckRequest{})
@@ -129,15 +129,20 @@ func TestLimiterCheckMapsHandlerErrors(t *testing.T) {
 		if got := status.Code(err); got != tc.code {
 			t.Errorf("%s: got code %v, want %v", tc.key, got, tc.code)
 		}
-		// Issue 13.4: a client sees no internal package prefixes.
-		if msg := status.Convert(err).Message(); strings.Contains(msg, "transport: ") || strings.Contains(msg, "algo: ") {
-			t.Errorf("%s: got message %q, want it without package prefixes", tc.key, msg)
+		// An input error reaches the client as its field message, without
+		// internal package prefixes, and with its fields as ErrorInfo metadata.
+		if msg := status.Convert(err).Message(); tc.code == codes.InvalidArgument && msg != "field burst value 99: too large for this node" {
+			t.Errorf("%s: got message %q, want the InputError's Message", tc.key, msg)
 		}
 		_, err = c.Check(context.Background(), validCheck(tc.key, 1))
 		for _, want := range tc.is {
 			if !errors.Is(err, want) {
 				t.Errorf("%s: got %v, want it to wrap %v", tc.key, err, want)
 			}
+		}
+		var ie *algo.InputError
+		if tc.code == codes.InvalidArgument && (!errors.As(err, &ie) || *ie != (algo.InputError{Field: "burst", Value: "99", Allowed: "too large for this node", Err: algo.ErrInvalidLimit})) {
+			t.Errorf("%s: got %#v, want the server's InputError rebuilt", tc.key, err)
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -14,50 +13,72 @@ import (
 )
 
 // ClientMessage is an error's text as a client of the public front doors sees
-// it (gRPC Limiter, HTTP, the CLI): without the package prefixes of
-// transport's and algo's named errors ("transport: invalid check: ", "algo:
-// invalid limit: ", "transport: unavailable: "), which stay in the logs; what
-// remains names the field, its value and what is allowed. The Peer service
-// keeps the prefixes (its client maps them back to errors).
-func ClientMessage(msg string) string {
-	for _, prefix := range []error{ErrInvalidCheck, ErrUnavailable, algo.ErrInvalidLimit} {
-		msg = strings.ReplaceAll(msg, prefix.Error()+": ", "")
+// it (gRPC Limiter, HTTP, RESP, the CLI): an *algo.InputError's Message (the
+// field, its value and what is allowed, without package prefixes, which stay
+// in the logs), else the error's text.
+func ClientMessage(err error) string {
+	var ie *algo.InputError
+	if errors.As(err, &ie) {
+		return ie.Message()
 	}
-	return msg
+	return err.Error()
 }
 
-// reasonInvalidLimit is the google.rpc.ErrorInfo reason (domain
-// "ringlimit") of an InvalidArgument status whose cause is algo.ErrInvalidLimit,
-// so that a client can tell it apart once the message lost its prefixes.
-const reasonInvalidLimit = "INVALID_LIMIT"
+// The google.rpc.ErrorInfo (domain "ringlimit") that an InvalidArgument
+// status carries when its cause is an *algo.InputError: reason
+// INVALID_LIMIT when it is algo.ErrInvalidLimit too, INVALID_INPUT otherwise,
+// with the field, value and allowed range as metadata, so that a client
+// rebuilds the same typed error (errorFromStatus) without reading the text.
+const (
+	reasonInvalidLimit = "INVALID_LIMIT"
+	reasonInvalidInput = "INVALID_INPUT"
+	errorDomain        = "ringlimit"
+)
 
-// clientStatus is statusFromError with ClientMessage's text, for the Limiter
-// service; an invalid limit also carries ErrorInfo{Reason: INVALID_LIMIT}.
+// statusOf maps err to a gRPC status: the code of codeOfError, the text of
+// ClientMessage when client is set (the Limiter service) or the error's whole
+// text (the Peer service, whose client keeps the prefixes in its logs), and the
+// ErrorInfo above for an input error.
+func statusOf(err error, client bool) *status.Status {
+	if st, ok := status.FromError(err); ok {
+		return st
+	}
+	msg := err.Error()
+	if client {
+		msg = ClientMessage(err)
+	}
+	st := status.New(codeOfError(err), msg)
+	var ie *algo.InputError
+	if st.Code() == codes.InvalidArgument && errors.As(err, &ie) {
+		reason := reasonInvalidInput
+		if errors.Is(err, algo.ErrInvalidLimit) {
+			reason = reasonInvalidLimit
+		}
+		info := &errdetails.ErrorInfo{Reason: reason, Domain: errorDomain, Metadata: map[string]string{"field": ie.Field, "value": ie.Value, "allowed": ie.Allowed}}
+		if withInfo, derr := st.WithDetails(info); derr == nil {
+			st = withInfo
+		}
+	}
+	return st
+}
+
+// clientStatus is statusOf for the Limiter service.
 func clientStatus(err error) error {
 	if err == nil {
 		return nil
 	}
-	code, msg := codeOfError(err), err.Error()
-	if st, ok := status.FromError(err); ok {
-		code, msg = st.Code(), st.Message()
-	}
-	st := status.New(code, ClientMessage(msg))
-	if code == codes.InvalidArgument && (errors.Is(err, algo.ErrInvalidLimit) || strings.Contains(msg, algo.ErrInvalidLimit.Error())) {
-		if withInfo, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: reasonInvalidLimit, Domain: "ringlimit"}); derr == nil {
-			st = withInfo
-		}
-	}
-	return st.Err()
+	return statusOf(err, true).Err()
 }
 
-// hasReason reports whether st carries a google.rpc.ErrorInfo with reason.
-func hasReason(st *status.Status, reason string) bool {
+// inputInfo returns the ErrorInfo of an InvalidArgument status built by
+// statusOf, or nil.
+func inputInfo(st *status.Status) *errdetails.ErrorInfo {
 	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == reason {
-			return true
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == errorDomain && (info.GetReason() == reasonInvalidLimit || info.GetReason() == reasonInvalidInput) {
+			return info
 		}
 	}
-	return false
+	return nil
 }
 
 // statusFromError maps a handler or validation error to a gRPC status error:
@@ -68,15 +89,12 @@ func statusFromError(err error) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	return status.Error(codeOfError(err), err.Error())
+	return statusOf(err, false).Err()
 }
 
 func codeOfError(err error) codes.Code {
 	switch {
-	case errors.Is(err, ErrInvalidCheck), errors.Is(err, algo.ErrInvalidLimit):
+	case errors.Is(err, ErrInvalidCheck), errors.Is(err, algo.ErrInvalidInput), errors.Is(err, algo.ErrInvalidLimit):
 		return codes.InvalidArgument
 	case errors.Is(err, ErrUnavailable):
 		return codes.Unavailable
@@ -88,12 +106,14 @@ func codeOfError(err error) codes.Code {
 	return codes.Internal
 }
 
-// itemResultFromError is the per-item form of statusFromError inside batches.
+// itemResultFromError is the per-item form of clientStatus inside a
+// CheckBatch: invalid input -> CodeInvalidArgument, anything else ->
+// CodeUnavailable, with ClientMessage's text.
 func itemResultFromError(err error) Result {
-	if errors.Is(err, ErrInvalidCheck) || errors.Is(err, algo.ErrInvalidLimit) {
-		return Result{Code: CodeInvalidArgument, Message: err.Error()}
+	if codeOfError(err) == codes.InvalidArgument {
+		return Result{Code: CodeInvalidArgument, Message: ClientMessage(err)}
 	}
-	return Result{Code: CodeUnavailable, Message: err.Error()}
+	return Result{Code: CodeUnavailable, Message: ClientMessage(err)}
 }
 
 // statusFromResult maps a non-OK Result of a single check to a status error.
@@ -108,32 +128,23 @@ func statusFromResult(r Result) error {
 }
 
 // errorFromStatus maps an RPC error seen by a client to the errors of this
-// package: InvalidArgument -> ErrInvalidCheck (and algo.ErrInvalidLimit when
-// the server's message says so) carrying the server's message; every other
-// failure -> ErrUnavailable wrapping the status error. what names the call
-// ("forward to 10.0.0.2:7947").
+// package: InvalidArgument -> an error wrapping ErrInvalidCheck that carries
+// the server's message, and, when the status has statusOf's ErrorInfo, the
+// *algo.InputError it describes (which is algo.ErrInvalidLimit for reason
+// INVALID_LIMIT); every other failure -> ErrUnavailable wrapping the status
+// error. what names the call ("forward to 10.0.0.2:7947").
 func errorFromStatus(what string, err error) error {
 	st, _ := status.FromError(err)
-	if st.Code() == codes.InvalidArgument {
-		msg := strings.TrimPrefix(st.Message(), ErrInvalidCheck.Error()+": ")
-		return &remoteInvalidError{
-			msg:          fmt.Sprintf("%v: %s: %s", ErrInvalidCheck, what, msg),
-			invalidLimit: strings.Contains(msg, algo.ErrInvalidLimit.Error()) || hasReason(st, reasonInvalidLimit),
-		}
+	if st.Code() != codes.InvalidArgument {
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
 	}
-	return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
-}
-
-// remoteInvalidError is a server's InvalidArgument answer on the client side:
-// it is ErrInvalidCheck, and algo.ErrInvalidLimit when the server's message
-// came from algo.
-type remoteInvalidError struct {
-	msg          string
-	invalidLimit bool
-}
-
-func (e *remoteInvalidError) Error() string { return e.msg }
-
-func (e *remoteInvalidError) Is(target error) bool {
-	return target == ErrInvalidCheck || (e.invalidLimit && target == algo.ErrInvalidLimit)
+	if info := inputInfo(st); info != nil {
+		md := info.GetMetadata()
+		ie := &algo.InputError{Field: md["field"], Value: md["value"], Allowed: md["allowed"]}
+		if info.GetReason() == reasonInvalidLimit {
+			ie.Err = algo.ErrInvalidLimit
+		}
+		return fmt.Errorf("%w: %s: %w", ErrInvalidCheck, what, ie)
+	}
+	return fmt.Errorf("%w: %s: %s", ErrInvalidCheck, what, st.Message())
 }

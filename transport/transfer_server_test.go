@@ -138,8 +138,8 @@ func TestTransferOverTheWire(t *testing.T) {
 		{"too many states, one malformed", append(repeat(msgOf(1, valid), 4), msgOf(1, []byte{0x08})...), codes.Internal, "unmarshal"},
 		{"invalid state", append(msgOf(1, valid), msgOf(1, appendKeyState(nil, &KeyState{Key: "too-long-key", Limit: lim}))...), codes.InvalidArgument, "states[1]"},
 		{"too many penalties", repeat(msgOf(5, msgOf(1, []byte("p"))), 4), codes.InvalidArgument, "penalties: batch of 4"},
-		{"invalid penalty", msgOf(5, nil), codes.InvalidArgument, "penalties[0]: transport: invalid check: key is empty"},
-		{"invalid state before invalid penalty", append(msgOf(5, nil), msgOf(1, nil)...), codes.InvalidArgument, "states[0]: transport: invalid check: algorithm is unspecified"},
+		{"invalid penalty", msgOf(5, nil), codes.InvalidArgument, "penalties[0]: transport: invalid check: field key value 0 bytes"},
+		{"invalid state before invalid penalty", append(msgOf(5, nil), msgOf(1, nil)...), codes.InvalidArgument, "states[0]: transport: invalid check: field algorithm value ALGORITHM_UNSPECIFIED"},
 	} {
 		in, out := rawMsg(tc.msg), rawMsg(nil)
 		err := conn.Invoke(context.Background(), pb.Peer_Transfer_FullMethodName, &in, &out, grpc.ForceCodecV2(rawCodec{}))

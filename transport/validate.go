@@ -23,8 +23,9 @@ var ErrInvalidCheck = errors.New("transport: invalid check")
 // answer codes.Unavailable.
 var ErrUnavailable = errors.New("transport: unavailable")
 
-// DefaultMaxKeyLen is the default maximum key length, in bytes.
-const DefaultMaxKeyLen = 1024
+// DefaultMaxKeyLen is the default maximum key length, in bytes
+// (algo.DefaultMaxKeyLen).
+const DefaultMaxKeyLen = algo.DefaultMaxKeyLen
 
 // DefaultMaxBatch is the default maximum number of items in one CheckBatch,
 // Forward or Transfer RPC.
@@ -46,8 +47,8 @@ func (c *Check) Validate(maxKeyLen int) error {
 	if err := algo.ValidateHits(c.Hits); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidCheck, err)
 	}
-	if c.CreatedAt < 0 || c.CreatedAt > algo.MaxTime {
-		return fmt.Errorf("%w: created_at %d ns outside 0..%d (0 = owner's clock)", ErrInvalidCheck, c.CreatedAt, algo.MaxTime)
+	if err := algo.ValidateCreatedAt(c.CreatedAt, ErrInvalidCheck); err != nil {
+		return err
 	}
 	if err := c.Limit.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidCheck, err)
@@ -73,15 +74,7 @@ func validateKeyState(s KeyState, maxKeyLen int) error {
 	return nil
 }
 
+// validateKey is algo.ValidateKey with this package's ErrInvalidCheck.
 func validateKey(key string, maxKeyLen int) error {
-	if maxKeyLen <= 0 {
-		maxKeyLen = DefaultMaxKeyLen
-	}
-	if key == "" {
-		return fmt.Errorf("%w: key is empty", ErrInvalidCheck)
-	}
-	if len(key) > maxKeyLen {
-		return fmt.Errorf("%w: key is %d bytes, above the maximum of %d", ErrInvalidCheck, len(key), maxKeyLen)
-	}
-	return nil
+	return algo.ValidateKey(key, maxKeyLen, ErrInvalidCheck)
 }

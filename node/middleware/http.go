@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/node/policy"
 )
 
@@ -280,7 +281,7 @@ func (c *httpConfig) wrap(decide func(r *http.Request) (Verdict, bool, error)) f
 				case !fromLimiter:
 					http.Error(w, "rate limit key: "+err.Error(), http.StatusInternalServerError)
 				case invalidInput(err):
-					http.Error(w, "rate limit: invalid request: "+err.Error(), http.StatusBadRequest)
+					http.Error(w, "rate limit: invalid request: "+node.Message(err), http.StatusBadRequest)
 				case c.failClosed:
 					http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
 				default:

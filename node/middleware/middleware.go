@@ -31,11 +31,9 @@ import (
 var ErrInvalidOption = errors.New("middleware: invalid option")
 
 // invalidInput reports whether err is the request's fault (a key the node
-// refuses, a bad descriptor): such a request is refused, never let through as
-// if the limiter were down.
-func invalidInput(err error) bool {
-	return errors.Is(err, node.ErrInvalidCheck) || errors.Is(err, policy.ErrInvalidRequest) || errors.Is(err, algo.ErrInvalidLimit)
-}
+// refuses, a bad descriptor: node.ClassInvalid): such a request is refused,
+// never let through as if the limiter were down.
+func invalidInput(err error) bool { return node.Classify(err) == node.ClassInvalid }
 
 // ErrNoKey is wrapped by key functions that find no key in the request (a
 // missing header or metadata entry, an unparsable peer address).

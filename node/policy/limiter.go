@@ -2,7 +2,6 @@ package policy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -185,26 +184,27 @@ func (l *Limiter) Policy() (*Policy, uint64) {
 // skipped, and every remaining limited descriptor is decided on its key's
 // owner, in order, with its rule's penalty. As in envoyproxy/ratelimit, every
 // matched descriptor takes its hits even when another one is denied. Errors:
-// a wrapped ErrInvalidRequest for bad input (including a descriptor whose key
-// the node refuses, node.ErrInvalidCheck, e.g. above its MaxKeyLen), or the
+// a wrapped ErrInvalidRequest for bad input, holding the *node.InputError that
+// names the field (including a descriptor whose key the node refuses, e.g.
+// above its MaxKeyLen), or the
 // node's error (then the descriptors decided before it have taken their hits).
 func (l *Limiter) Check(ctx context.Context, domain string, descs []Descriptor, hits int64) (Result, error) {
 	if domain == "" {
-		return Result{}, fmt.Errorf("%w: empty domain", ErrInvalidRequest)
+		return Result{}, requestError("domain", `""`, "must not be empty")
 	}
 	if len(descs) == 0 {
-		return Result{}, fmt.Errorf("%w: no descriptors", ErrInvalidRequest)
+		return Result{}, requestError("descriptors", "0 descriptors", "must hold at least one")
 	}
 	if err := algo.ValidateHits(hits); err != nil {
 		return Result{}, fmt.Errorf("%w: hits: %w", ErrInvalidRequest, err)
 	}
 	for i, d := range descs {
 		if len(d.Entries) == 0 {
-			return Result{}, fmt.Errorf("%w: descriptors[%d] has no entries", ErrInvalidRequest, i)
+			return Result{}, requestError(fmt.Sprintf("descriptors[%d].entries", i), "0 entries", "must hold at least one")
 		}
 		for j, e := range d.Entries {
 			if e.Key == "" {
-				return Result{}, fmt.Errorf("%w: descriptors[%d].entries[%d] has an empty key", ErrInvalidRequest, i, j)
+				return Result{}, requestError(fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), `""`, "must not be empty")
 			}
 		}
 		if d.Hits != nil {
@@ -242,7 +242,7 @@ func (l *Limiter) Check(ctx context.Context, domain string, descs []Descriptor, 
 		default:
 			d.Key = Key(domain, descs[i].Entries)
 			nd, err := l.c.AllowPenalized(ctx, d.Key, r.Limit, d.Hits, r.Penalty)
-			if errors.Is(err, node.ErrInvalidCheck) { // e.g. a key above the node's MaxKeyLen
+			if node.Classify(err) == node.ClassInvalid { // e.g. a key above the node's MaxKeyLen
 				return Result{}, fmt.Errorf("%w: descriptor %d (rule %s): %w", ErrInvalidRequest, i, r.ID(), err)
 			}
 			if err != nil {
@@ -274,4 +274,10 @@ func contains(s []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// requestError is the *node.InputError of a request that Limiter.Check
+// refuses, wrapping ErrInvalidRequest.
+func requestError(field, value, allowed string) error {
+	return &node.InputError{Field: field, Value: value, Allowed: allowed, Err: ErrInvalidRequest}
 }

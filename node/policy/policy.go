@@ -37,10 +37,11 @@ import (
 // domain or descriptor).
 var ErrInvalidPolicy = errors.New("policy: invalid policy file")
 
-// ErrInvalidRequest is returned, wrapped with the offending field, by
-// Limiter.Check for a request that cannot be decided: an empty domain, no
-// descriptors, a descriptor without entries, an entry with an empty key, or hits
-// outside 0..algo.MaxHits.
+// ErrInvalidRequest is matched by the error of Limiter.Check for a request that
+// cannot be decided: an empty domain, no descriptors, a descriptor without
+// entries, an entry with an empty key, hits outside 0..algo.MaxHits, or a check
+// the node refuses. The error holds a *node.InputError naming the field
+// (node.Message gives its text) and node.Classify sorts it as ClassInvalid.
 var ErrInvalidRequest = errors.New("policy: invalid request")
 
 // LoadError is a policy file error: where it is and what is wrong.

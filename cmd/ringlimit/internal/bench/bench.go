@@ -30,7 +30,7 @@ import (
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
 	"github.com/ringlimit/ringlimit/internal/cputime"
-	"github.com/ringlimit/ringlimit/transport"
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // ErrOverBound is returned by Report.Err when some key was admitted more hits
@@ -199,7 +199,7 @@ type Report struct {
 	// AdmittedChecks and DeniedChecks split Decided; Admitted is in hits.
 	AdmittedChecks, DeniedChecks, Admitted int64
 	// Routes counts decided checks by the path that decided them.
-	Routes map[transport.Route]int64
+	Routes map[node.Route]int64
 	// ErrorSamples holds up to 3 distinct error messages.
 	ErrorSamples []string
 	// Latency holds the latency of decided checks in ns: from send (closed loop)
@@ -322,7 +322,7 @@ func (r *Report) Write(w io.Writer) error {
 			fmt.Fprintf(tw, "  \t%s\n", ev)
 		}
 	}
-	fmt.Fprintf(tw, "routes\towner %d, forwarded %d, backup %d, fallback %d\n", r.Routes[transport.RouteOwner], r.Routes[transport.RouteForwarded], r.Routes[transport.RouteBackup], r.Routes[transport.RouteFallback])
+	fmt.Fprintf(tw, "routes\towner %d, forwarded %d, backup %d, fallback %d\n", r.Routes[node.RouteOwner], r.Routes[node.RouteForwarded], r.Routes[node.RouteBackup], r.Routes[node.RouteFallback])
 	if h := r.Latency; h.TotalCount() > 0 {
 		p := func(q float64) time.Duration { return time.Duration(h.ValueAtQuantile(q)) }
 		fmt.Fprintf(tw, "latency\tp50 %v  p90 %v  p99 %v  p99.9 %v  max %v\n",
@@ -428,7 +428,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	hs := newHealthSet(o, spanStart)
 	// send picks a live target, sends one check of key k and classifies the
 	// answer (err is set for a failed check; the code's message for a refusal).
-	send := func(pref, k int, adm *admLog) (res transport.Result, ti int, err error, out outcome) {
+	send := func(pref, k int, adm *admLog) (res node.Decision, ti int, err error, out outcome) {
 		ti, probe := hs.pick(pref)
 		if ti < 0 {
 			return res, ti, nil, notSent
@@ -436,15 +436,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if w, bit := &used[k>>6], uint64(1)<<(k&63); w.Load()&bit == 0 {
 			w.Or(bit)
 		}
-		res, err = hs.ts[ti].chk.Check(ctx, transport.Check{Key: keyName(k), Limit: o.Limit, Hits: o.Hits})
+		res, err = hs.ts[ti].chk.Check(ctx, node.Check{Key: keyName(k), Limit: o.Limit, Hits: o.Hits})
 		if err != nil && ctx.Err() != nil {
 			if probe {
 				hs.result(ti, true, err)
 			}
 			return res, ti, err, cancelled
-		}
-		if err == nil && res.Code != transport.CodeOK {
-			err = fmt.Errorf("code %d: %s", res.Code, res.Message)
 		}
 		hs.result(ti, probe, err)
 		if err != nil {
@@ -593,7 +590,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r := &Report{
 		Options: o, Elapsed: elapsed, Span: span, Prefill: pre, Scheduled: scheduled, Missed: missed,
 		CPU: cpu1 - cpu0, CPUKnown: cpuOK && cpuOK1,
-		Routes:  map[transport.Route]int64{},
+		Routes:  map[node.Route]int64{},
 		Latency: hdrhistogram.New(1, maxLatency, 3),
 	}
 	r.Targets = make([]TargetReport, len(o.Targets))
@@ -615,7 +612,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		r.AdmittedChecks += c.admChecks
 		r.DeniedChecks += c.denChks
 		for rt, n := range c.routes {
-			r.Routes[transport.Route(rt)] += n
+			r.Routes[node.Route(rt)] += n
 		}
 		for _, s := range c.errSample {
 			if len(r.ErrorSamples) < 3 && !contains(r.ErrorSamples, s) {
@@ -665,7 +662,7 @@ const (
 // goroutines (goroutine i sends keys i, i+Concurrency, ...), and reports what
 // they decided. A key is left unsent when every target is down with no probe
 // due, or once ctx has ended.
-func prefill(ctx context.Context, o Options, send func(pref, k int, adm *admLog) (transport.Result, int, error, outcome), admitted *admissions) PrefillReport {
+func prefill(ctx context.Context, o Options, send func(pref, k int, adm *admLog) (node.Decision, int, error, outcome), admitted *admissions) PrefillReport {
 	start := time.Now()
 	var done, dec, errs, adm, unsent atomic.Int64
 	stop := make(chan struct{})
@@ -681,7 +678,7 @@ func prefill(ctx context.Context, o Options, send func(pref, k int, adm *admLog)
 			defer log.flush()
 			for k := i; k < o.Keys; k += o.Concurrency {
 				out := notSent
-				var res transport.Result
+				var res node.Decision
 				if ctx.Err() == nil {
 					res, _, _, out = send(pref, k, log)
 				}

@@ -16,7 +16,7 @@ import (
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
 	"github.com/ringlimit/ringlimit/internal/cputime"
-	"github.com/ringlimit/ringlimit/transport"
+	"github.com/ringlimit/ringlimit/node"
 )
 
 func TestMaxAdmitted(t *testing.T) {
@@ -173,12 +173,12 @@ type fixedWindow struct {
 	delay time.Duration // service time per check, to overload the open loop
 }
 
-func (f *fixedWindow) Check(ctx context.Context, c transport.Check) (transport.Result, error) {
+func (f *fixedWindow) Check(ctx context.Context, c node.Check) (node.Decision, error) {
 	if f.delay > 0 {
 		select {
 		case <-time.After(f.delay):
 		case <-ctx.Done():
-			return transport.Result{}, ctx.Err()
+			return node.Decision{}, ctx.Err()
 		}
 	}
 	f.mu.Lock()
@@ -194,7 +194,7 @@ func (f *fixedWindow) Check(ctx context.Context, c transport.Check) (transport.R
 		s[1] += c.Hits
 	}
 	f.state[c.Key] = s
-	return transport.Result{Decision: algo.Decision{Allowed: ok, Limit: c.Limit.Limit}, Route: transport.RouteOwner}, nil
+	return node.Decision{Decision: algo.Decision{Allowed: ok, Limit: c.Limit.Limit}, Route: node.RouteOwner}, nil
 }
 
 func TestRunClosedLoopWithinBound(t *testing.T) {
@@ -339,10 +339,10 @@ type flaky struct {
 	calls atomic.Int64
 }
 
-func (f *flaky) Check(ctx context.Context, c transport.Check) (transport.Result, error) {
+func (f *flaky) Check(ctx context.Context, c node.Check) (node.Decision, error) {
 	f.calls.Add(1)
 	if f.dead.Load() {
-		return transport.Result{}, errors.New("connection refused")
+		return node.Decision{}, errors.New("connection refused")
 	}
 	return f.fixedWindow.Check(ctx, c)
 }

@@ -11,19 +11,19 @@ import (
 
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
-	"github.com/ringlimit/ringlimit/transport"
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // recorder passes checks to a Checker and records their keys in order.
 type recorder struct {
 	next interface {
-		Check(context.Context, transport.Check) (transport.Result, error)
+		Check(context.Context, node.Check) (node.Decision, error)
 	}
 	mu   sync.Mutex
 	keys []string
 }
 
-func (r *recorder) Check(ctx context.Context, c transport.Check) (transport.Result, error) {
+func (r *recorder) Check(ctx context.Context, c node.Check) (node.Decision, error) {
 	r.mu.Lock()
 	r.keys = append(r.keys, c.Key)
 	r.mu.Unlock()
@@ -111,11 +111,11 @@ type admitsTwice struct {
 	n  map[string]int
 }
 
-func (a *admitsTwice) Check(_ context.Context, c transport.Check) (transport.Result, error) {
+func (a *admitsTwice) Check(_ context.Context, c node.Check) (node.Decision, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.n[c.Key]++
-	return transport.Result{Decision: algo.Decision{Allowed: a.n[c.Key] <= 2, Limit: c.Limit.Limit}, Route: transport.RouteOwner}, nil
+	return node.Decision{Decision: algo.Decision{Allowed: a.n[c.Key] <= 2, Limit: c.Limit.Limit}, Route: node.RouteOwner}, nil
 }
 
 // TestRunPrefillCountsInBound: a key admitted once by the prefill and once in
@@ -147,13 +147,13 @@ type failsFirst struct {
 	seen map[string]bool
 }
 
-func (f *failsFirst) Check(ctx context.Context, c transport.Check) (transport.Result, error) {
+func (f *failsFirst) Check(ctx context.Context, c node.Check) (node.Decision, error) {
 	f.mu.Lock()
 	first := !f.seen[c.Key]
 	f.seen[c.Key] = true
 	f.mu.Unlock()
 	if first && strings.HasSuffix(c.Key, "7") {
-		return transport.Result{}, errors.New("injected")
+		return node.Decision{}, errors.New("injected")
 	}
 	return f.fixedWindow.Check(ctx, c)
 }

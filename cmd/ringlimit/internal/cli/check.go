@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ringlimit/ringlimit/algo"
-	"github.com/ringlimit/ringlimit/transport"
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // checkJSON is the --json output of check.
@@ -45,8 +45,8 @@ retry_after is -1ns ("never") when the hits exceed the limit's capacity.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := args[0]
-			if key == "" || len(key) > transport.DefaultMaxKeyLen {
-				return fmt.Errorf("KEY: want 1..%d bytes, got %d", transport.DefaultMaxKeyLen, len(key))
+			if err := algo.ValidateKey(key, 0, nil); err != nil {
+				return fmt.Errorf("KEY: %s", node.Message(err))
 			}
 			l, hits, err := lf.parse(0)
 			if err != nil {
@@ -69,12 +69,9 @@ retry_after is -1ns ("never") when the hits exceed the limit's capacity.`,
 			defer closeFn()
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			res, err := c.Check(ctx, transport.Check{Key: key, Limit: l, Hits: hits})
+			res, err := c.Check(ctx, node.Check{Key: key, Limit: l, Hits: hits})
 			if err != nil {
 				return err
-			}
-			if res.Code != transport.CodeOK {
-				return fmt.Errorf("check failed: code %d: %s", res.Code, res.Message)
 			}
 			if err := printDecision(cmd, key, l, res, asJSON); err != nil {
 				return err
@@ -94,7 +91,7 @@ retry_after is -1ns ("never") when the hits exceed the limit's capacity.`,
 	return cmd
 }
 
-func printDecision(cmd *cobra.Command, key string, l algo.Limit, res transport.Result, asJSON bool) error {
+func printDecision(cmd *cobra.Command, key string, l algo.Limit, res node.Decision, asJSON bool) error {
 	d := res.Decision
 	w := cmd.OutOrStdout()
 	if asJSON {

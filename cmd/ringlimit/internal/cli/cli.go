@@ -13,7 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ringlimit/ringlimit/transport"
+	"github.com/ringlimit/ringlimit/node"
 	"io"
 	"net/http"
 
@@ -79,13 +79,13 @@ func Execute(ctx context.Context, args []string, stdout, stderr io.Writer, deps 
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.code == ExitNo && ee.err != nil {
-			fmt.Fprintln(stderr, "ringlimit:", transport.ClientMessage(ee.err.Error()))
+			fmt.Fprintln(stderr, "ringlimit:", node.Message(ee.err))
 		}
 		return ee.code
 	}
-	// One error shape on every front door (issue 13.4): the field, its value and
-	// what is allowed, without internal package prefixes.
-	fmt.Fprintln(stderr, "ringlimit:", transport.ClientMessage(err.Error()))
+	// One error shape on every front door: the field, its value and what is
+	// allowed, without internal package prefixes.
+	fmt.Fprintln(stderr, "ringlimit:", node.Message(err))
 	return ExitError
 }
 

@@ -27,6 +27,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
+	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/transport"
 	"github.com/ringlimit/ringlimit/transport/pki"
 )
@@ -42,7 +43,7 @@ type exactCluster struct {
 
 func newExact() *exactCluster { return &exactCluster{m: map[string]*algo.State{}} }
 
-func (c *exactCluster) Check(ctx context.Context, chk transport.Check) (transport.Result, error) {
+func (c *exactCluster) Check(ctx context.Context, chk node.Check) (node.Decision, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.n++
@@ -57,12 +58,12 @@ func (c *exactCluster) Check(ctx context.Context, chk transport.Check) (transpor
 	}
 	d, err := s.Take(now, chk.Hits, chk.Limit)
 	if err != nil {
-		return transport.Result{}, err
+		return node.Decision{}, err
 	}
 	if c.n == c.flipN {
 		d.Allowed = !d.Allowed
 	}
-	return transport.Result{Decision: d, Route: transport.RouteOwner, Owner: "fake-0"}, nil
+	return node.Decision{Decision: d, Route: node.RouteOwner, Owner: "fake-0"}, nil
 }
 
 func fakeInProcess(c target.Checker) InProcessFunc {
@@ -106,11 +107,11 @@ func TestFlagValidation(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"replay", "--algorithm", "leaky"}, `--algorithm: kind "leaky"`},
-		{[]string{"replay", "--limit", "0"}, "--limit/--period/--burst for gcra: field Limit value 0"},
-		{[]string{"bench", "--period", "-1s"}, "field Period"},
+		{[]string{"replay", "--algorithm", "leaky"}, `--algorithm: field algorithm value "leaky": must be one of sliding_window_log, `},
+		{[]string{"replay", "--limit", "0"}, "--limit/--period/--burst for gcra: field limit value 0: must be > 0"},
+		{[]string{"bench", "--period", "-1s"}, "field period value -1000000000 ns"},
 		{[]string{"check", "k", "--period", "10000000h"}, `"10000000h" is longer than the maximum 2562047h47m16.854775807s`},
-		{[]string{"bench", "--algorithm", "token_bucket", "--burst", "0"}, "field Burst value 0"},
+		{[]string{"bench", "--algorithm", "token_bucket", "--burst", "0"}, "--limit/--period/--burst for token_bucket: field burst value 0"},
 		{[]string{"bench", "--hits", "-1"}, "--hits"},
 		{[]string{"bench", "--dist", "pareto"}, "--dist"},
 		{[]string{"bench", "--dist", "zipf", "--zipf-s", "1"}, "--zipf-s 1: must be > 1"},
@@ -245,12 +246,12 @@ func TestBenchPrefillFlag(t *testing.T) {
 // fakeLimiter answers the gRPC Limiter service for check's tests.
 type fakeLimiter struct{ allowed bool }
 
-func (f fakeLimiter) Check(ctx context.Context, c transport.Check) (transport.Result, error) {
+func (f fakeLimiter) Check(ctx context.Context, c node.Check) (node.Decision, error) {
 	d := algo.Decision{Allowed: f.allowed, Limit: 6, Remaining: 5, ResetAfter: 6 * time.Second}
 	if !f.allowed {
 		d.Remaining, d.RetryAfter = 0, 2*time.Second
 	}
-	return transport.Result{Decision: d, Route: transport.RouteForwarded}, nil
+	return node.Decision{Decision: d, Route: node.RouteForwarded}, nil
 }
 
 // secureDir is a certs directory made with `ringlimit cert`: ca.crt, a node
@@ -344,7 +345,7 @@ func startLimiter(t *testing.T, allowed bool, sec *secureDir) string {
 			return h(ctx, req)
 		})}
 	}
-	s := transport.NewLimiterServer(cfg, fakeLimiter{allowed: allowed})
+	s := transport.NewLimiterServer(cfg, node.LimiterHandler(fakeLimiter{allowed: allowed}))
 	go s.Serve(lis)
 	t.Cleanup(s.Stop)
 	return lis.Addr().String()
@@ -563,14 +564,14 @@ func TestCert(t *testing.T) {
 // recordingLimiter answers every check allowed and records it.
 type recordingLimiter struct {
 	mu     sync.Mutex
-	checks []transport.Check
+	checks []node.Check
 }
 
-func (r *recordingLimiter) Check(_ context.Context, c transport.Check) (transport.Result, error) {
+func (r *recordingLimiter) Check(_ context.Context, c node.Check) (node.Decision, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.checks = append(r.checks, c)
-	return transport.Result{Decision: algo.Decision{Allowed: true, Limit: 1}, Route: transport.RouteOwner}, nil
+	return node.Decision{Decision: algo.Decision{Allowed: true, Limit: 1}, Route: node.RouteOwner}, nil
 }
 
 // TestDefaultBurst checks that a check without --burst carries DefaultBurst
@@ -583,7 +584,7 @@ func TestDefaultBurst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := transport.NewLimiterServer(transport.ServerConfig{}, rec)
+	s := transport.NewLimiterServer(transport.ServerConfig{}, node.LimiterHandler(rec))
 	go s.Serve(lis)
 	t.Cleanup(s.Stop)
 	if code, out, stderr := run(t, Deps{}, "check", "--addr", lis.Addr().String(), "--insecure", "k"); code != ExitOK {
@@ -595,7 +596,7 @@ func TestDefaultBurst(t *testing.T) {
 	if len(got) != 1 || got[0].Limit.Burst != DefaultBurst || DefaultBurst != 0 {
 		t.Errorf("check without --burst sent %+v, want burst %d (= 0, the HTTP and gRPC default)", got, DefaultBurst)
 	}
-	if code, _, stderr := run(t, Deps{}, "check", "--addr", lis.Addr().String(), "--insecure", "--algorithm", "token_bucket", "k"); code != ExitError || !strings.Contains(stderr, "field Burst value 0") {
+	if code, _, stderr := run(t, Deps{}, "check", "--addr", lis.Addr().String(), "--insecure", "--algorithm", "token_bucket", "k"); code != ExitError || !strings.Contains(stderr, "field burst value 0") {
 		t.Errorf("token_bucket without --burst: got exit %d %q, want 2 naming the burst", code, stderr)
 	}
 	for _, cmd := range []string{"bench", "replay"} {

@@ -12,6 +12,7 @@ import (
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/cmd/internal/duration"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // limitFlags are the flags that describe an algo.Limit and the hits per check.
@@ -39,7 +40,7 @@ const demoBurst = 5
 // list a flag it cannot take).
 func (f *limitFlags) register(fs *pflag.FlagSet, withAlgorithm bool, burst int64) {
 	if withAlgorithm {
-		fs.StringVar(&f.algorithm, "algorithm", "gcra", "algorithm: sliding_window_log, sliding_window_counter, fixed_window, gcra, token_bucket or bucketed_sliding_window")
+		fs.StringVar(&f.algorithm, "algorithm", "gcra", "algorithm: "+algo.KindNames(", "))
 	}
 	fs.Int64Var(&f.limit, "limit", 10, "hits per period (the rate for gcra and token_bucket)")
 	f.period = time.Minute
@@ -49,21 +50,22 @@ func (f *limitFlags) register(fs *pflag.FlagSet, withAlgorithm bool, burst int64
 }
 
 // parse returns the Limit, validated by algo, and the hits. kind overrides
-// --algorithm when non-zero (demo runs every algorithm).
+// --algorithm when non-zero (demo runs every algorithm). An error names the
+// flag, then the input error's node.Message (the same text as every door).
 func (f *limitFlags) parse(kind algo.Kind) (algo.Limit, int64, error) {
 	if kind == 0 {
 		k, err := algo.ParseKind(f.algorithm)
 		if err != nil {
-			return algo.Limit{}, 0, fmt.Errorf("--algorithm: %w", err)
+			return algo.Limit{}, 0, fmt.Errorf("--algorithm: %s", node.Message(err))
 		}
 		kind = k
 	}
 	l := algo.Limit{Kind: kind, Limit: f.limit, Period: f.period, Burst: f.burst}
 	if err := l.Validate(); err != nil {
-		return algo.Limit{}, 0, fmt.Errorf("--limit/--period/--burst for %s: %w", kind, err)
+		return algo.Limit{}, 0, fmt.Errorf("--limit/--period/--burst for %s: %s", kind, node.Message(err))
 	}
 	if err := algo.ValidateHits(f.hits); err != nil {
-		return algo.Limit{}, 0, fmt.Errorf("--hits: %w", err)
+		return algo.Limit{}, 0, fmt.Errorf("--hits: %s", node.Message(err))
 	}
 	return l, f.hits, nil
 }

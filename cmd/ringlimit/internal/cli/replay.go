@@ -17,7 +17,7 @@ import (
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/accesslog"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/replay"
-	"github.com/ringlimit/ringlimit/transport"
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // DefaultLog is the default --log: the bundled log, relative to the repository
@@ -260,7 +260,7 @@ func writeDemoTable(w io.Writer, reports []*replay.Report) error {
 	fmt.Fprintln(tw, "algorithm\trequests\tadmitted\tdenied\tmismatches\towner\tforwarded\tbackup\tfallback\treq/s\telapsed\t")
 	for _, r := range reports {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f\t%v\t\n", r.Limit.Kind, r.Requests, r.Admitted, r.Denied, r.Mismatches,
-			r.Routes[transport.RouteOwner], r.Routes[transport.RouteForwarded], r.Routes[transport.RouteBackup], r.Routes[transport.RouteFallback],
+			r.Routes[node.RouteOwner], r.Routes[node.RouteForwarded], r.Routes[node.RouteBackup], r.Routes[node.RouteFallback],
 			r.Throughput(), r.Elapsed.Round(time.Millisecond))
 	}
 	return tw.Flush()

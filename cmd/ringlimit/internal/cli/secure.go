@@ -15,7 +15,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
-	"github.com/ringlimit/ringlimit/transport"
+	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/node/remote"
 	"github.com/ringlimit/ringlimit/transport/pki"
 )
 
@@ -113,7 +114,7 @@ func readTokenFile(path string) (string, error) {
 // dial returns a Checker for the gRPC Limiter at addr, presenting the bearer
 // token (if any) with every call, and the function that closes it.
 func (s security) dial(addr string) (target.Checker, func() error, error) {
-	c, err := transport.Dial(addr, s.tls)
+	c, err := remote.Dial(addr, s.tls)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -125,10 +126,10 @@ func (s security) dial(addr string) (target.Checker, func() error, error) {
 
 // tokenChecker adds "authorization: Bearer <token>" to every check's metadata.
 type tokenChecker struct {
-	c     *transport.Client
+	c     *remote.Client
 	authz string
 }
 
-func (t tokenChecker) Check(ctx context.Context, c transport.Check) (transport.Result, error) {
+func (t tokenChecker) Check(ctx context.Context, c node.Check) (node.Decision, error) {
 	return t.c.Check(metadata.AppendToOutgoingContext(ctx, "authorization", t.authz), c)
 }

@@ -13,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
+	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/node/failover/redislimit"
-	"github.com/ringlimit/ringlimit/transport"
 )
 
 // Name is the target's name in reports, and the Owner of its Results.
@@ -24,16 +24,16 @@ const Name = "redis"
 type checker struct{ l *redislimit.Limiter }
 
 // Check decides c on Redis at the CLI's clock (or c.CreatedAt when set).
-func (c checker) Check(ctx context.Context, ch transport.Check) (transport.Result, error) {
+func (c checker) Check(ctx context.Context, ch node.Check) (node.Decision, error) {
 	now := ch.CreatedAt
 	if now == 0 {
 		now = time.Now().UnixNano()
 	}
 	d, err := c.l.Take(ctx, ch.Key, now, ch.Hits, ch.Limit)
 	if err != nil {
-		return transport.Result{}, err
+		return node.Decision{}, err
 	}
-	return transport.Result{Decision: d, Route: transport.RouteOwner, Owner: Name, Code: transport.CodeOK}, nil
+	return node.Decision{Decision: d, Route: node.RouteOwner, Owner: Name}, nil
 }
 
 // Open connects to the Redis at url (redis:// or rediss://, single node,

@@ -5,7 +5,7 @@
 // Run partitions the keys (Prefix + client IP) over Workers goroutines by a hash
 // of the key, so all requests of one key go through one worker, in log order.
 // Each worker sends its requests one at a time, each stamped with the log's
-// timestamp (transport.Check.CreatedAt), spreading them round-robin over the
+// timestamp (node.Check.CreatedAt), spreading them round-robin over the
 // Targets, and applies the same check to its own Reference (one per worker, so no
 // lock). A decision that differs from the reference in any field, or a check the
 // cluster fails to decide, is a mismatch. Because per-key order and timestamps are
@@ -29,7 +29,7 @@ import (
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/accesslog"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
-	"github.com/ringlimit/ringlimit/transport"
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // ErrMismatch is returned by Report.Err when at least one decision differed from
@@ -89,7 +89,7 @@ type Mismatch struct {
 	Target string
 	// Got is the cluster's result (meaningful when Err is nil), Want the
 	// reference's decision.
-	Got  transport.Result
+	Got  node.Decision
 	Want algo.Decision
 	// Err is the error the cluster returned, or a description of a non-OK Code.
 	Err error
@@ -134,9 +134,9 @@ type Report struct {
 	// Code); each is also a mismatch.
 	Errors int
 	// Routes counts decided checks by the path that decided them.
-	Routes map[transport.Route]int
+	Routes map[node.Route]int
 	// ByOwner counts decided checks by the name of the node that decided them
-	// (transport.Result.Owner); "" counts results that did not name it.
+	// (node.Decision.Owner); "" counts results that did not name it.
 	ByOwner map[string]int
 	// ByTarget counts checks by the entry point they were sent to.
 	ByTarget map[string]int
@@ -173,8 +173,8 @@ func (r *Report) Write(w io.Writer) error {
 	fmt.Fprintf(tw, "denied\t%d\n", r.Denied)
 	fmt.Fprintf(tw, "mismatches\t%d (of which errors %d)\n", r.Mismatches, r.Errors)
 	decided := r.Admitted + r.Denied
-	for _, rt := range []transport.Route{transport.RouteOwner, transport.RouteForwarded, transport.RouteBackup, transport.RouteFallback, transport.RouteUnknown} {
-		if n := r.Routes[rt]; n > 0 || rt == transport.RouteOwner || rt == transport.RouteForwarded {
+	for _, rt := range []node.Route{node.RouteOwner, node.RouteForwarded, node.RouteBackup, node.RouteFallback, node.RouteUnknown} {
+		if n := r.Routes[rt]; n > 0 || rt == node.RouteOwner || rt == node.RouteForwarded {
 			fmt.Fprintf(tw, "route %s\t%d (%s)\n", rt.String(), n, pct(n, decided))
 		}
 	}
@@ -278,7 +278,7 @@ func Run(ctx context.Context, entries []accesslog.Entry, o Options) (*Report, er
 
 	r := &Report{
 		Limit: o.Limit, Prefix: o.Prefix, Keys: len(keys), Elapsed: elapsed,
-		Routes: map[transport.Route]int{}, ByTarget: map[string]int{}, ByOwner: map[string]int{},
+		Routes: map[node.Route]int{}, ByTarget: map[string]int{}, ByOwner: map[string]int{},
 	}
 	for _, wr := range results {
 		r.Requests += wr.requests
@@ -288,7 +288,7 @@ func Run(ctx context.Context, entries []accesslog.Entry, o Options) (*Report, er
 		r.Mismatches += wr.mismatches
 		r.Errors += wr.errors
 		for rt, n := range wr.routes {
-			r.Routes[transport.Route(rt)] += n
+			r.Routes[node.Route(rt)] += n
 		}
 		for o, n := range wr.byOwner {
 			r.ByOwner[o] += n
@@ -319,7 +319,7 @@ func runWorker(ctx context.Context, cancel context.CancelCauseFunc, w int, entri
 			return res
 		}
 		e := entries[i]
-		c := transport.Check{Key: o.Prefix + e.ClientIP, Limit: o.Limit, Hits: o.Hits, CreatedAt: e.Time}
+		c := node.Check{Key: o.Prefix + e.ClientIP, Limit: o.Limit, Hits: o.Hits, CreatedAt: e.Time}
 		want, err := ref.Take(c.Key, c.CreatedAt, c.Hits, c.Limit)
 		if err != nil {
 			cancel(fmt.Errorf("replay: reference: line %d: %w", e.Line, err))
@@ -335,9 +335,6 @@ func runWorker(ctx context.Context, cancel context.CancelCauseFunc, w int, entri
 		}
 		res.requests++
 		res.byTarget[t]++
-		if err == nil && got.Code != transport.CodeOK {
-			err = fmt.Errorf("code %d: %s", got.Code, got.Message)
-		}
 		if err != nil {
 			res.errors++
 		} else {

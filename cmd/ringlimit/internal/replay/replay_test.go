@@ -15,7 +15,7 @@ import (
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/accesslog"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
-	"github.com/ringlimit/ringlimit/transport"
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // windowModel is a minimal fixed-window limiter used as both the reference and
@@ -49,21 +49,21 @@ type fakeCluster struct {
 	mu    sync.Mutex
 	model windowModel
 	calls int
-	flip  func(call int, c transport.Check, r *transport.Result) error
+	flip  func(call int, c node.Check, r *node.Decision) error
 }
 
-func (f *fakeCluster) Check(ctx context.Context, c transport.Check) (transport.Result, error) {
+func (f *fakeCluster) Check(ctx context.Context, c node.Check) (node.Decision, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
 	d, err := f.model.Take(c.Key, c.CreatedAt, c.Hits, c.Limit)
 	if err != nil {
-		return transport.Result{}, err
+		return node.Decision{}, err
 	}
-	r := transport.Result{Decision: d, Route: transport.Route(1 + f.calls%2), Owner: fmt.Sprintf("node-%d", len(c.Key)%2)}
+	r := node.Decision{Decision: d, Route: node.Route(1 + f.calls%2), Owner: fmt.Sprintf("node-%d", len(c.Key)%2)}
 	if f.flip != nil {
 		if err := f.flip(f.calls, c, &r); err != nil {
-			return transport.Result{}, err
+			return node.Decision{}, err
 		}
 	}
 	return r, nil
@@ -112,7 +112,7 @@ func TestRunExactClusterHasNoMismatches(t *testing.T) {
 	if got := r.ByTarget["a"] + r.ByTarget["b"] + r.ByTarget["c"]; got != len(es) || r.ByTarget["c"] == 0 {
 		t.Errorf("got by-target %v, want all three used, summing to %d", r.ByTarget, len(es))
 	}
-	if got := r.Routes[transport.RouteOwner] + r.Routes[transport.RouteForwarded]; got != len(es) {
+	if got := r.Routes[node.RouteOwner] + r.Routes[node.RouteForwarded]; got != len(es) {
 		t.Errorf("got routes %v, want them to sum to %d", r.Routes, len(es))
 	}
 	if got := r.ByOwner["node-0"] + r.ByOwner["node-1"]; got != len(es) || len(r.ByOwner) != 2 {
@@ -158,7 +158,7 @@ func TestRunDetectsFlippedDecision(t *testing.T) {
 	t.Parallel()
 	es := entries(3, 1000, 20)
 	f := &fakeCluster{model: windowModel{}}
-	f.flip = func(call int, c transport.Check, r *transport.Result) error {
+	f.flip = func(call int, c node.Check, r *node.Decision) error {
 		if call == 500 {
 			r.Decision.Allowed = !r.Decision.Allowed
 		}
@@ -184,12 +184,12 @@ func TestRunCountsClusterErrorsAsMismatches(t *testing.T) {
 	t.Parallel()
 	es := entries(4, 600, 10)
 	f := &fakeCluster{model: windowModel{}}
-	f.flip = func(call int, c transport.Check, r *transport.Result) error {
+	f.flip = func(call int, c node.Check, r *node.Decision) error {
 		switch {
 		case call%100 == 0:
-			return fmt.Errorf("%w: peer down", transport.ErrUnavailable)
+			return fmt.Errorf("%w: peer down", node.ErrUnavailable)
 		case call%100 == 50:
-			*r = transport.Result{Code: transport.CodeUnavailable, Message: "shutting down"}
+			return fmt.Errorf("%w: shutting down", node.ErrStopped)
 		}
 		return nil
 	}
@@ -218,7 +218,7 @@ func TestRunDetailsAreTheFirstInLogOrder(t *testing.T) {
 	t.Parallel()
 	es := entries(5, 1000, 50)
 	f := &fakeCluster{model: windowModel{}}
-	f.flip = func(call int, c transport.Check, r *transport.Result) error {
+	f.flip = func(call int, c node.Check, r *node.Decision) error {
 		r.Decision.Remaining++ // every decision wrong
 		return nil
 	}
@@ -262,7 +262,7 @@ func TestRunStopsOnCancel(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &fakeCluster{model: windowModel{}}
-	f.flip = func(call int, c transport.Check, r *transport.Result) error {
+	f.flip = func(call int, c node.Check, r *node.Decision) error {
 		if call == 10 {
 			cancel()
 		}

@@ -232,20 +232,20 @@ func (a *Authenticator) Authenticate(cs *tls.ConnectionState, authorization stri
 	}
 	if authorization == "" {
 		if certErr != nil {
-			return Identity{}, fmt.Errorf("%w: %v", ErrUnauthenticated, certErr)
+			return Identity{}, refused(certErr.Error())
 		}
 		if cs == nil {
-			return Identity{}, fmt.Errorf("%w: plaintext connection without credentials: use TLS with a client certificate or a bearer token", ErrUnauthenticated)
+			return Identity{}, refused("plaintext connection without credentials: use TLS with a client certificate or a bearer token")
 		}
-		return Identity{}, fmt.Errorf("%w: no client certificate and no bearer token", ErrUnauthenticated)
+		return Identity{}, refused("no client certificate and no bearer token")
 	}
 	scheme, tok, ok := strings.Cut(strings.TrimSpace(authorization), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
-		return Identity{}, fmt.Errorf("%w: authorization is not \"Bearer <token>\"", ErrUnauthenticated)
+		return Identity{}, refused(`authorization is not "Bearer <token>"`)
 	}
 	name, found := a.tokens.Lookup(strings.TrimSpace(tok))
 	if !found {
-		return Identity{}, fmt.Errorf("%w: unknown bearer token", ErrUnauthenticated)
+		return Identity{}, refused("unknown bearer token")
 	}
 	return Identity{Name: name, Method: MethodToken}, nil
 }
@@ -325,7 +325,7 @@ func (a *Authenticator) grpc(ctx context.Context, method string) (context.Contex
 	id, err := a.Authenticate(cs, authz)
 	if err != nil {
 		a.hooks.Refused("grpc", remote, err)
-		return nil, status.Errorf(codes.Unauthenticated, "%s: %s", method, strings.TrimPrefix(err.Error(), "auth: "))
+		return nil, status.Errorf(codes.Unauthenticated, "%s: %s", method, ClientMessage(err))
 	}
 	a.hooks.Accepted("grpc", remote)
 	return WithIdentity(ctx, id), nil
@@ -337,3 +337,23 @@ type identityStream struct {
 }
 
 func (s *identityStream) Context() context.Context { return s.ctx }
+
+// refusedError is a refused credential: ErrUnauthenticated with the reason.
+type refusedError struct{ reason string }
+
+func refused(reason string) error { return &refusedError{reason} }
+
+func (e *refusedError) Error() string { return ErrUnauthenticated.Error() + ": " + e.reason }
+
+func (e *refusedError) Is(target error) bool { return target == ErrUnauthenticated }
+
+// ClientMessage is the text a door answers for an error of Authenticate:
+// "unauthenticated: <reason>", without the package prefix (which stays in
+// the logs); any other error's own text.
+func ClientMessage(err error) string {
+	var re *refusedError
+	if errors.As(err, &re) {
+		return "unauthenticated: " + re.reason
+	}
+	return err.Error()
+}

@@ -41,14 +41,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/config"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/door"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/httpapi"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/metrics"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/policyfile"
 	"github.com/ringlimit/ringlimit/node"
-	"github.com/ringlimit/ringlimit/transport"
 )
 
 // Exit statuses of Main.
@@ -458,33 +456,19 @@ func version() string {
 	return "unknown"
 }
 
-// checker decides the checks of every client port: limiter (the cluster) or
+// checker decides the checks of every client port in node's terms (the gRPC
+// Limiter gets it through node.LimiterHandler): limiter (the cluster) or
 // failoverChecker (Redis first).
 type checker interface {
 	httpapi.Limiter
-	transport.LimiterHandler
-}
-
-// respChecker adapts a checker to resp.Checker.
-type respChecker struct{ c checker }
-
-func (r respChecker) AllowN(ctx context.Context, key string, l algo.Limit, hits int64) (node.Decision, error) {
-	res, err := r.c.Check(ctx, transport.Check{Key: key, Limit: l, Hits: hits})
-	if err != nil {
-		return node.Decision{}, err
-	}
-	return node.Decision{Decision: res.Decision, Route: res.Route, Owner: res.Owner}, nil
+	node.Checker
 }
 
 // limiter adapts *node.Node to httpapi.Limiter.
 type limiter struct{ n *node.Node }
 
-func (l limiter) Check(ctx context.Context, c transport.Check) (transport.Result, error) {
-	r, err := l.n.Check(ctx, c)
-	if errors.Is(err, node.ErrTooManyKeys) {
-		err = fmt.Errorf("%w: %w", transport.ErrUnavailable, err) // 503: capacity, not the request
-	}
-	return r, err
+func (l limiter) Check(ctx context.Context, c node.Check) (node.Decision, error) {
+	return l.n.Check(ctx, c)
 }
 
 func (l limiter) Members() []httpapi.Member {

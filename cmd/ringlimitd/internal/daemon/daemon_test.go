@@ -243,12 +243,12 @@ func TestSingleNode(t *testing.T) {
 		{"GET", "", 405, "method GET"},
 		{"POST", `{"key":`, 400, "malformed JSON"},
 		{"POST", `{"key":"k","algorithm":"gcra","limit":1,"period":"1s","colour":1}`, 400, `unknown field \"colour\"`},
-		{"POST", `{"key":"k","algorithm":"bucket","limit":1,"period":"1s"}`, 400, "unknown algorithm"},
-		{"POST", `{"key":"k","algorithm":"gcra","limit":-1,"period":"1s"}`, 400, `\"limit\" = -1`},
+		{"POST", `{"key":"k","algorithm":"bucket","limit":1,"period":"1s"}`, 400, `field algorithm value \"bucket\"`},
+		{"POST", `{"key":"k","algorithm":"gcra","limit":-1,"period":"1s"}`, 400, "field limit value -1: must be > 0"},
 		// Valid JSON, refused by algo: a token bucket needs burst >= 1.
-		{"POST", `{"key":"k","algorithm":"token_bucket","limit":1,"period":"1s","burst":0}`, 400, "field Burst value 0"},
+		{"POST", `{"key":"k","algorithm":"token_bucket","limit":1,"period":"1s","burst":0}`, 400, "field burst value 0"},
 		// Refused by algo: the emission interval is below 1 ns.
-		{"POST", `{"key":"k","algorithm":"gcra","limit":1000,"period_ns":10}`, 400, "field Limit value 1000"},
+		{"POST", `{"key":"k","algorithm":"gcra","limit":1000,"period_ns":10}`, 400, "field limit value 1000"},
 		{"POST", `{"key":"` + strings.Repeat("k", 2000) + `","algorithm":"gcra","limit":1,"period":"1s"}`, 400, "key"},
 		{"POST", `{"key":"` + strings.Repeat("k", 70000) + `"}`, 413, "larger than"},
 	}

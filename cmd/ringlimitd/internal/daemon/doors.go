@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -162,7 +161,8 @@ func (d *Daemon) wire(sec config.Security, nc node.Config) (*wiring, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: policy file: %w", config.ErrInvalid, err)
 		}
-		w.lim, w.desc = d.policy.Limiter(), d.policy
+		w.lim = d.policy.Limiter()
+		w.desc = descriptorHandler{w.lim}
 	} else if w.lim, err = policy.NewLimiter(pchk, nil, nil); err != nil {
 		return nil, err
 	}
@@ -196,7 +196,7 @@ func (d *Daemon) refused(log *slog.Logger, listener, remote string, err error) (
 func openRedis(w *wiring, ln *door.Listener) (server, error) {
 	d := w.d
 	rc := resp.Config{
-		Checker: respChecker{w.chk}, Policy: w.lim, Logger: d.log.With("component", "resp"), Version: version(),
+		Checker: w.chk, Policy: w.lim, Logger: d.log.With("component", "resp"), Version: version(),
 		MaxConns: d.clients.Limits().MaxConns, IdleTimeout: d.cfg.IdleTimeout,
 		OnAuth: func(remote string, ok bool) bool {
 			if ok {
@@ -243,7 +243,7 @@ func openHTTP(w *wiring, ln *door.Listener) (server, error) {
 			// An unauthenticated caller keeps no connection: HTTP/1 closes
 			// after this answer, HTTP/2 sends GOAWAY.
 			w.Header().Set("Connection", "close")
-			httpapi.WriteError(w, http.StatusUnauthorized, strings.TrimPrefix(err.Error(), "auth: "))
+			httpapi.WriteError(w, http.StatusUnauthorized, auth.ClientMessage(err))
 		})
 	}
 	srv := newHTTPServer(h, d.cfg.IdleTimeout, d.log)
@@ -303,7 +303,7 @@ func openGRPC(w *wiring, ln *door.Listener) (server, error) {
 	if w.authn == nil {
 		tlsCfg = nil
 	}
-	srv := transport.NewLimiterServer(transport.ServerConfig{TLS: tlsCfg, MaxKeyLen: w.nc.MaxKeyLen, ServerOptions: opts, Descriptors: w.desc}, w.chk)
+	srv := transport.NewLimiterServer(transport.ServerConfig{TLS: tlsCfg, MaxKeyLen: w.nc.MaxKeyLen, ServerOptions: opts, Descriptors: w.desc}, node.LimiterHandler(w.chk))
 	ratelimitv3.RegisterRateLimitServiceServer(srv.GRPCServer(), rlsSrv)
 	d.startHealth(srv.GRPCServer())
 	return grpcServer{srv}, nil
@@ -397,9 +397,9 @@ type scopedChecker struct {
 	scopes *scope.Scopes
 }
 
-func (s scopedChecker) Check(ctx context.Context, c transport.Check) (transport.Result, error) {
+func (s scopedChecker) Check(ctx context.Context, c node.Check) (node.Decision, error) {
 	if err := s.scopes.Direct(callerName(ctx), c.Key, c.Limit); err != nil {
-		return transport.Result{}, err
+		return node.Decision{}, err
 	}
 	return s.checker.Check(ctx, c)
 }

@@ -2,8 +2,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -11,7 +9,6 @@ import (
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/node/failover"
 	"github.com/ringlimit/ringlimit/node/failover/redislimit"
-	"github.com/ringlimit/ringlimit/transport"
 )
 
 // RedisOwner is the Owner a daemon check reports when Redis (--redis-primary)
@@ -47,23 +44,19 @@ func newFailoverChecker(n *node.Node, url string, budget time.Duration) (*failov
 	return &failoverChecker{limiter: limiter{n}, f: f, client: c}, nil
 }
 
-func (fc *failoverChecker) Check(ctx context.Context, c transport.Check) (transport.Result, error) {
+// Check decides c with Redis first; its errors are node's and the failover
+// limiter's, which node.Classify sorts.
+func (fc *failoverChecker) Check(ctx context.Context, c node.Check) (node.Decision, error) {
 	if c.CreatedAt != 0 {
 		return fc.limiter.Check(ctx, c)
 	}
 	d, err := fc.f.AllowN(ctx, c.Key, c.Limit, c.Hits)
 	if err != nil {
-		switch {
-		case errors.Is(err, node.ErrTooManyKeys), errors.Is(err, node.ErrStopped):
-			err = fmt.Errorf("%w: %w", transport.ErrUnavailable, err)
-		case errors.Is(err, failover.ErrInvalidKey):
-			err = fmt.Errorf("%w: %w", transport.ErrInvalidCheck, err)
-		}
-		return transport.Result{}, err
+		return node.Decision{}, err
 	}
-	r := transport.Result{Decision: d.Decision.Decision, Route: d.Route, Owner: d.Owner, Code: transport.CodeOK}
+	r := d.Decision
 	if d.Side == failover.SideRedis {
-		r.Route, r.Owner = transport.RouteOwner, RedisOwner
+		r.Route, r.Owner = node.RouteOwner, RedisOwner
 	}
 	return r, nil
 }

@@ -8,12 +8,12 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/ringlimit/ringlimit/transport"
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // FuzzCheckBody sends arbitrary bodies to POST /v1/check, against a limiter that
 // validates like the node does. The handler must never panic, must answer 200
-// only for a check that transport.ValidateCheck accepts, and a 4xx with a JSON
+// only for a check that node.Check.Validate accepts, and a 4xx with a JSON
 // error otherwise. A body that is not valid UTF-8 is never accepted (400 naming
 // the byte offset), and a key taken from "key" is exactly the JSON string's
 // text, so it is valid UTF-8.
@@ -36,12 +36,12 @@ func FuzzCheckBody(f *testing.F) {
 		lim := &fake{ready: true}
 		var valid bool
 		var key string
-		lim.answer = func(c transport.Check) (transport.Result, error) {
-			if err := transport.ValidateCheck(c, transport.DefaultMaxKeyLen); err != nil {
-				return transport.Result{}, err
+		lim.answer = func(c node.Check) (node.Decision, error) {
+			if err := c.Validate(0); err != nil {
+				return node.Decision{}, err
 			}
 			valid, key = true, c.Key
-			return transport.Result{Route: transport.RouteOwner}, nil
+			return node.Decision{Route: node.RouteOwner}, nil
 		}
 		h := NewHandler(lim, Options{})
 		req := httptest.NewRequest(http.MethodPost, "/v1/check", strings.NewReader(body))

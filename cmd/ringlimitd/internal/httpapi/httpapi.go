@@ -9,12 +9,13 @@
 // Data flow: a request to /v1/check is read through http.MaxBytesReader (MaxBody),
 // checked to be text encoding/json will not rewrite (valid UTF-8, no unpaired
 // surrogate escape), decoded strictly (unknown fields and trailing data are
-// errors), turned into a transport.Check and passed to the Limiter, which routes
-// it to the key's owner. The Result comes back as a CheckResponse. Being over
+// errors), turned into a node.Check and passed to the Limiter, which validates it
+// (node.Check.Validate, the one validation of every front door) and routes it
+// to the key's owner. The node.Decision comes back as a CheckResponse. Being over
 // the limit is an answer, not an error: a denied check is 200 with "allowed":
 // false. Every failure is a JSON Error with a 4xx status naming the problem (the
-// request) or a 5xx status (the node could not decide); nothing a client sends
-// stops the server.
+// request) or a 5xx status (the node could not decide), chosen by the error's
+// node.Class (statusOf); nothing a client sends stops the server.
 package httpapi
 
 import (
@@ -27,18 +28,19 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/cmd/internal/duration"
-	"github.com/ringlimit/ringlimit/transport"
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // MaxKeyLen is the longest key accepted, in bytes (1024, the node's default
-// transport.DefaultMaxKeyLen). Keys are compared byte for byte.
-const MaxKeyLen = transport.DefaultMaxKeyLen
+// algo.DefaultMaxKeyLen); the node checks it. Keys are compared byte for byte.
+const MaxKeyLen = algo.DefaultMaxKeyLen
 
 // MaxBody is the largest request body accepted, in bytes (64 KiB). Larger bodies
 // are answered 413.
@@ -47,10 +49,9 @@ const MaxBody = 64 << 10
 // Limiter is what the client API needs from a node. *node.Node provides Check;
 // the daemon adapts its Members.
 type Limiter interface {
-	// Check routes c to its owner and returns the decision (see
-	// transport.LimiterHandler). The error is for invalid input (wrapping
-	// algo.ErrInvalidLimit or transport.ErrInvalidCheck) or a stopped node.
-	Check(ctx context.Context, c transport.Check) (transport.Result, error)
+	// Check validates c, routes it to its owner and returns the decision (see
+	// node.Node.Check); node.Classify sorts its errors.
+	Check(ctx context.Context, c node.Check) (node.Decision, error)
 	// Members lists the cluster as this node sees it, refused members included.
 	Members() []Member
 }
@@ -85,7 +86,7 @@ type Member struct {
 // CheckRequest is the body of POST /v1/check.
 type CheckRequest struct {
 	// Key is the limited subject as a JSON string: 1..1024 bytes once decoded
-	// (transport.DefaultMaxKeyLen), compared byte for byte. The body must be
+	// (algo.DefaultMaxKeyLen), compared byte for byte. The body must be
 	// valid UTF-8 and may not hold an unpaired surrogate escape ("\ud800"):
 	// encoding/json would rewrite either to U+FFFD and make distinct keys
 	// collide, so both are refused with a 400 naming the byte offset. Exactly
@@ -95,8 +96,8 @@ type CheckRequest struct {
 	// unused trailing bits must be zero), for keys that are arbitrary bytes. The
 	// decoded key follows the same 1..1024-byte rule as Key.
 	KeyBase64 string `json:"key_base64,omitempty"`
-	// Algorithm is an algo.Kind name: sliding_window_log, sliding_window_counter,
-	// fixed_window, gcra, token_bucket or bucketed_sliding_window; required.
+	// Algorithm is the name of an algo.Kind (one of algo.KindNames);
+	// required.
 	Algorithm string `json:"algorithm"`
 	// Limit is hits per Period; required, > 0.
 	Limit int64 `json:"limit"`
@@ -234,23 +235,14 @@ func (a *api) check(w http.ResponseWriter, r *http.Request) {
 	}
 	c, err := req.toCheck()
 	if err != nil {
-		fail(a.log, w, r, http.StatusBadRequest, err.Error())
+		fail(a.log, w, r, http.StatusBadRequest, node.Message(err))
 		return
 	}
 	res, err := a.lim.Check(r.Context(), c)
 	if err != nil {
 		status := statusOf(err)
 		a.log.Debug("check failed", "error", err) // the full chain, package prefixes included
-		fail(a.log, w, r, status, clientMessage(err.Error()))
-		return
-	}
-	switch res.Code {
-	case transport.CodeOK:
-	case transport.CodeInvalidArgument:
-		fail(a.log, w, r, http.StatusBadRequest, clientMessage(res.Message))
-		return
-	default: // CodeUnavailable, or CodeNotOwner leaking out of a failed re-resolve.
-		fail(a.log, w, r, http.StatusServiceUnavailable, "cannot decide: "+clientMessage(res.Message))
+		fail(a.log, w, r, status, node.Message(err))
 		return
 	}
 	d := res.Decision
@@ -303,63 +295,50 @@ func decode(body io.Reader, v any) (int, error) {
 		return http.StatusBadRequest, fmt.Errorf("body: want a JSON object, got JSON %s", typ.Value)
 	case errors.As(err, &typ):
 		return http.StatusBadRequest, fmt.Errorf("field %q: want %s, got JSON %s", typ.Field, jsonType(typ.Type.String()), typ.Value)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return http.StatusBadRequest, fmt.Errorf("unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+	}
+	if name, ok := unknownField(raw, v); ok {
+		return http.StatusBadRequest, fmt.Errorf("unknown field %q", name)
 	}
 	return http.StatusBadRequest, fmt.Errorf("malformed JSON: %v", err)
 }
 
-// toCheck validates the fields the HTTP layer owns (presence, algorithm name,
-// period syntax) and builds the check; algo and transport validate the values.
-func (req *CheckRequest) toCheck() (transport.Check, error) {
+// toCheck checks what the HTTP layer owns (presence, the algorithm's name, the
+// period's syntax, base64) and builds the check; the node validates every value
+// (node.Check.Validate), with the same messages as every other door.
+func (req *CheckRequest) toCheck() (node.Check, error) {
 	key, err := req.key()
 	if err != nil {
-		return transport.Check{}, err
+		return node.Check{}, err
 	}
 	if req.Algorithm == "" {
-		return transport.Check{}, errors.New(`field "algorithm" is required (sliding_window_log, sliding_window_counter, fixed_window, gcra, token_bucket or bucketed_sliding_window)`)
+		return node.Check{}, fmt.Errorf(`field "algorithm" is required (%s)`, algo.KindNames(", "))
 	}
 	kind, err := algo.ParseKind(req.Algorithm)
 	if err != nil {
-		return transport.Check{}, fmt.Errorf("unknown algorithm %q (want sliding_window_log, sliding_window_counter, fixed_window, gcra, token_bucket or bucketed_sliding_window)", req.Algorithm)
-	}
-	if req.Limit <= 0 {
-		return transport.Check{}, fmt.Errorf(`field "limit" = %d: must be > 0`, req.Limit)
+		return node.Check{}, err
 	}
 	var period time.Duration
 	switch {
 	case req.Period != "" && req.PeriodNS != 0:
-		return transport.Check{}, errors.New(`give "period" or "period_ns", not both`)
+		return node.Check{}, errors.New(`give "period" or "period_ns", not both`)
 	case req.Period != "":
 		period, err = duration.Parse(req.Period)
 		switch {
 		case errors.Is(err, duration.ErrOverflow):
-			return transport.Check{}, fmt.Errorf(`field "period" = %q: too long, the maximum is %v (%d ns)`, req.Period, duration.Max, int64(duration.Max))
+			return node.Check{}, fmt.Errorf(`field "period" = %q: too long, the maximum is %v (%d ns)`, req.Period, duration.Max, int64(duration.Max))
 		case err != nil:
-			return transport.Check{}, fmt.Errorf(`field "period" = %q: want a Go duration such as "1m" or "250ms"`, req.Period)
+			return node.Check{}, fmt.Errorf(`field "period" = %q: want a Go duration such as "1m" or "250ms"`, req.Period)
 		}
 	case req.PeriodNS != 0:
 		period = time.Duration(req.PeriodNS)
 	default:
-		return transport.Check{}, errors.New(`field "period" (Go duration, "1m") or "period_ns" is required`)
-	}
-	if period <= 0 {
-		return transport.Check{}, fmt.Errorf("period = %v: must be > 0", period)
-	}
-	if req.Burst < 0 {
-		return transport.Check{}, fmt.Errorf(`field "burst" = %d: must be >= 0`, req.Burst)
+		return node.Check{}, errors.New(`field "period" (Go duration, "1m") or "period_ns" is required`)
 	}
 	hits := int64(1)
 	if req.Hits != nil {
 		hits = *req.Hits
 	}
-	if hits < 0 || hits > algo.MaxHits {
-		return transport.Check{}, fmt.Errorf(`field "hits" = %d: want 0..%d`, hits, algo.MaxHits)
-	}
-	if req.CreatedAtUnixNS < 0 {
-		return transport.Check{}, fmt.Errorf(`field "created_at_unix_ns" = %d: must be >= 0`, req.CreatedAtUnixNS)
-	}
-	return transport.Check{
+	return node.Check{
 		Key:       key,
 		Limit:     algo.Limit{Kind: kind, Limit: req.Limit, Period: period, Burst: req.Burst},
 		Hits:      hits,
@@ -380,14 +359,8 @@ func (req *CheckRequest) key() (string, error) {
 			return "", fmt.Errorf(`field "key_base64": not canonical standard base64 (RFC 4648 §4, padded): %v`, err)
 		}
 		key = string(b)
-		if key == "" {
-			return "", fmt.Errorf(`field "key_base64" decodes to an empty key: want 1..%d bytes`, MaxKeyLen)
-		}
 	case req.Key == "":
 		return "", errors.New(`field "key" (or "key_base64") is required`)
-	}
-	if len(key) > MaxKeyLen {
-		return "", fmt.Errorf("key of %d bytes: want 1..%d bytes", len(key), MaxKeyLen)
 	}
 	return key, nil
 }
@@ -403,19 +376,43 @@ func jsonType(goType string) string {
 	return goType
 }
 
-// clientMessage is transport.ClientMessage: one error text on every front door.
-func clientMessage(msg string) string { return transport.ClientMessage(msg) }
+// unknownField returns the first key of the JSON object raw that no field of
+// the struct *v takes (encoding/json matches names case-insensitively), for the
+// message of a decode that DisallowUnknownFields refused.
+func unknownField(raw []byte, v any) (string, bool) {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(raw, &obj) != nil {
+		return "", false
+	}
+	t := reflect.TypeOf(v).Elem()
+	names := make([]string, 0, len(obj))
+	for name := range obj {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+next:
+	for _, name := range names {
+		for i := range t.NumField() {
+			tag, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+			if strings.EqualFold(tag, name) {
+				continue next
+			}
+		}
+		return name, true
+	}
+	return "", false
+}
 
-// statusOf maps an error from Limiter.Check to an HTTP status.
+// statusOf maps an error of Limiter.Check to an HTTP status by its node.Class.
 func statusOf(err error) int {
-	switch {
-	case errors.Is(err, algo.ErrInvalidLimit), errors.Is(err, transport.ErrInvalidCheck):
+	switch node.Classify(err) {
+	case node.ClassInvalid:
 		return http.StatusBadRequest
-	case errors.Is(err, context.DeadlineExceeded):
+	case node.ClassTimeout:
 		return http.StatusGatewayTimeout
-	case errors.Is(err, context.Canceled):
+	case node.ClassCanceled:
 		return 499 // client closed the request (nginx's convention); never seen by it
-	case errors.Is(err, transport.ErrUnavailable):
+	case node.ClassUnavailable:
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError

@@ -14,28 +14,32 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
-	"github.com/ringlimit/ringlimit/transport"
+	"github.com/ringlimit/ringlimit/node"
 )
 
-// fake is a Limiter that records the checks it receives and answers from a
-// function, so handler tests need no cluster.
+// fake is a Limiter that validates like the node does (node.Check.Validate),
+// records the valid checks it receives and answers from a function, so handler
+// tests need no cluster.
 type fake struct {
 	mu     sync.Mutex
-	checks []transport.Check
-	answer func(transport.Check) (transport.Result, error)
+	checks []node.Check
+	answer func(node.Check) (node.Decision, error)
 	ready  bool
 }
 
-func (f *fake) Check(_ context.Context, c transport.Check) (transport.Result, error) {
+func (f *fake) Check(_ context.Context, c node.Check) (node.Decision, error) {
+	if err := c.Validate(0); err != nil {
+		return node.Decision{}, err
+	}
 	f.mu.Lock()
 	f.checks = append(f.checks, c)
 	f.mu.Unlock()
 	if f.answer != nil {
 		return f.answer(c)
 	}
-	return transport.Result{
+	return node.Decision{
 		Decision: algo.Decision{Allowed: true, Limit: c.Limit.Limit, Remaining: c.Limit.Limit - c.Hits, ResetAfter: time.Second},
-		Route:    transport.RouteForwarded,
+		Route:    node.RouteForwarded,
 		Owner:    "node-2",
 	}, nil
 }
@@ -47,10 +51,10 @@ func (f *fake) Members() []Member {
 
 func (f *fake) Ready() bool { return f.ready }
 
-func (f *fake) got() []transport.Check {
+func (f *fake) got() []node.Check {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]transport.Check(nil), f.checks...)
+	return append([]node.Check(nil), f.checks...)
 }
 
 func do(t *testing.T, h http.Handler, method, path, body string) (int, http.Header, string) {
@@ -92,7 +96,7 @@ func TestCheckGood(t *testing.T) {
 		}
 	}
 	gotChecks := f.got()
-	wantCheck := transport.Check{
+	wantCheck := node.Check{
 		Key:       "user:1",
 		Limit:     algo.Limit{Kind: algo.GCRA, Limit: 30, Period: time.Minute, Burst: 15},
 		Hits:      2,
@@ -107,17 +111,17 @@ func TestCheckDefaultsAndPeriodNS(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		body string
-		want transport.Check
+		want node.Check
 	}{
 		// No "burst": 0, as over gRPC and in the CLI.
 		{`{"key":"k","algorithm":"gcra","limit":5,"period":"1s"}`,
-			transport.Check{Key: "k", Limit: algo.Limit{Kind: algo.GCRA, Limit: 5, Period: time.Second, Burst: 0}, Hits: 1}},
+			node.Check{Key: "k", Limit: algo.Limit{Kind: algo.GCRA, Limit: 5, Period: time.Second, Burst: 0}, Hits: 1}},
 		{`{"key":"k","algorithm":"token_bucket","limit":5,"period_ns":1000000000,"burst":5}`,
-			transport.Check{Key: "k", Limit: algo.Limit{Kind: algo.TokenBucket, Limit: 5, Period: time.Second, Burst: 5}, Hits: 1}},
+			node.Check{Key: "k", Limit: algo.Limit{Kind: algo.TokenBucket, Limit: 5, Period: time.Second, Burst: 5}, Hits: 1}},
 		{`{"key":"k","algorithm":"fixed_window","limit":5,"period":"250ms","hits":0}`,
-			transport.Check{Key: "k", Limit: algo.Limit{Kind: algo.FixedWindow, Limit: 5, Period: 250 * time.Millisecond}, Hits: 0}},
+			node.Check{Key: "k", Limit: algo.Limit{Kind: algo.FixedWindow, Limit: 5, Period: 250 * time.Millisecond}, Hits: 0}},
 		{"  {\"key\":\"k\",\"algorithm\":\"sliding_window_log\",\"limit\":1,\"period\":\"1h\"}\n\n",
-			transport.Check{Key: "k", Limit: algo.Limit{Kind: algo.SlidingWindowLog, Limit: 1, Period: time.Hour}, Hits: 1}},
+			node.Check{Key: "k", Limit: algo.Limit{Kind: algo.SlidingWindowLog, Limit: 1, Period: time.Hour}, Hits: 1}},
 	}
 	for _, tt := range tests {
 		f := &fake{}
@@ -134,10 +138,10 @@ func TestCheckDefaultsAndPeriodNS(t *testing.T) {
 
 func TestCheckDenied(t *testing.T) {
 	t.Parallel()
-	f := &fake{answer: func(transport.Check) (transport.Result, error) {
-		return transport.Result{
+	f := &fake{answer: func(node.Check) (node.Decision, error) {
+		return node.Decision{
 			Decision: algo.Decision{Allowed: false, Limit: 16, RetryAfter: algo.RetryNever, ResetAfter: 2 * time.Second},
-			Route:    transport.RouteFallback,
+			Route:    node.RouteFallback,
 		}, nil
 	}}
 	code, _, body := do(t, NewHandler(f, Options{}), http.MethodPost, "/v1/check", `{"key":"k","algorithm":"gcra","limit":1,"period":"1s","hits":100}`)
@@ -171,18 +175,18 @@ func TestCheckBadRequests(t *testing.T) {
 		{"wrong type", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":"10","period":"1s"}`, http.StatusBadRequest, `field "limit": want an integer, got JSON string`},
 		{"missing key", http.MethodPost, `{"algorithm":"gcra","limit":10,"period":"1s"}`, http.StatusBadRequest, `"key" (or "key_base64") is required`},
 		{"missing algorithm", http.MethodPost, `{"key":"k","limit":10,"period":"1s"}`, http.StatusBadRequest, `"algorithm" is required`},
-		{"unknown algorithm", http.MethodPost, `{"key":"k","algorithm":"leaky","limit":10,"period":"1s"}`, http.StatusBadRequest, `unknown algorithm "leaky"`},
-		{"zero limit", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":0,"period":"1s"}`, http.StatusBadRequest, `"limit" = 0`},
-		{"negative limit", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":-4,"period":"1s"}`, http.StatusBadRequest, `"limit" = -4`},
+		{"unknown algorithm", http.MethodPost, `{"key":"k","algorithm":"leaky","limit":10,"period":"1s"}`, http.StatusBadRequest, `field algorithm value "leaky": must be one of sliding_window_log, `},
+		{"zero limit", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":0,"period":"1s"}`, http.StatusBadRequest, `field limit value 0: must be > 0`},
+		{"negative limit", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":-4,"period":"1s"}`, http.StatusBadRequest, `field limit value -4`},
 		{"missing period", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":10}`, http.StatusBadRequest, `"period"`},
 		{"bad period", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":10,"period":"soon"}`, http.StatusBadRequest, `"period" = "soon"`},
 		{"overflowing period", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":10,"period":"10000000h"}`, http.StatusBadRequest, `"period" = "10000000h": too long, the maximum is 2562047h47m16.854775807s`},
-		{"negative period", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":10,"period":"-1s"}`, http.StatusBadRequest, "period = -1s"},
+		{"negative period", http.MethodPost, `{"key":"k","algorithm":"gcra","limit":10,"period":"-1s"}`, http.StatusBadRequest, "field period value -1000000000 ns"},
 		{"both periods", http.MethodPost, `{` + good + `,"period_ns":5}`, http.StatusBadRequest, "not both"},
-		{"negative burst", http.MethodPost, `{` + good + `,"burst":-1}`, http.StatusBadRequest, `"burst" = -1`},
-		{"negative hits", http.MethodPost, `{` + good + `,"hits":-1}`, http.StatusBadRequest, `"hits" = -1`},
-		{"huge hits", http.MethodPost, `{` + good + `,"hits":9999999999999}`, http.StatusBadRequest, `"hits" = 9999999999999`},
-		{"negative created_at", http.MethodPost, `{` + good + `,"created_at_unix_ns":-5}`, http.StatusBadRequest, "created_at_unix_ns"},
+		{"negative burst", http.MethodPost, `{` + good + `,"burst":-1}`, http.StatusBadRequest, `field burst value -1: must be >= 0`},
+		{"negative hits", http.MethodPost, `{` + good + `,"hits":-1}`, http.StatusBadRequest, `field hits value -1: must be in 0..2147483648`},
+		{"huge hits", http.MethodPost, `{` + good + `,"hits":9999999999999}`, http.StatusBadRequest, `field hits value 9999999999999`},
+		{"negative created_at", http.MethodPost, `{` + good + `,"created_at_unix_ns":-5}`, http.StatusBadRequest, "field created_at value -5 ns"},
 		{"too big", http.MethodPost, `{"key":"` + strings.Repeat("a", MaxBody) + `"}`, http.StatusRequestEntityTooLarge, "larger than 65536 bytes"},
 	}
 	for _, tt := range tests {
@@ -214,23 +218,24 @@ func TestCheckNodeErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name   string
-		res    transport.Result
+		res    node.Decision
 		err    error
 		status int
 		want   string
 	}{
-		{"invalid limit", transport.Result{}, fmt.Errorf("%w: %w: burst 0 for token_bucket", transport.ErrInvalidCheck, algo.ErrInvalidLimit), http.StatusBadRequest, `{"error":"burst 0 for token_bucket"}`},
-		{"invalid check", transport.Result{}, fmt.Errorf("%w: key is 2000 bytes", transport.ErrInvalidCheck), http.StatusBadRequest, "key is 2000 bytes"},
-		{"refused timestamp", transport.Result{Code: transport.CodeInvalidArgument, Message: "created_at refused"}, nil, http.StatusBadRequest, "created_at refused"},
-		{"unavailable code", transport.Result{Code: transport.CodeUnavailable, Message: "shutting down"}, nil, http.StatusServiceUnavailable, "shutting down"},
-		{"unavailable err", transport.Result{}, fmt.Errorf("%w: node stopped", transport.ErrUnavailable), http.StatusServiceUnavailable, "node stopped"},
-		{"deadline", transport.Result{}, context.DeadlineExceeded, http.StatusGatewayTimeout, "deadline"},
-		{"other", transport.Result{}, fmt.Errorf("boom"), http.StatusInternalServerError, "boom"},
+		{"invalid limit", node.Decision{}, (algo.Limit{Kind: algo.TokenBucket, Limit: 1, Period: 1}).Validate(), http.StatusBadRequest, `{"error":"field burst value 0: token_bucket needs a capacity >= 1"}`},
+		{"invalid check", node.Decision{}, &node.InputError{Field: "key", Value: "2000 bytes", Allowed: "must be 1..1024 bytes"}, http.StatusBadRequest, "field key value 2000 bytes"},
+		{"refused by owner", node.Decision{}, fmt.Errorf("%w: refused by n2: created_at refused", node.ErrInvalid), http.StatusBadRequest, "created_at refused"},
+		{"stopped", node.Decision{}, node.ErrStopped, http.StatusServiceUnavailable, "stopped"},
+		{"too many keys", node.Decision{}, node.ErrTooManyKeys, http.StatusServiceUnavailable, "too many keys"},
+		{"unavailable err", node.Decision{}, fmt.Errorf("%w: node stopped", node.ErrUnavailable), http.StatusServiceUnavailable, "node stopped"},
+		{"deadline", node.Decision{}, context.DeadlineExceeded, http.StatusGatewayTimeout, "deadline"},
+		{"other", node.Decision{}, fmt.Errorf("boom"), http.StatusInternalServerError, "boom"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			f := &fake{answer: func(transport.Check) (transport.Result, error) { return tt.res, tt.err }}
+			f := &fake{answer: func(node.Check) (node.Decision, error) { return tt.res, tt.err }}
 			code, _, body := do(t, NewHandler(f, Options{}), http.MethodPost, "/v1/check", `{"key":"k","algorithm":"gcra","limit":10,"period":"1s"}`)
 			if code != tt.status {
 				t.Errorf("status: got %d, want %d (body %s)", code, tt.status, body)
@@ -338,8 +343,8 @@ func TestKeyBytes(t *testing.T) {
 		{"bad base64", `{"key_base64":"***"` + rest, 400, `"key_base64"`},
 		{"non-canonical base64", `{"key_base64":"QR=="` + rest, 400, `"key_base64"`},
 		{"empty base64", `{"key_base64":""` + rest, 400, `required`},
-		{"too long", `{"key":"` + strings.Repeat("k", MaxKeyLen+1) + `"` + rest, 400, "key of 1025 bytes: want 1..1024"},
-		{"too long base64", `{"key_base64":"` + b64(strings.Repeat("k", MaxKeyLen+1)) + `"` + rest, 400, "key of 1025 bytes"},
+		{"too long", `{"key":"` + strings.Repeat("k", MaxKeyLen+1) + `"` + rest, 400, "field key value 1025 bytes: must be 1..1024 bytes"},
+		{"too long base64", `{"key_base64":"` + b64(strings.Repeat("k", MaxKeyLen+1)) + `"` + rest, 400, "field key value 1025 bytes"},
 		// Accepted, byte for byte.
 		{"surrogate pair escape", `{"key":"\ud83d\ude00"` + rest, 200, "\U0001F600"},
 		{"escaped replacement char", `{"key":"\ufffd"` + rest, 200, "\uFFFD"},

@@ -18,7 +18,6 @@ import (
 
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/node"
-	"github.com/ringlimit/ringlimit/transport"
 )
 
 // Metric names exposed on /metrics, besides the go_* and process_* collectors.
@@ -178,7 +177,7 @@ func New(stats func() node.Stats) *Metrics {
 	// Resolve the label combinations of the hot path once, so Check costs an
 	// atomic add and no map lookup; they also appear at 0 before the first check.
 	for a, result := range []string{"denied", "allowed"} {
-		for _, r := range []transport.Route{transport.RouteOwner, transport.RouteForwarded, transport.RouteFallback, transport.RouteBackup} {
+		for _, r := range []node.Route{node.RouteOwner, node.RouteForwarded, node.RouteFallback, node.RouteBackup} {
 			for _, k := range algo.Kinds() {
 				m.checkCounter[a][r][k] = m.checks.WithLabelValues(result, r.String(), k.String())
 			}
@@ -216,7 +215,7 @@ func (m *Metrics) Check(kind algo.Kind, route node.Route, allowed bool) {
 	if allowed {
 		a = 1
 	}
-	if kind.Valid() && route >= transport.RouteOwner && route <= transport.RouteBackup {
+	if kind.Valid() && route >= node.RouteOwner && route <= node.RouteBackup {
 		m.checkCounter[a][route][kind].Inc()
 		return
 	}

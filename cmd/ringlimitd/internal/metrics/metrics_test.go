@@ -15,7 +15,6 @@ import (
 
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/node"
-	"github.com/ringlimit/ringlimit/transport"
 )
 
 // value reads a counter without prometheus/testutil (whose diff dependency is
@@ -86,7 +85,7 @@ func TestCounts(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	m.Check(algo.Kind(0), transport.RouteUnknown, true) // out of range: counted under its own labels
+	m.Check(algo.Kind(0), node.RouteUnknown, true) // out of range: counted under its own labels
 	m.Forward("p", 1, time.Millisecond, errors.New("unavailable"))
 	m.Handoff(0, time.Millisecond, errors.New("timeout"))
 

@@ -15,7 +15,6 @@
 package policyfile
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,9 +28,8 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/node/policy"
-	"github.com/ringlimit/ringlimit/transport"
 )
 
 // Debounce is how long the watcher waits after a file event for more events
@@ -350,24 +348,21 @@ func (w *Watcher) Handler() http.Handler {
 			writeJSON(rw, http.StatusBadRequest, errorBody{"body: data after the JSON object"})
 			return
 		}
-		c := transport.DescriptorCheck{Domain: req.Domain, Hits: 1, Descriptors: make([]transport.Descriptor, len(req.Descriptors))}
+		hits := int64(1)
 		if req.Hits != nil {
-			c.Hits = *req.Hits
+			hits = *req.Hits
 		}
+		descs := make([]policy.Descriptor, len(req.Descriptors))
 		for i, d := range req.Descriptors {
-			c.Descriptors[i].Hits = d.Hits
-			c.Descriptors[i].Entries = make([]transport.DescriptorEntry, len(d.Entries))
+			descs[i].Hits = d.Hits
+			descs[i].Entries = make([]policy.Entry, len(d.Entries))
 			for j, e := range d.Entries {
-				c.Descriptors[i].Entries[j] = transport.DescriptorEntry{Key: e.Key, Value: e.Value}
+				descs[i].Entries[j] = policy.Entry{Key: e.Key, Value: e.Value}
 			}
 		}
-		res, err := w.CheckDescriptors(r.Context(), c)
+		res, err := w.lim.Check(r.Context(), req.Domain, descs, hits)
 		if err != nil {
-			status := http.StatusServiceUnavailable
-			if errors.Is(err, transport.ErrInvalidCheck) {
-				status = http.StatusBadRequest
-			}
-			writeJSON(rw, status, errorBody{err.Error()})
+			writeJSON(rw, httpStatus(err), errorBody{node.Message(err)})
 			return
 		}
 		writeJSON(rw, http.StatusOK, Response(res))
@@ -375,59 +370,41 @@ func (w *Watcher) Handler() http.Handler {
 }
 
 // Response maps a descriptor check's result to its JSON form.
-func Response(res transport.DescriptorResult) CheckResponse {
-	out := CheckResponse{Allowed: res.Allowed, PolicyVersion: res.PolicyVersion, Descriptors: make([]DescriptorStatus, len(res.Statuses))}
-	for i := range res.Statuses {
-		st := &res.Statuses[i]
-		d := &st.Decision
-		s := DescriptorStatus{Allowed: d.Allowed, Outcome: st.Outcome, Rule: st.Rule, Limit: d.Limit, Remaining: d.Remaining,
-			RetryAfterNS: int64(d.RetryAfter), ResetAfterNS: int64(d.ResetAfter), Banned: st.Banned, WouldDeny: st.WouldDeny, Owner: st.Owner}
-		if st.Route != transport.RouteUnknown {
-			s.Route = st.Route.String()
+func Response(res policy.Result) CheckResponse {
+	out := CheckResponse{Allowed: res.Allowed, PolicyVersion: res.Version, Descriptors: make([]DescriptorStatus, len(res.Decisions))}
+	for i := range res.Decisions {
+		d := &res.Decisions[i]
+		s := DescriptorStatus{Allowed: d.Allowed, Outcome: string(d.Outcome()), Limit: d.Limit, Remaining: d.Remaining,
+			RetryAfterNS: int64(d.RetryAfter), ResetAfterNS: int64(d.ResetAfter), Banned: d.Banned, WouldDeny: d.WouldDeny, Owner: d.Owner}
+		if d.Key != "" { // the cluster was asked: its route
+			s.Route = d.Route.String()
+		}
+		if d.Rule != nil {
+			s.Rule = d.Rule.ID()
 		}
 		out.Descriptors[i] = s
 	}
 	return out
 }
 
+// httpStatus maps an error of a descriptor check to an HTTP status by its
+// node.Class.
+func httpStatus(err error) int {
+	switch node.Classify(err) {
+	case node.ClassInvalid:
+		return http.StatusBadRequest
+	case node.ClassTimeout:
+		return http.StatusGatewayTimeout
+	case node.ClassCanceled:
+		return 499 // client closed the request (nginx's convention)
+	case node.ClassUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
-}
-
-// CheckDescriptors implements transport.DescriptorHandler (the gRPC Limiter
-// service's CheckDescriptors RPC) over the Watcher's Limiter. Errors: invalid
-// requests wrap transport.ErrInvalidCheck (InvalidArgument), anything else
-// transport.ErrUnavailable.
-func (w *Watcher) CheckDescriptors(ctx context.Context, c transport.DescriptorCheck) (transport.DescriptorResult, error) {
-	descs := make([]policy.Descriptor, len(c.Descriptors))
-	for i, d := range c.Descriptors {
-		descs[i].Hits = d.Hits
-		descs[i].Entries = make([]policy.Entry, len(d.Entries))
-		for j, e := range d.Entries {
-			descs[i].Entries[j] = policy.Entry{Key: e.Key, Value: e.Value}
-		}
-	}
-	res, err := w.lim.Check(ctx, c.Domain, descs, c.Hits)
-	if err != nil {
-		if errors.Is(err, policy.ErrInvalidRequest) || errors.Is(err, transport.ErrInvalidCheck) || errors.Is(err, algo.ErrInvalidLimit) {
-			return transport.DescriptorResult{}, fmt.Errorf("%w: %w", transport.ErrInvalidCheck, err)
-		}
-		return transport.DescriptorResult{}, fmt.Errorf("%w: %w", transport.ErrUnavailable, err)
-	}
-	out := transport.DescriptorResult{Allowed: res.Allowed, PolicyVersion: res.Version, Statuses: make([]transport.DescriptorStatus, len(res.Decisions))}
-	for i := range res.Decisions {
-		d := &res.Decisions[i]
-		st := transport.DescriptorStatus{Outcome: string(d.Outcome()), WouldDeny: d.WouldDeny}
-		st.Result = transport.Result{Decision: d.Decision.Decision, Owner: d.Owner, Banned: d.Banned}
-		if d.Key != "" { // the cluster was asked: its route
-			st.Route = d.Route
-		}
-		if d.Rule != nil {
-			st.Rule = d.Rule.ID()
-		}
-		out.Statuses[i] = st
-	}
-	return out, nil
 }

@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -10,13 +11,15 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/cmd/internal/duration"
+	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/node/policy"
-	"github.com/ringlimit/ringlimit/transport"
 )
 
-// MaxKeyLen is the longest key accepted, in bytes: the daemon's key rule
-// (1..transport.DefaultMaxKeyLen), the same on every front door.
-const MaxKeyLen = transport.DefaultMaxKeyLen
+// MaxKeyLen is the longest key accepted by default, in bytes
+// (algo.DefaultMaxKeyLen); the node checks the key, with the same rule and
+// message on every front door.
+const MaxKeyLen = algo.DefaultMaxKeyLen
 
 // clUsage is redis-cell v0.5's arity error, wrapped as its harness wraps every
 // error ("Cell error: " around the CellError, whose generic Display adds
@@ -61,12 +64,9 @@ func parseCLThrottle(args [][]byte) (check, string) {
 	if v[1] == 0 || v[2] == 0 {
 		return check{}, cellErr("Zero rates are not supported")
 	}
-	if msg := keyError(args[1]); msg != "" {
-		return check{}, cellErr(msg)
-	}
 	l, hits, err := algo.CLThrottle(v[0], v[1], v[2], v[3])
 	if err != nil {
-		return check{}, cellErr(transport.ClientMessage(err.Error()))
+		return check{}, cellErr(node.Message(err))
 	}
 	return check{key: string(args[1]), limit: l, hits: hits}, ""
 }
@@ -84,12 +84,9 @@ func parseRLCheck(args [][]byte) (check, string) {
 	if len(args) < 5 || len(args) > 7 {
 		return check{}, rlUsage
 	}
-	if msg := keyError(args[1]); msg != "" {
-		return check{}, "ERR " + msg
-	}
 	kind, err := algo.ParseKind(string(args[2]))
 	if err != nil {
-		return check{}, fmt.Sprintf("ERR algorithm %q: want one of %s", args[2], kindNames())
+		return check{}, "ERR " + node.Message(err)
 	}
 	limit, err := strconv.ParseInt(string(args[3]), 10, 64)
 	if err != nil {
@@ -111,13 +108,8 @@ func parseRLCheck(args [][]byte) (check, string) {
 			return check{}, "ERR hits " + strconv.Quote(string(args[6])) + ": not an integer"
 		}
 	}
+	// The node validates the limit, hits and key (node.Check.Validate).
 	l := algo.Limit{Kind: kind, Limit: limit, Period: period, Burst: burst}
-	if err := l.Validate(); err != nil {
-		return check{}, "ERR " + transport.ClientMessage(err.Error())
-	}
-	if err := algo.ValidateHits(hits); err != nil {
-		return check{}, "ERR " + transport.ClientMessage(err.Error())
-	}
 	return check{key: string(args[1]), limit: l, hits: hits, ms: true}, ""
 }
 
@@ -154,30 +146,14 @@ func parsePeriod(s string) (time.Duration, string) {
 		}
 		return time.Duration(n) * time.Millisecond, ""
 	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		if strings.Contains(err.Error(), "invalid duration") && len(s) > 0 && (s[0] >= '0' && s[0] <= '9') {
-			return 0, fmt.Sprintf("period %q: not a duration, or above the maximum %v", s, algo.MaxDuration)
-		}
+	d, err := duration.Parse(s)
+	switch {
+	case errors.Is(err, duration.ErrOverflow):
+		return 0, fmt.Sprintf("period %q: above the maximum %v", s, duration.Max)
+	case err != nil:
 		return 0, fmt.Sprintf("period %q: want a duration such as 1m or 250ms, or an integer of ms", s)
 	}
 	return d, ""
-}
-
-func kindNames() string {
-	var names []string
-	for _, k := range algo.Kinds() {
-		names = append(names, k.String())
-	}
-	return strings.Join(names, ", ")
-}
-
-// keyError checks the key rule: 1..MaxKeyLen bytes, any bytes.
-func keyError(k []byte) string {
-	if len(k) == 0 || len(k) > MaxKeyLen {
-		return fmt.Sprintf("key of %d bytes: want 1..%d bytes", len(k), MaxKeyLen)
-	}
-	return ""
 }
 
 // msReply is RL.CHECK's reply: [limited (0/1), limit, remaining,

@@ -63,10 +63,9 @@ const (
 	redisVersion = "7.0.0"
 )
 
-// Checker decides one check on the key's owner. *node.Node implements it.
-type Checker interface {
-	AllowN(ctx context.Context, key string, l algo.Limit, hits int64) (node.Decision, error)
-}
+// Checker decides one check on the key's owner and validates it
+// (node.Check.Validate); *node.Node implements it.
+type Checker = node.Checker
 
 // Config configures a Server. Zero limits take the documented defaults.
 type Config struct {
@@ -406,8 +405,11 @@ func (s *Server) decide(base context.Context, ck check) reply {
 	if ck.desc != nil {
 		return s.decidePolicy(ctx, ck)
 	}
-	d, err := s.cfg.Checker.AllowN(ctx, ck.key, ck.limit, ck.hits)
+	d, err := s.cfg.Checker.Check(ctx, node.Check{Key: ck.key, Limit: ck.limit, Hits: ck.hits})
 	if err != nil {
+		if !ck.ms && node.Classify(err) == node.ClassInvalid {
+			return errReply(cellErr(node.Message(err))) // CL.THROTTLE: redis-cell's wrapping
+		}
 		return errReply(checkError(err))
 	}
 	if ck.ms {
@@ -421,9 +423,6 @@ func (s *Server) decide(base context.Context, ck check) reply {
 func (s *Server) decidePolicy(ctx context.Context, ck check) reply {
 	res, err := s.cfg.Policy.Check(ctx, ck.domain, []policy.Descriptor{*ck.desc}, ck.hits)
 	if err != nil {
-		if errors.Is(err, policy.ErrInvalidRequest) {
-			return errReply("ERR " + strings.TrimPrefix(err.Error(), policy.ErrInvalidRequest.Error()+": "))
-		}
 		return errReply(checkError(err))
 	}
 	d := &res.Decisions[0]
@@ -449,15 +448,18 @@ func (s *Server) decidePolicy(ctx context.Context, ck check) reply {
 	}
 }
 
-// checkError maps a node error to the reply text clients see.
+// checkError maps an error of a check to the reply text clients see, by its
+// node.Class.
 func checkError(err error) string {
-	switch {
-	case errors.Is(err, node.ErrTooManyKeys):
-		return "ERR too many keys on the owner node (its --max-keys bound); try later"
-	case errors.Is(err, context.DeadlineExceeded):
+	switch node.Classify(err) {
+	case node.ClassInvalid:
+		return "ERR " + node.Message(err)
+	case node.ClassTimeout:
 		return "ERR timeout: the check was not decided in time"
-	case errors.Is(err, node.ErrStopped):
-		return "ERR shutting down"
+	case node.ClassCanceled:
+		return "ERR canceled: the check was not decided"
+	case node.ClassUnavailable:
+		return "ERR unavailable: " + node.Message(err) + "; try later"
 	}
-	return "ERR " + err.Error()
+	return "ERR internal error: " + err.Error()
 }

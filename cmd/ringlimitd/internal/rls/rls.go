@@ -156,29 +156,19 @@ func envoyUnit(name string) (ratelimitv3.RateLimitResponse_RateLimit_Unit, bool)
 	return ratelimitv3.RateLimitResponse_RateLimit_Unit(v), ok
 }
 
-// statusOf maps a policy or node error to a gRPC status.
+// statusOf maps an error of a descriptor check to a gRPC status by its
+// node.Class; an invalid request's message is its node.Message (the field, its
+// value and what is allowed).
 func statusOf(err error) error {
-	switch {
-	case errors.Is(err, policy.ErrInvalidRequest):
-		return status.Error(codes.InvalidArgument, trimPrefix(err))
-	case errors.Is(err, context.DeadlineExceeded):
+	switch node.Classify(err) {
+	case node.ClassInvalid:
+		return status.Error(codes.InvalidArgument, node.Message(err))
+	case node.ClassTimeout:
 		return status.Error(codes.DeadlineExceeded, "the check was not decided in time")
-	case errors.Is(err, context.Canceled):
+	case node.ClassCanceled:
 		return status.Error(codes.Canceled, "the call was cancelled")
-	case errors.Is(err, node.ErrTooManyKeys):
-		return status.Error(codes.Unavailable, "the owner node holds its maximum number of keys; try later")
-	case errors.Is(err, node.ErrStopped):
-		return status.Error(codes.Unavailable, "the node is shutting down")
+	case node.ClassUnavailable:
+		return status.Error(codes.Unavailable, fmt.Sprintf("the cluster could not decide: %v; try later", err))
 	}
-	return status.Error(codes.Unavailable, fmt.Sprintf("the cluster could not decide: %v", err))
-}
-
-// trimPrefix drops the package prefix of an invalid-request error.
-func trimPrefix(err error) string {
-	s := err.Error()
-	p := policy.ErrInvalidRequest.Error() + ": "
-	if len(s) > len(p) && s[:len(p)] == p {
-		return s[len(p):]
-	}
-	return s
+	return status.Error(codes.Internal, fmt.Sprintf("internal error: %v", err))
 }

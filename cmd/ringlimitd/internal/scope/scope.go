@@ -12,7 +12,7 @@
 // that carry their own limit) and the policy file's checker with Policy
 // (descriptor checks, after the policy chose the limit); both find the
 // caller's name in the request context and refuse out-of-scope checks with an
-// error wrapping ErrOutOfScope and node.ErrInvalidCheck, which each door
+// *node.InputError matching ErrOutOfScope and node.ErrInvalid, which each door
 // answers as invalid input, never as a decision.
 //
 // The key cap counts, per credential, the distinct keys it checked through
@@ -48,7 +48,7 @@ const DefaultMaxPeriod = 31 * 24 * time.Hour
 
 // Named errors of package scope.
 var (
-	// ErrOutOfScope is wrapped, with node.ErrInvalidCheck, by every refusal
+	// ErrOutOfScope is matched, with node.ErrInvalid, by every refusal
 	// of a check outside the caller's scope.
 	ErrOutOfScope = errors.New("scope: outside the caller's scope")
 	// ErrFile is wrapped by every error of Load and Parse.
@@ -224,12 +224,12 @@ func refuse(name, format string, args ...any) error {
 	if name != "" {
 		who = strconv.Quote(name)
 	}
-	return fmt.Errorf("%w: %w: %s: %s", node.ErrInvalidCheck, ErrOutOfScope, who, fmt.Sprintf(format, args...))
+	return &node.InputError{Field: "scope", Value: who, Allowed: fmt.Sprintf(format, args...), Err: ErrOutOfScope}
 }
 
 // Direct decides whether the credential named name may check key under its
-// own limit l: nil, or an error wrapping ErrOutOfScope and
-// node.ErrInvalidCheck saying which bound it broke.
+// own limit l: nil, or a *node.InputError (field "scope", matching
+// ErrOutOfScope and node.ErrInvalid) saying which bound it broke.
 func (s *Scopes) Direct(name, key string, l algo.Limit) error {
 	sc := s.For(name)
 	if !sc.OwnLimits {

@@ -56,7 +56,7 @@ func TestDirect(t *testing.T) {
 			}
 			continue
 		}
-		if !errors.Is(err, ErrOutOfScope) || !errors.Is(err, node.ErrInvalidCheck) || !strings.Contains(err.Error(), tc.want) {
+		if !errors.Is(err, ErrOutOfScope) || !errors.Is(err, node.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Direct(%q, %q, %v): got %v, want ErrOutOfScope with %q", tc.name, tc.key, tc.l, err, tc.want)
 		}
 	}

@@ -1,0 +1,84 @@
+package node
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ringlimit/ringlimit/transport"
+)
+
+// This file is node's boundary with package transport: the peer glue
+// converts checks, routes and penalties to and from transport's wire types (a
+// few words copied per check, no allocation), and LimiterHandler serves a
+// node-speaking Checker as transport's Limiter service.
+
+// The routes and penalties are converted by type conversion; these fail to
+// compile if either side's values drift apart.
+var (
+	_ = [1]struct{}{}[transport.RouteOwner-transport.Route(RouteOwner)]
+	_ = [1]struct{}{}[transport.RouteForwarded-transport.Route(RouteForwarded)]
+	_ = [1]struct{}{}[transport.RouteFallback-transport.Route(RouteFallback)]
+	_ = [1]struct{}{}[transport.RouteBackup-transport.Route(RouteBackup)]
+	_ = transport.Penalty(Penalty{})
+)
+
+// wire returns c as the Peer service carries it; asBackup marks a check sent
+// to the key's backup because its owner is unreachable.
+func (c *Check) wire(asBackup bool) transport.Check {
+	return transport.Check{Key: c.Key, Limit: c.Limit, Hits: c.Hits, CreatedAt: c.CreatedAt, Penalty: transport.Penalty(c.Penalty), AsBackup: asBackup}
+}
+
+// checkFromWire returns the Check of a wire check (dropping its wire-only
+// AsBackup).
+func checkFromWire(w *transport.Check) Check {
+	return Check{Key: w.Key, Limit: w.Limit, Hits: w.Hits, CreatedAt: w.CreatedAt, Penalty: Penalty(w.Penalty)}
+}
+
+// ownerResult is the Result a peer answers for a Decision it made.
+func resultToWire(d *Decision) transport.Result {
+	return transport.Result{Decision: d.Decision, Route: transport.Route(d.Route), Owner: d.Owner, Banned: d.Banned, Code: transport.CodeOK}
+}
+
+// Checker decides one check as Node.Check does. *Node implements it, and so
+// do the daemon's layers over a node (the failover limiter).
+type Checker interface {
+	Check(ctx context.Context, c Check) (Decision, error)
+}
+
+// LimiterHandler returns c as the handler of transport's public Limiter
+// service (transport.NewLimiterServer): it converts each wire check to a
+// Check (a client cannot set the peer-only AsBackup) and the Decision back,
+// and maps c's errors by Classify: ClassUnavailable to transport.ErrUnavailable
+// (gRPC Unavailable); input errors and context errors keep their own
+// mapping (InvalidArgument with the *InputError's field, DeadlineExceeded,
+// Canceled).
+func LimiterHandler(c Checker) transport.LimiterHandler { return limiterHandler{c} }
+
+type limiterHandler struct{ c Checker }
+
+func (h limiterHandler) Check(ctx context.Context, w transport.Check) (transport.Result, error) {
+	d, err := h.c.Check(ctx, checkFromWire(&w))
+	if err != nil {
+		return transport.Result{}, WireError(err)
+	}
+	return resultToWire(&d), nil
+}
+
+// WireError returns err in transport's terms, for a handler of a transport
+// service: an error of ClassUnavailable also wraps transport.ErrUnavailable;
+// any other error is returned as it is (transport maps input and context
+// errors itself).
+func WireError(err error) error {
+	if Classify(err) == ClassUnavailable {
+		return fmt.Errorf("%w: %w", transport.ErrUnavailable, err)
+	}
+	return err
+}
+
+// refusedByPeer is the error of a check that a peer (the key's owner or
+// backup) answered InvalidArgument: its own validation refused what this
+// node's accepted (a smaller Config.MaxKeyLen, or caller timestamps refused
+// there). The peer's message says why.
+func refusedByPeer(peer, msg string) error {
+	return fmt.Errorf("%w: refused by %s: %s", ErrInvalid, peer, msg)
+}
