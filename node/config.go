@@ -226,6 +226,17 @@ type Config struct {
 	// is tried again (a member fixed meanwhile gets in). Default 5 s; TestConfig
 	// 1 s. Each attempt costs a TLS handshake (ECDSA) on both sides.
 	AdmissionRetry time.Duration
+	// MembershipDebounce is how long the node waits, after gossip reports a
+	// membership change (a join, leave, death or new address), for further
+	// changes before it rebuilds its ring: each change within the wait starts
+	// it again, up to 10 × MembershipDebounce after the first, so a burst (a
+	// rolling deploy, a zone outage, a cluster forming) costs one rebuild,
+	// one handoff and one replica resync rather than one per member. Default
+	// 100 ms; TestConfig 5 ms; 0 rebuilds on every change. Longer coalesces
+	// more, at the cost of that much longer before a change takes effect: a
+	// new member owns its keys later, and checks for a dead member's keys go
+	// through its backup (by the breaker) that much longer.
+	MembershipDebounce time.Duration
 	// OwnerUnreachable decides checks whose owner and backup cannot be reached.
 	// Default Local.
 	OwnerUnreachable Policy
@@ -353,25 +364,26 @@ type GossipConfig struct {
 func DefaultConfig() Config {
 	host, _ := os.Hostname()
 	return Config{
-		Name:             host,
-		BindAddr:         "0.0.0.0",
-		GossipPort:       7946,
-		PeerPort:         7947,
-		MaxPeerClockSkew: 2 * time.Second,
-		AdmissionRetry:   5 * time.Second,
-		ClusterLabel:     "ringlimit",
-		OwnerUnreachable: Local,
-		MaxKeys:          1_000_000,
-		IdleScanInterval: 10 * time.Second,
-		MaxKeyLen:        transport.DefaultMaxKeyLen,
-		BatchMaxItems:    500,
-		BatchMaxWait:     200 * time.Microsecond,
-		ForwardTimeout:   time.Second,
-		HandoffTimeout:   2 * time.Second,
-		ReplicationLag:   5 * time.Millisecond,
-		BreakerCooldown:  time.Second,
-		CloseTimeout:     10 * time.Second,
-		RejoinInterval:   30 * time.Second,
+		Name:               host,
+		BindAddr:           "0.0.0.0",
+		GossipPort:         7946,
+		PeerPort:           7947,
+		MaxPeerClockSkew:   2 * time.Second,
+		AdmissionRetry:     5 * time.Second,
+		MembershipDebounce: 100 * time.Millisecond,
+		ClusterLabel:       "ringlimit",
+		OwnerUnreachable:   Local,
+		MaxKeys:            1_000_000,
+		IdleScanInterval:   10 * time.Second,
+		MaxKeyLen:          transport.DefaultMaxKeyLen,
+		BatchMaxItems:      500,
+		BatchMaxWait:       200 * time.Microsecond,
+		ForwardTimeout:     time.Second,
+		HandoffTimeout:     2 * time.Second,
+		ReplicationLag:     5 * time.Millisecond,
+		BreakerCooldown:    time.Second,
+		CloseTimeout:       10 * time.Second,
+		RejoinInterval:     30 * time.Second,
 		Gossip: GossipConfig{
 			ProbeInterval:           time.Second,
 			ProbeTimeout:            500 * time.Millisecond,
@@ -407,6 +419,7 @@ func TestConfig() Config {
 	c.GossipPort = 0
 	c.PeerPort = 0
 	c.AdmissionRetry = time.Second
+	c.MembershipDebounce = 5 * time.Millisecond
 	c.IdleScanInterval = time.Second
 	c.ForwardTimeout = 2 * time.Second // generous: tests run under -race on loaded machines
 	c.HandoffTimeout = time.Second
@@ -447,6 +460,8 @@ func (c *Config) validate() error {
 		return bad("MaxPeerClockSkew", c.MaxPeerClockSkew)
 	case c.AdmissionRetry <= 0:
 		return bad("AdmissionRetry", c.AdmissionRetry)
+	case c.MembershipDebounce < 0:
+		return bad("MembershipDebounce", c.MembershipDebounce)
 	case c.OwnerUnreachable > FailClosed:
 		return bad("OwnerUnreachable", c.OwnerUnreachable)
 	case c.Replication > ReplicationOff:

@@ -265,10 +265,39 @@ func (n *Node) membershipLoop() {
 				n.admitPending()
 			}
 		case <-n.memberSig:
+			if !n.settle() {
+				return
+			}
 			if !n.leaving.Load() {
 				n.admitPending()
 				n.rebuild()
 			}
+		}
+	}
+}
+
+// settle waits until no membership change has been signalled for
+// Config.MembershipDebounce, or 10 × MembershipDebounce have passed, so that a
+// burst of changes is rebuilt once. False if the node stops meanwhile.
+func (n *Node) settle() bool {
+	d := n.cfg.MembershipDebounce
+	if d <= 0 {
+		return true
+	}
+	quiet := time.NewTimer(d)
+	defer quiet.Stop()
+	limit := time.NewTimer(10 * d)
+	defer limit.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return false
+		case <-quiet.C:
+			return true
+		case <-limit.C:
+			return true
+		case <-n.memberSig:
+			quiet.Reset(d)
 		}
 	}
 }
@@ -320,6 +349,7 @@ func (n *Node) idleLoop() {
 func (n *Node) rebuild() {
 	n.rebuildMu.Lock()
 	defer n.rebuildMu.Unlock()
+	t0 := time.Now()
 	members := n.ringMembers()
 	old := n.rs.Load()
 	if err := n.ring.SetMembers(members); err != nil {
@@ -335,6 +365,7 @@ func (n *Node) rebuild() {
 	if snap == old.snap || (snap.Equal(old.snap) && leaving == old.leaving) {
 		if snap != old.snap { // same table, new addresses or instance ids
 			ns := &ringState{snap: snap, leaving: leaving, gates: old.gates, pending: old.pending, deadline: old.deadline, backups: n.computeBackups(snap)}
+			n.countRebuild(t0)
 			n.publish(ns, old)
 			n.dropGonePeers(old.snap, snap)
 			if len(restarted) > 0 && !leaving {
@@ -364,6 +395,7 @@ func (n *Node) rebuild() {
 	}
 
 	ns := &ringState{snap: snap, leaving: leaving, backups: n.computeBackups(snap)}
+	n.countRebuild(t0)
 	// marksMu is held from reading the markers to publishing the gates so that a
 	// marker arriving meanwhile is either seen here or opens the published gate.
 	n.marksMu.Lock()
@@ -401,6 +433,12 @@ func (n *Node) rebuild() {
 	}
 	n.resync(old, ns, restarted)
 	n.handoff(ns, old.snap, restarted)
+}
+
+// countRebuild adds a rebuild begun at t0 to Stats.
+func (n *Node) countRebuild(t0 time.Time) {
+	n.rebuilds.Add(1)
+	n.rebuildNs.Add(int64(time.Since(t0)))
 }
 
 // moveOf says what the ring change from old to ns does with the state this

@@ -109,6 +109,14 @@ type Stats struct {
 	Refused int
 	// Insecure is Config.Insecure: no TLS between peers.
 	Insecure bool
+	// Rebuilds is the number of ring rebuilds this node has run since New:
+	// one per membership change, or per burst of changes coalesced by
+	// Config.MembershipDebounce.
+	Rebuilds uint64
+	// RebuildTime is the time those rebuilds spent computing the ring and
+	// its backups, in all (not the handoff that follows); one goroutine, so
+	// about the CPU it took.
+	RebuildTime time.Duration
 }
 
 // Node is one member of a ringlimit cluster. Create it with New; its methods are
@@ -149,6 +157,8 @@ type Node struct {
 	membersMu    sync.Mutex
 	members      map[string]Member // live gossip members, copied in memberlist's callbacks
 	rebuildMu    sync.Mutex        // one rebuild at a time (membership loop, Close)
+	rebuilds     atomic.Uint64     // Stats.Rebuilds
+	rebuildNs    atomic.Int64      // Stats.RebuildTime
 	marksMu      sync.Mutex
 	marks        map[string]uint64 // handoff-complete markers: from -> ring digest
 	inbound      atomic.Int64      // Forward RPCs received, for the drain on Close
@@ -402,7 +412,8 @@ func (n *Node) OwnedKeys() int {
 
 // Stats returns the node's key and member counts.
 func (n *Node) Stats() Stats {
-	return Stats{Keys: n.owned.len(), FallbackKeys: n.fallback.len(), Members: n.rs.Load().snap.Len(), Refused: n.refusedCount(), Insecure: !n.secure}
+	return Stats{Keys: n.owned.len(), FallbackKeys: n.fallback.len(), Members: n.rs.Load().snap.Len(), Refused: n.refusedCount(), Insecure: !n.secure,
+		Rebuilds: n.rebuilds.Load(), RebuildTime: time.Duration(n.rebuildNs.Load())}
 }
 
 // RingDigest returns a digest of this node's partition table: nodes that agree on

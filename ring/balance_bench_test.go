@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 )
 
 // balanceNameSets returns sets of member names as deployments name them: the
@@ -90,5 +91,76 @@ func BenchmarkBalance(b *testing.B) {
 			b.ReportMetric(moves[len(moves)/2], "moved/ideal-median")
 			b.ReportMetric(moves[len(moves)-1], "moved/ideal-worst")
 		})
+	}
+}
+
+// BenchmarkFleetBalance measures ring shapes at fleet sizes: for 3, 10, 30,
+// 100 and 1,000 members (5 name sets each, seeded), the busiest member's keys
+// over the least loaded one's (1,000 keys per member, at least 100,000), the
+// share of keys that move when one member leaves (ideal 1/n), and the time of
+// one rebuild plus every backup (ns/op).
+//
+//	go test -run XXX -bench FleetBalance -benchtime 1x ./ring/
+func BenchmarkFleetBalance(b *testing.B) {
+	shapes := []Config{
+		DefaultConfig(),
+		{PartitionCount: 16381, ReplicationFactor: 200, Load: 1.02},
+		{PartitionCount: 16381, ReplicationFactor: 100, Load: 1.02},
+		{PartitionCount: 65521, ReplicationFactor: 100, Load: 1.02},
+		{PartitionCount: 4093, ReplicationFactor: 200, Load: 1.05},
+	}
+	for _, n := range []int{3, 10, 30, 100, 1000} {
+		keys := max(100_000, 1000*n)
+		keyHashes := make([]uint64, keys)
+		for i := range keyHashes {
+			keyHashes[i] = xxHasher{}.Sum64String(fmt.Sprintf("user:%d", i))
+		}
+		for _, cfg := range shapes {
+			if cfg.PartitionCount < 2*n {
+				continue
+			}
+			b.Run(fmt.Sprintf("members=%d/parts=%d/repl=%d/load=%.2f", n, cfg.PartitionCount, cfg.ReplicationFactor, cfg.Load), func(b *testing.B) {
+				var ratios, moves []float64
+				var build time.Duration
+				builds := 0
+				for b.Loop() {
+					ratios, moves = ratios[:0], moves[:0]
+					for _, set := range balanceNameSets(n, 2) {
+						start := time.Now()
+						r := newRing(b, cfg, set)
+						s := r.Snapshot()
+						s.PartitionBackup(0)
+						build += time.Since(start)
+						builds++
+						count := map[string]int{}
+						for _, h := range keyHashes {
+							m, _ := s.OwnerOfHash(h)
+							count[m.Name]++
+						}
+						hi, lo := 0, math.MaxInt
+						for _, m := range set {
+							hi, lo = max(hi, count[m.Name]), min(lo, count[m.Name])
+						}
+						ratios = append(ratios, float64(hi)/float64(max(lo, 1)))
+						t := newRing(b, cfg, set[1:]).Snapshot()
+						moved := 0
+						for _, h := range keyHashes {
+							x, _ := s.OwnerOfHash(h)
+							y, _ := t.OwnerOfHash(h)
+							if x.Name != y.Name {
+								moved++
+							}
+						}
+						moves = append(moves, float64(moved)/float64(keys)*float64(n))
+					}
+				}
+				slices.Sort(ratios)
+				slices.Sort(moves)
+				b.ReportMetric(ratios[len(ratios)-1], "max/min-worst")
+				b.ReportMetric(ratios[len(ratios)/2], "max/min-median")
+				b.ReportMetric(moves[len(moves)/2], "moved/ideal-median")
+				b.ReportMetric(float64(build.Microseconds())/1e3/float64(builds), "build+backups-ms")
+			})
+		}
 	}
 }
