@@ -405,7 +405,7 @@ func (n *Node) rebuild() {
 			if snap.PartitionOwner(p).Name != self || from == self || from == "" || !snap.Has(from) {
 				continue // not gained, or gained from a member that is gone: nothing to wait for
 			}
-			if d, ok := n.marks[from]; ok && d == digest {
+			if mk, ok := n.marks[from]; ok && mk.digest == digest && time.Since(mk.at) < n.cfg.HandoffTimeout {
 				continue // its handoff for this ring already arrived
 			}
 			if ns.gates == nil {
@@ -421,9 +421,14 @@ func (n *Node) rebuild() {
 		}
 		ns.deadline = time.Now().Add(n.cfg.HandoffTimeout)
 	}
+	for from, mk := range n.marks {
+		if mk.digest == digest {
+			delete(n.marks, from) // used, or too old to be for this change
+		}
+	}
 	n.publish(ns, old)
 	n.marksMu.Unlock()
-	n.log.Info("ring changed", "members", snap.Len(), "version", snap.Version(), "waiting_for", len(ns.pending))
+	n.log.Info("ring changed", "members", snap.Len(), "version", snap.Version(), "digest", digest, "waiting_for", len(ns.pending))
 
 	n.dropGonePeers(old.snap, snap)
 	for _, m := range old.snap.Members() {
@@ -669,14 +674,31 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]b
 	n.log.Info("handoff", "keys", len(moved), "to", len(byOwner), "took", time.Since(start))
 }
 
+// handoffMark is a handoff-complete marker that arrived before this node
+// published the ring it is for (its sender rebuilt first).
+type handoffMark struct {
+	digest uint64
+	at     time.Time
+}
+
 // markHandoffDone records that from finished handing off for the ring with the
-// given digest, and opens the partitions waiting for it.
+// given digest, and opens the partitions waiting for it. A marker for the
+// current ring opens its gate and is not kept; one for another ring is kept
+// for the rebuild that publishes that ring, which uses it only if it arrived
+// within HandoffTimeout. A ring's digest is a function of the member names
+// alone, so the same digest comes back whenever a member restarts under its
+// name: a marker kept for good would open the gate of a later change whose
+// handoff has not arrived, and its new owner would decide on no state.
 func (n *Node) markHandoffDone(from string, digest uint64) {
 	n.marksMu.Lock()
 	defer n.marksMu.Unlock()
-	n.marks[from] = digest
 	rs := n.rs.Load()
-	if g := rs.pending[from]; g != nil && rs.snap.Digest() == digest {
+	if rs.snap.Digest() != digest {
+		n.marks[from] = handoffMark{digest: digest, at: time.Now()}
+		return
+	}
+	delete(n.marks, from)
+	if g := rs.pending[from]; g != nil {
 		select {
 		case <-g:
 		default:

@@ -160,9 +160,9 @@ type Node struct {
 	rebuilds     atomic.Uint64     // Stats.Rebuilds
 	rebuildNs    atomic.Int64      // Stats.RebuildTime
 	marksMu      sync.Mutex
-	marks        map[string]uint64 // handoff-complete markers: from -> ring digest
-	inbound      atomic.Int64      // Forward RPCs received, for the drain on Close
-	joinedPeer   atomic.Bool       // has ever seen another member
+	marks        map[string]handoffMark // handoff-complete markers that came early: from -> ring
+	inbound      atomic.Int64           // Forward RPCs received, for the drain on Close
+	joinedPeer   atomic.Bool            // has ever seen another member
 	ready        atomic.Bool
 
 	leaving  atomic.Bool
@@ -229,7 +229,7 @@ func New(cfg Config) (*Node, error) {
 		members:   make(map[string]Member),
 		admit:     make(map[string]*admission),
 		secure:    !cfg.Insecure,
-		marks:     make(map[string]uint64),
+		marks:     make(map[string]handoffMark),
 		stop:      make(chan struct{}),
 	}
 	n.owned = newStore(cfg.MaxKeys, r.Snapshot().Hash, n.onEvict)
@@ -645,6 +645,9 @@ func (n *Node) decideOwned(ctx context.Context, rs *ringState, c *Check, h uint6
 	if gate := rs.gateOf(p); gate != nil {
 		if err := rs.waitGate(ctx, gate, n.stop); err != nil {
 			return false, err
+		}
+		if rs.gateOf(p) != nil {
+			n.log.Debug("handoff gate expired: deciding on the state at hand", "partition", p)
 		}
 	}
 	wall := n.clock()

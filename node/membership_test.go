@@ -53,3 +53,31 @@ func TestSettleCoalescesBurst(t *testing.T) {
 		t.Errorf("settle with MembershipDebounce 0: false, want true at once")
 	}
 }
+
+// A handoff marker for the ring a node has now opens that ring's gate and is
+// not kept: a ring's digest depends only on the member names, so after a
+// member restarts under its name the same digest is published again, and a
+// marker kept from the first time would open the gate of the second change
+// before its handoff arrived (its new owner then decided on no state: keys
+// over their limit in TestFleetRollingRestart). A marker for another ring is
+// kept, with when it came, for the rebuild that publishes that ring.
+func TestHandoffMarkerForCurrentRingIsNotKept(t *testing.T) {
+	t.Parallel()
+	_, nodes := memCluster(t, 2, nil)
+	n, from := nodes[0], nodes[1].Name()
+	cur := n.RingDigest()
+	n.markHandoffDone(from, cur)
+	n.marksMu.Lock()
+	_, kept := n.marks[from]
+	n.marksMu.Unlock()
+	if kept {
+		t.Errorf("marker for the current ring %x: kept, want used and dropped", cur)
+	}
+	n.markHandoffDone(from, cur+1)
+	n.marksMu.Lock()
+	mk, kept := n.marks[from]
+	n.marksMu.Unlock()
+	if !kept || mk.digest != cur+1 || mk.at.IsZero() {
+		t.Errorf("marker for another ring: %+v (kept %v), want it kept with its time", mk, kept)
+	}
+}
