@@ -12,7 +12,7 @@ CERTS       ?= certs
 CA_KEY      ?= certs-ca/ca.key
 NODES       := ringlimit-1 ringlimit-2 ringlimit-3
 
-.PHONY: help build docker certs up down logs test test-docker demo proto vet clean
+.PHONY: help build docker certs up down logs test test-docker fleet demo proto vet clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -58,6 +58,13 @@ logs: ## follow the cluster's logs
 test: ## run the tests as .ci/run does, but the docker-compose test skips (saying why) when Docker does not answer
 	$(GO) test -race -count=1 -timeout 40m ./...
 	$(GO) test -count=1 -run 'Alloc|Recycle' ./algo/ ./ring/ ./transport/
+
+FLEET       ?= 20,50
+FLEET_SEEDS ?= 2
+fleet: ## roll every member of in-process fleets of FLEET members (default 20,50; FLEET_SEEDS seeds each) under load, strict; then the CPU of one membership change at 3 to 1,000 members
+	RINGLIMIT_FLEET=$(FLEET) RINGLIMIT_FLEET_SEEDS=$(FLEET_SEEDS) RINGLIMIT_FLEET_CALLERS=64 RINGLIMIT_FLEET_STRICT=1 \
+	  $(GO) test -count=1 -run TestFleetRollingRestart -v -timeout 60m ./node/
+	$(GO) test -run '^$$' -bench MembershipChange -benchtime 10x ./node/
 
 test-docker: ## run only the docker-compose cluster test
 	$(GO) test -count=1 -timeout 10m -run Docker -v ./cluster_test/

@@ -365,7 +365,6 @@ func (n *Node) rebuild() {
 	if snap == old.snap || (snap.Equal(old.snap) && leaving == old.leaving) {
 		if snap != old.snap { // same table, new addresses or instance ids
 			ns := &ringState{snap: snap, leaving: leaving, gates: old.gates, pending: old.pending, deadline: old.deadline, backups: n.computeBackups(snap)}
-			n.countRebuild(t0)
 			n.publish(ns, old)
 			n.dropGonePeers(old.snap, snap)
 			if len(restarted) > 0 && !leaving {

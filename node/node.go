@@ -109,9 +109,10 @@ type Stats struct {
 	Refused int
 	// Insecure is Config.Insecure: no TLS between peers.
 	Insecure bool
-	// Rebuilds is the number of ring rebuilds this node has run since New:
-	// one per membership change, or per burst of changes coalesced by
-	// Config.MembershipDebounce.
+	// Rebuilds is the number of times since New that this node's partition
+	// table changed: one per membership change, or per burst of changes
+	// coalesced by Config.MembershipDebounce (a member's new address or
+	// instance id alone changes no table and is not counted).
 	Rebuilds uint64
 	// RebuildTime is the time those rebuilds spent computing the ring and
 	// its backups, in all (not the handoff that follows); one goroutine, so

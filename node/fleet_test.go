@@ -1,0 +1,390 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algo"
+)
+
+// The fleet harness: N members in one process (real gossip on loopback, the
+// peer traffic on the in-memory memNet), callers checking keys through random
+// live members the whole time, and every member rolled in turn: closed
+// gracefully, then started again under the same name (at a new address, with a
+// new instance id, as a rescheduled pod). Every key is a sliding-window log of
+// fleetLimit hits per hour; the callers exhaust the keys within seconds, so a
+// state lost or duplicated in a handoff shows as admissions over the limit.
+//
+// TestFleetRollingRestart runs it at 10 members in the default suite; larger
+// fleets run with RINGLIMIT_FLEET set to a list of sizes (make fleet):
+//
+//	RINGLIMIT_FLEET=20,50 go test -run TestFleetRollingRestart -v -timeout 60m ./node/
+//
+// Each run prints one line of figures (see fleetResult.String).
+
+const (
+	fleetKeys  = 300
+	fleetLimit = 50
+)
+
+// fleetResult is what one harness run measured.
+type fleetResult struct {
+	members   int
+	callers   int
+	seed      uint64
+	formed    time.Duration // StartCluster until every member agrees
+	rolled    time.Duration // the whole rolling restart
+	rebuilds  uint64        // ring rebuilds, all members, formation and roll
+	rebuildNs int64         // their time in all
+	changes   int           // membership changes the roll made (2 per member)
+	goroutine float64       // per member, once formed
+	heapBytes float64       // heap in use per member, once formed
+	checks    int64
+	over      int   // keys admitted past their limit
+	overMax   int64 // the most one key was over
+	fallbacks int64 // admissions decided by a local fallback
+	slowest   time.Duration
+	errs      int64
+	// excess counts the admissions past a key's limit by route and by the
+	// phase of the roll they happened in ("leave": a member closing until
+	// the others agree; "join": its restart until all agree).
+	excess map[string]int64
+	logs   map[string]int // log lines at WARN and above, and expired handoff gates, by message
+	spread time.Duration
+}
+
+// countingHandler counts the log lines of every member by level and message.
+type countingHandler struct {
+	mu          sync.Mutex
+	counts      map[string]int
+	first, last map[uint64]time.Time
+}
+
+// spread returns the longest time between the first and the last member
+// publishing one ring since the last call.
+func (h *countingHandler) spread() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var m time.Duration
+	for d, f := range h.first {
+		m = max(m, h.last[d].Sub(f))
+	}
+	h.first, h.last = nil, nil
+	return m
+}
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "ring changed" {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "digest" {
+				d := a.Value.Uint64()
+				h.mu.Lock()
+				if h.first == nil {
+					h.first, h.last = map[uint64]time.Time{}, map[uint64]time.Time{}
+				}
+				if _, ok := h.first[d]; !ok {
+					h.first[d] = r.Time
+				}
+				h.last[d] = r.Time
+				h.mu.Unlock()
+			}
+			return true
+		})
+		return nil
+	}
+	key := r.Level.String() + " " + r.Message
+	switch {
+	case strings.Contains(r.Message, "gate expired"):
+	case strings.Contains(r.Message, "as failed"):
+		key = falseDeath
+	case strings.Contains(r.Message, "Refuting"):
+		key = "memberlist: a member refuted its suspicion"
+	case r.Level < slog.LevelWarn:
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "reason" || a.Key == "err" {
+			v := a.Value.String()
+			key += " " + v[:min(len(v), 80)]
+		}
+		return true
+	})
+	h.mu.Lock()
+	h.counts[key]++
+	h.mu.Unlock()
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
+func (h *countingHandler) snapshot() map[string]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.counts)
+}
+
+func (r fleetResult) String() string {
+	perChange := time.Duration(0)
+	if r.rebuilds > 0 {
+		perChange = time.Duration(r.rebuildNs / int64(r.rebuilds))
+	}
+	return fmt.Sprintf("members=%d callers=%d seed=%d formed=%v roll=%v rebuilds=%d (%.1f per member per change) rebuild=%v/change "+
+		"goroutines/member=%.0f heap/member=%.1fMiB checks=%d over=%d (max +%d) fallback-admissions=%d slowest=%v errors=%d excess=%v logs=%v spread=%v",
+		r.members, r.callers, r.seed, r.formed.Round(time.Millisecond), r.rolled.Round(time.Millisecond), r.rebuilds,
+		float64(r.rebuilds)/float64(r.members)/float64(max(r.changes, 1)), perChange.Round(time.Microsecond),
+		r.goroutine, r.heapBytes/(1<<20), r.checks, r.over, r.overMax, r.fallbacks, r.slowest.Round(time.Millisecond), r.errs, r.excess, r.logs, r.spread)
+}
+
+// runFleet runs the harness once with size members.
+func runFleet(t *testing.T, size, callers int, seed uint64) fleetResult {
+	res := fleetResult{members: size, callers: callers, seed: seed}
+	runtime.GC()
+	g0 := runtime.NumGoroutine()
+	var ms0 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+
+	mn := newMemNet()
+	base := TestConfig()
+	base.peerNet = mn
+	logs := &countingHandler{counts: map[string]int{}}
+	base.Logger = slog.New(logs)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(size)*6*time.Second)
+	c, err := StartCluster(ctx, size, base)
+	cancel()
+	if err != nil {
+		t.Fatalf("StartCluster(%d): %v", size, err)
+	}
+	res.formed = time.Since(start)
+	var allMu sync.Mutex
+	all := append([]*Node(nil), c.Nodes()...) // every node ever started, for cleanup and stats
+	t.Cleanup(func() {
+		allMu.Lock()
+		defer allMu.Unlock()
+		for _, n := range all {
+			n.Abort()
+		}
+	})
+	runtime.GC()
+	var ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms1)
+	res.goroutine = float64(runtime.NumGoroutine()-g0) / float64(size)
+	res.heapBytes = float64(int64(ms1.HeapInuse)-int64(ms0.HeapInuse)) / float64(size)
+
+	// live holds the members callers may use; a member is taken out before it
+	// closes and put back once it is in every ring again.
+	var live atomic.Pointer[[]*Node]
+	nodes := append([]*Node(nil), c.Nodes()...)
+	live.Store(&nodes)
+	l := algo.Limit{Kind: algo.SlidingWindowLog, Limit: fleetLimit, Period: time.Hour}
+	var admitted [fleetKeys]atomic.Int64
+	var checks, fallbacks, errs, slowest atomic.Int64
+	var phase atomic.Pointer[string]
+	idle := "idle"
+	phase.Store(&idle)
+	var excessMu sync.Mutex
+	res.excess = map[string]int64{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range callers {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(seed, uint64(g)))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ns := *live.Load()
+				n := ns[r.IntN(len(ns))]
+				k := r.IntN(fleetKeys)
+				t0 := time.Now()
+				d, err := n.Allow(context.Background(), "fleet:"+strconv.Itoa(k), l)
+				took := time.Since(t0)
+				for s := slowest.Load(); int64(took) > s && !slowest.CompareAndSwap(s, int64(took)); s = slowest.Load() {
+				}
+				checks.Add(1)
+				switch {
+				case errors.Is(err, ErrStopped):
+					continue // the member closed under the caller
+				case err != nil:
+					if errs.Add(1) <= 3 {
+						t.Logf("check on %s: %v", n.Name(), err)
+					}
+					continue
+				}
+				if d.Allowed {
+					if admitted[k].Add(1) > fleetLimit {
+						excessMu.Lock()
+						res.excess[fmt.Sprintf("%v/%s", d.Route, *phase.Load())]++
+						excessMu.Unlock()
+					}
+					if d.Route == RouteFallback {
+						fallbacks.Add(1)
+					}
+				}
+			}
+		})
+	}
+
+	// Let the callers exhaust the keys before rolling.
+	deadline := time.Now().Add(30 * time.Second)
+	for exhausted := 0; exhausted < fleetKeys && time.Now().Before(deadline); {
+		exhausted = 0
+		for k := range admitted {
+			if admitted[k].Load() >= fleetLimit {
+				exhausted++
+			}
+		}
+		if exhausted < fleetKeys {
+			time.Sleep(10 * time.Millisecond) // poll, bounded by deadline
+		}
+	}
+
+	rollStart := time.Now()
+	for i := range size {
+		cur := *live.Load()
+		old := cur[0]
+		rest := append([]*Node(nil), cur[1:]...)
+		live.Store(&rest)
+		leave, join := "leave", "join"
+		phase.Store(&leave)
+		res.spread = max(res.spread, logs.spread())
+		if err := old.Close(); err != nil {
+			t.Errorf("close %s: %v", old.Name(), err)
+		}
+		cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := WaitConverged(cctx, rest...); err != nil {
+			t.Fatalf("after closing %s (%d of %d): %v", old.Name(), i+1, size, err)
+		}
+		ccancel()
+		phase.Store(&join)
+		res.spread = max(res.spread, logs.spread())
+		cfg := base
+		cfg.Name = old.Name()
+		cfg.Join = []string{rest[len(rest)/2].GossipAddr()}
+		nn, err := New(cfg)
+		if err != nil {
+			t.Fatalf("restart %s: %v", cfg.Name, err)
+		}
+		allMu.Lock()
+		all = append(all, nn)
+		allMu.Unlock()
+		next := append(rest, nn)
+		cctx, ccancel = context.WithTimeout(context.Background(), 30*time.Second)
+		if err := WaitConverged(cctx, next...); err != nil {
+			t.Fatalf("after restarting %s (%d of %d): %v", nn.Name(), i+1, size, err)
+		}
+		ccancel()
+		live.Store(&next)
+		phase.Store(&idle)
+		res.changes += 2
+	}
+	res.rolled = time.Since(rollStart)
+	close(stop)
+	wg.Wait()
+
+	allMu.Lock()
+	for _, n := range all {
+		st := n.Stats()
+		res.rebuilds += st.Rebuilds
+		res.rebuildNs += int64(st.RebuildTime)
+	}
+	allMu.Unlock()
+	res.checks, res.fallbacks, res.errs = checks.Load(), fallbacks.Load(), errs.Load()
+	res.logs = logs.snapshot()
+	res.spread = max(res.spread, logs.spread())
+	res.slowest = time.Duration(slowest.Load())
+	for k := range admitted {
+		if over := admitted[k].Load() - fleetLimit; over > 0 {
+			res.over++
+			res.overMax = max(res.overMax, over)
+		}
+	}
+	return res
+}
+
+// fleetSizes returns the sizes in RINGLIMIT_FLEET ("20,50"), or def.
+func fleetSizes(t *testing.T, def []int) []int {
+	v := os.Getenv("RINGLIMIT_FLEET")
+	if v == "" {
+		return def
+	}
+	var out []int
+	for f := range strings.SplitSeq(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 2 {
+			t.Fatalf("RINGLIMIT_FLEET=%q: %q is not a member count >= 2", v, f)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// TestFleetRollingRestart rolls every member of a fleet under load (see the
+// harness above): every member closes, restarts under its name and is in
+// every ring again within 30 s, and no check fails. It prints the figures of
+// each run. With RINGLIMIT_FLEET_STRICT=1 it also fails on any key over its
+// limit and any fallback admission; without, it logs them: at 10 members a
+// roll is not yet exact every time (a few keys over by a few hits, in the
+// leave phase, and many more when gossip falsely declares live members dead
+// on a machine too loaded to answer its probes in time, as -race on a shared
+// 2-core machine is), and a test that fails at random would hide every other
+// failure. 10 members and 8 callers by default; RINGLIMIT_FLEET,
+// RINGLIMIT_FLEET_SEEDS (default 1) and RINGLIMIT_FLEET_CALLERS choose the
+// sizes, the seeds per size and the callers (make fleet).
+func TestFleetRollingRestart(t *testing.T) {
+	seeds, callers := envCount(t, "RINGLIMIT_FLEET_SEEDS", 1), envCount(t, "RINGLIMIT_FLEET_CALLERS", 8)
+	strict := os.Getenv("RINGLIMIT_FLEET_STRICT") == "1"
+	for _, size := range fleetSizes(t, []int{10}) {
+		for seed := range uint64(seeds) {
+			t.Run(fmt.Sprintf("members=%d/seed=%d", size, seed+1), func(t *testing.T) {
+				res := runFleet(t, size, callers, seed+1)
+				t.Log(res)
+				fmt.Println("fleet:", res)
+				if res.errs > 0 {
+					t.Errorf("%d checks failed, want none", res.errs)
+				}
+				if res.over == 0 && res.fallbacks == 0 {
+					return
+				}
+				msg := fmt.Sprintf("%d keys over their limit of %d (the most by %d), %d fallback admissions, %d false deaths",
+					res.over, fleetLimit, res.overMax, res.fallbacks, res.logs[falseDeath])
+				if strict {
+					t.Error(msg + "; want no key over and no fallback admission")
+				} else {
+					t.Log(msg + " (RINGLIMIT_FLEET_STRICT=1 fails on them)")
+				}
+			})
+		}
+	}
+}
+
+// falseDeath is the harness's log key of memberlist declaring a member dead:
+// no member crashes in the harness, so each is a false death.
+const falseDeath = "memberlist: a member marked as failed"
+
+// envCount returns the count in environment variable name, or def.
+func envCount(t *testing.T, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a count >= 1", name, v)
+	}
+	return n
+}
