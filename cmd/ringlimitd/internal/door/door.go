@@ -145,7 +145,9 @@ type Pool struct {
 	total  int
 	perIP  map[string]int
 	unauth *list.List // of *Conn not yet authenticated, oldest first
-	conns  map[connKey]*Conn
+	// conns finds a connection by door and remote address: written once per
+	// connection, read on every request (Authenticated's fast path).
+	conns sync.Map // connKey -> *Conn
 
 	accepted atomic.Int64
 
@@ -169,7 +171,6 @@ func NewPool(lim Limits, nofile uint64, reg prometheus.Registerer, name string) 
 		lim:    lim,
 		perIP:  map[string]int{},
 		unauth: list.New(),
-		conns:  map[connKey]*Conn{},
 		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name:        "ringlimit_door_connections",
 			Help:        "Open connections by door and state (\"authenticated\" or \"unauthenticated\").",
@@ -283,9 +284,7 @@ func (c *Conn) release() {
 	if p.perIP[c.ip]--; p.perIP[c.ip] <= 0 {
 		delete(p.perIP, c.ip)
 	}
-	if p.conns[c.key] == c {
-		delete(p.conns, c.key)
-	}
+	p.conns.CompareAndDelete(c.key, c)
 	state := "authenticated"
 	if c.elem != nil {
 		p.unauth.Remove(c.elem)
@@ -349,15 +348,13 @@ func (p *Pool) admit(door string, nc net.Conn) *Conn {
 		if p.perIP[evict.ip]--; p.perIP[evict.ip] <= 0 {
 			delete(p.perIP, evict.ip)
 		}
-		if p.conns[evict.key] == evict {
-			delete(p.conns, evict.key)
-		}
+		p.conns.CompareAndDelete(evict.key, evict)
 		p.open.WithLabelValues(evict.key.door, "unauthenticated").Dec()
 		evict.once.Do(func() {}) // its release is done here
 	}
 	p.total++
 	p.perIP[ip]++
-	p.conns[c.key] = c
+	p.conns.Store(c.key, c)
 	c.elem = p.unauth.PushBack(c)
 	p.open.WithLabelValues(door, "unauthenticated").Inc()
 	c.timer = time.AfterFunc(p.lim.AuthTimeout, func() {
@@ -375,11 +372,23 @@ func (p *Pool) admit(door string, nc net.Conn) *Conn {
 	return c
 }
 
+// lookup returns the admitted connection of door from remote, nil if none.
+func (p *Pool) lookup(door, remote string) *Conn {
+	v, ok := p.conns.Load(connKey{door, remote})
+	if !ok {
+		return nil
+	}
+	return v.(*Conn)
+}
+
 func (p *Pool) authenticated(door, remote string) {
+	c := p.lookup(door, remote)
+	if c == nil || c.authed.Load() {
+		return // unknown, or marked already: no lock on the request path
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	c := p.conns[connKey{door, remote}]
-	if c == nil || c.authed.Load() {
+	if c.authed.Load() {
 		return
 	}
 	c.authed.Store(true)
@@ -393,12 +402,11 @@ func (p *Pool) authenticated(door, remote string) {
 }
 
 func (p *Pool) refused(door, remote string) bool {
-	p.mu.Lock()
-	c := p.conns[connKey{door, remote}]
+	c := p.lookup(door, remote)
 	if c == nil {
-		p.mu.Unlock()
 		return false
 	}
+	p.mu.Lock()
 	c.failures++
 	shut := c.failures >= p.lim.MaxAuthFailures
 	p.mu.Unlock()
