@@ -225,3 +225,39 @@ func TestIPKey(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkAuthenticatedMarked is what every authenticated request adds on
+// a door: Authenticated on a connection marked already (a sync.Map lookup
+// and an atomic load, no lock), from parallel callers.
+//
+//	go test -run XXX -bench AuthenticatedMarked -cpu 1,2 ./cmd/ringlimitd/internal/door/
+func BenchmarkAuthenticatedMarked(b *testing.B) {
+	p, err := NewPool(Limits{}, 1<<16, nil, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln := p.Listen("d", raw)
+	defer ln.Close()
+	cc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cc.Close()
+	sc, err := ln.Accept()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sc.Close()
+	remote := sc.RemoteAddr().String()
+	ln.Authenticated(remote)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			ln.Authenticated(remote)
+		}
+	})
+}

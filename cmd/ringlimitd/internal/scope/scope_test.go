@@ -138,3 +138,25 @@ func TestParseErrors(t *testing.T) {
 		t.Errorf("empty file: got %+v, want DefaultScope", got)
 	}
 }
+
+// BenchmarkDirect is what a scope adds to each own-limit check: the
+// default scope, and a named one with prefixes and a key cap.
+//
+//	go test -run XXX -bench Direct ./cmd/ringlimitd/internal/scope/
+func BenchmarkDirect(b *testing.B) {
+	s, err := Parse(strings.NewReader(testFile + "  capped:\n    key_prefixes: [\"a:\", \"b:\"]\n    max_keys: 1000\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := gcra(10, time.Minute)
+	for _, c := range []struct{ name, key string }{{"", "k"}, {"billing", "billing:key"}, {"capped", "b:key"}} {
+		b.Run("caller="+c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := s.Direct(c.name, c.key, l); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
