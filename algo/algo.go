@@ -61,6 +61,38 @@
 // Integers only: times and durations are int64 nanoseconds and products that
 // could overflow are bounded by validation (MaxDuration, MaxHits, MinTime,
 // MaxTime) or computed in 128 bits with math/bits.
+//
+// Bad input anywhere in ringlimit is one error type, InputError (field, value,
+// what is allowed), whose Message every front door shows; Limit.Validate,
+// ValidateHits, ValidateKey, ValidateCreatedAt and ValidatePenalty are the
+// rules node and transport share.
+//
+// # Adding a seventh algorithm
+//
+// Each step has a test that fails until it is done (every one iterates Kinds):
+//
+//  1. Its file here: a state type with Take, and its cases in State (state.go:
+//     Take, Merge, Idle, the binary form; plausible.go; packed.go when it has a
+//     packed form), with the rules above; its checks in validate.go.
+//  2. This package's one name table: a constant after BucketedSlidingWindow,
+//     lastKind, and a case in Kind.String (ParseKind, Kinds, KindNames, every
+//     flag, help text, message and parser follow). TestKindNameTable.
+//  3. The proto enum: Algorithm in transport/proto/ringlimit/v1/ringlimit.proto (then
+//     regenerate) and transport/convert.go's kindToWire and kindFromWire.
+//     transport's TestEveryKindHasAWireEnum.
+//  4. The store's table list: a table in node/store.go's shard (tables, take,
+//     prefetchLarge, and the packed forms if any). node's
+//     TestEveryKindHasAStoreTable.
+//  5. The policy loader: node/policy/load.go's burst rule when the algorithm
+//     takes a burst. node/policy's TestEveryKindLoads.
+//  6. The Lua side: a script in node/failover/redislimit (scripts.go, the
+//     scripts array, SupportedKinds), or the kind added to the explicit
+//     unsupported list of TestEveryKindHasAScriptOrIsUnsupported there (the
+//     failover limiter then sends it to the cluster).
+//  7. The bench bound: a case in cmd/ringlimit/internal/bench's MaxAdmitted.
+//     TestEveryKindHasABound.
+//  8. The doors parse names through ParseKind and need nothing;
+//     TestEveryKindParses in httpapi and resp proves it.
 package algo
 
 import (

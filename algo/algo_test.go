@@ -778,3 +778,30 @@ func TestBucketedSlidingWindowPeriodChange(t *testing.T) {
 		t.Fatalf("after the Period change: got %+v, want denied for 16.5 s (t0 hits moved to the 1 s bucket of t0)", got)
 	}
 }
+
+// TestKindNameTable: every algorithm's name round-trips through ParseKind, is
+// listed by KindNames, and the table ends at the last declared Kind.
+func TestKindNameTable(t *testing.T) {
+	if got, want := len(Kinds()), int(lastKind); got != want {
+		t.Fatalf("Kinds: got %d algorithms, want %d", got, want)
+	}
+	names := KindNames("|")
+	for _, k := range Kinds() {
+		if !k.Valid() || strings.HasPrefix(k.String(), "kind(") {
+			t.Errorf("%d: got name %q, valid %v; want a name in Kind.String", uint8(k), k, k.Valid())
+		}
+		if got, err := ParseKind(k.String()); err != nil || got != k {
+			t.Errorf("ParseKind(%q): got %v, %v, want %v", k, got, err, k)
+		}
+		if !strings.Contains("|"+names+"|", "|"+k.String()+"|") {
+			t.Errorf("KindNames: got %q, want it to list %q", names, k)
+		}
+	}
+	if (lastKind + 1).Valid() {
+		t.Errorf("Kind %d: valid, want invalid past lastKind", uint8(lastKind+1))
+	}
+	var ie *InputError
+	if _, err := ParseKind("leaky"); !errors.As(err, &ie) || ie.Field != "algorithm" || !strings.Contains(ie.Allowed, names[:10]) {
+		t.Errorf(`ParseKind("leaky"): got %v, want an InputError listing the names`, err)
+	}
+}

@@ -167,3 +167,23 @@ func FuzzForwardRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestEveryKindHasAWireEnum: every algorithm of algo's name table has its own
+// proto enum value and comes back as itself (step 3 of algo's checklist).
+func TestEveryKindHasAWireEnum(t *testing.T) {
+	seen := map[pb.Algorithm]algo.Kind{}
+	for _, k := range algo.Kinds() {
+		a := kindToWire(k)
+		if a == pb.Algorithm_ALGORITHM_UNSPECIFIED {
+			t.Errorf("%v: no wire enum (kindToWire)", k)
+			continue
+		}
+		if other, dup := seen[a]; dup {
+			t.Errorf("%v and %v share the wire enum %v", k, other, a)
+		}
+		seen[a] = k
+		if got, err := kindFromWire(a); err != nil || got != k {
+			t.Errorf("kindFromWire(%v): got %v, %v, want %v", a, got, err, k)
+		}
+	}
+}

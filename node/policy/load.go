@@ -99,7 +99,7 @@ func Load(files ...string) (*Policy, error) {
 //	      unlimited: <bool>                  # no unit, no other field
 //	      name: <optional>
 //	      replaces: [{name: <name>}, ...]
-//	      algorithm: fixed_window|sliding_window_log|sliding_window_counter|gcra|token_bucket
+//	      algorithm: <a name of algo.KindNames, e.g. gcra>
 //	      burst: <hits>                      # gcra and token_bucket only
 //	      period: <Go duration, e.g. 90s>    # instead of unit
 //	      penalty: {denials: <1..1024>, within: <duration>, ban: <duration>}

@@ -71,6 +71,8 @@ func MaxAdmitted(l algo.Limit, span time.Duration) (int64, error) {
 		if l.Kind == algo.GCRA {
 			n.Add(n, one)
 		}
+	default: // an algorithm added to algo without its bound here
+		return 0, fmt.Errorf("bench: no admission bound for algorithm %v", l.Kind)
 	}
 	if !n.IsInt64() {
 		return math.MaxInt64, nil
