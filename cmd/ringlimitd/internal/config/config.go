@@ -205,7 +205,7 @@ type Config struct {
 	// Redis) together (--max-conns). At the bound the oldest connection that
 	// has not authenticated yet is closed to admit a new one; when all have,
 	// the new one is refused. Default 0: the file-descriptor limit less a
-	// reserve of max(256, limit/8) for the admin and peer ports, at most 10,000
+	// reserve of max(256, limit/8) for the admin and peer ports, at most 6,000
 	// (door.DefaultMaxConns).
 	MaxConns int
 	// MaxConnsPerIP bounds the open client-port connections from one source
@@ -291,7 +291,7 @@ func (c *Config) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "json or text")
 	fs.StringVar(&c.RedisPrimary, "redis-primary", c.RedisPrimary, "redis:// or rediss:// URL (Sentinel with ?master_name=, Cluster with ?addr= seeds): decide checks on Redis first, on the cluster while Redis fails (default: cluster only)")
-	fs.IntVar(&c.MaxConns, "max-conns", c.MaxConns, "open connections of the gRPC, HTTP and Redis ports together; at the bound unauthenticated ones make room (0 = the fd limit less a reserve for the admin and peer ports, at most 10000)")
+	fs.IntVar(&c.MaxConns, "max-conns", c.MaxConns, "open connections of the gRPC, HTTP and Redis ports together; at the bound unauthenticated ones make room (0 = the fd limit less a reserve for the admin and peer ports, at most 6000)")
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", c.MaxConnsPerIP, "open client-port connections from one IPv4 address or IPv6 /64")
 	fs.DurationVar(&c.AuthTimeout, "auth-timeout", c.AuthTimeout, "a client-port connection not through TLS and authentication by then is closed")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "a client-port connection idle this long is closed")

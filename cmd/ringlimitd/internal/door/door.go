@@ -42,8 +42,10 @@ import (
 const (
 	// DefaultMaxConnsCeiling bounds the MaxConns that DefaultMaxConns derives
 	// from the file-descriptor limit: an idle connection costs a door about
-	// 10–20 KiB (goroutine, buffers, TLS state), so 10,000 cost at most ~200 MB.
-	DefaultMaxConnsCeiling = 10000
+	// 20–25 KiB (an 8 KiB goroutine stack, redcon's three 4 KiB buffers, TLS
+	// state), so 6,000 held by an attacker cost about 150 MB (measured by the
+	// daemon's TestDoorsUnderConnectionFlood). Raise it with --max-conns.
+	DefaultMaxConnsCeiling = 6000
 	// DefaultMaxConnsPerIP is the default Limits.MaxConnsPerIP.
 	DefaultMaxConnsPerIP = 1024
 	// DefaultAuthTimeout is the default Limits.AuthTimeout.

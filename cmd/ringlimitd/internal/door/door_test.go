@@ -192,7 +192,7 @@ func TestLimitsDefaultsAndErrors(t *testing.T) {
 	for _, tc := range []struct {
 		nofile uint64
 		want   int
-	}{{1024, 768}, {20000, 10000}, {4096, 3584}, {100, 16}, {1 << 20, DefaultMaxConnsCeiling}} {
+	}{{1024, 768}, {20000, DefaultMaxConnsCeiling}, {4096, 3584}, {100, 16}, {1 << 20, DefaultMaxConnsCeiling}} {
 		if got := DefaultMaxConns(tc.nofile); got != tc.want {
 			t.Errorf("DefaultMaxConns(%d): got %d, want %d", tc.nofile, got, tc.want)
 		}
