@@ -71,13 +71,22 @@ const MaxPenaltyDenials = 1024
 // DefaultMaxKeyLen). The error is an *InputError (field "key") wrapping
 // sentinel (nil for none); it allocates only when it returns an error.
 func ValidateKey(key string, maxKeyLen int, sentinel error) error {
+	if uint(len(key)-1) < uint(maxKeyLen) { // 1..maxKeyLen bytes
+		return nil
+	}
+	return validateKeySlow(key, maxKeyLen, sentinel)
+}
+
+// validateKeySlow is ValidateKey for maxKeyLen <= 0 or a key it refuses,
+// apart so that ValidateKey is inlined.
+func validateKeySlow(key string, maxKeyLen int, sentinel error) error {
 	if maxKeyLen <= 0 {
 		maxKeyLen = DefaultMaxKeyLen
 	}
-	if key == "" || len(key) > maxKeyLen {
-		return &InputError{Field: "key", Value: fmt.Sprintf("%d bytes", len(key)), Allowed: fmt.Sprintf("must be 1..%d bytes", maxKeyLen), Err: sentinel}
+	if key != "" && len(key) <= maxKeyLen {
+		return nil
 	}
-	return nil
+	return &InputError{Field: "key", Value: fmt.Sprintf("%d bytes", len(key)), Allowed: fmt.Sprintf("must be 1..%d bytes", maxKeyLen), Err: sentinel}
 }
 
 // ValidateCreatedAt reports whether a check's caller timestamp (Unix ns) is
@@ -85,9 +94,14 @@ func ValidateKey(key string, maxKeyLen int, sentinel error) error {
 // "created_at") wrapping sentinel.
 func ValidateCreatedAt(ns int64, sentinel error) error {
 	if ns < 0 || ns > MaxTime {
-		return &InputError{Field: "created_at", Value: fmt.Sprintf("%d ns", ns), Allowed: fmt.Sprintf("must be in 0..%d ns (0 = owner's clock)", MaxTime), Err: sentinel}
+		return createdAtError(ns, sentinel)
 	}
 	return nil
+}
+
+// createdAtError is ValidateCreatedAt's error, apart so that it is inlined.
+func createdAtError(ns int64, sentinel error) error {
+	return &InputError{Field: "created_at", Value: fmt.Sprintf("%d ns", ns), Allowed: fmt.Sprintf("must be in 0..%d ns (0 = owner's clock)", MaxTime), Err: sentinel}
 }
 
 // ValidatePenalty reports whether a ban rule is none (all three zero) or has
@@ -98,6 +112,12 @@ func ValidatePenalty(denials int64, within, ban time.Duration, sentinel error) e
 	if denials == 0 && within == 0 && ban == 0 {
 		return nil
 	}
+	return penaltyError(denials, within, ban, sentinel)
+}
+
+// penaltyError is ValidatePenalty for a penalty that is not none, apart so
+// that ValidatePenalty is inlined.
+func penaltyError(denials int64, within, ban time.Duration, sentinel error) error {
 	switch {
 	case denials < 1 || denials > MaxPenaltyDenials:
 		return &InputError{Field: "penalty.denials", Value: fmt.Sprint(denials), Allowed: fmt.Sprintf("must be in 1..%d", MaxPenaltyDenials), Err: sentinel}

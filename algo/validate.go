@@ -101,9 +101,14 @@ func (l Limit) isInterval(t int64) bool {
 // that names the field and value.
 func ValidateHits(hits int64) error {
 	if hits < 0 || hits > MaxHits {
-		return limitError("hits", fmt.Sprint(hits), fmt.Sprintf("must be in 0..%d", MaxHits))
+		return hitsError(hits)
 	}
 	return nil
+}
+
+// hitsError is ValidateHits' error, apart so that ValidateHits is inlined.
+func hitsError(hits int64) error {
+	return limitError("hits", fmt.Sprint(hits), fmt.Sprintf("must be in 0..%d", MaxHits))
 }
 
 // validateNow reports whether now lies in [MinTime, MaxTime].

@@ -52,6 +52,9 @@ func (c *Check) Validate(maxKeyLen int) error {
 	if err := c.Limit.Validate(); err != nil {
 		return err
 	}
+	if c.Penalty.IsZero() { // the usual check: no call
+		return nil
+	}
 	return c.Penalty.Validate()
 }
 

@@ -258,11 +258,11 @@ type Config struct {
 	// closes the breaker, a failure restarts the cooldown. A ring change that
 	// drops or restarts the member resets it. Default 1 s; TestConfig 200 ms.
 	BreakerCooldown time.Duration
-	// AcceptCallerTimestamps lets a check carry its own time (transport.Check.
-	// CreatedAt, Unix ns) used by the owner instead of its clock: for replays and for
+	// AcceptCallerTimestamps lets a check carry its own time (Check.CreatedAt,
+	// Unix ns) used by the owner instead of its clock: for replays and for
 	// callers that need consistent reset times. Default false: such checks are
-	// refused with an error wrapping transport.ErrInvalidCheck, so a caller with a
-	// wrong clock cannot move a key's window.
+	// refused with an *InputError matching ErrCallerTimestamp, so a caller with
+	// a wrong clock cannot move a key's window.
 	AcceptCallerTimestamps bool
 	// MaxKeys bounds the key states this node holds as owner (and separately as
 	// local fallback). At the bound, idle keys (back to full capacity) are dropped

@@ -19,7 +19,7 @@
 // wait: ForwardWaitHinter), and answers one Result per check in order; the Pool hands each caller its
 // own Result. Callers outside the cluster use Client (or any gRPC stub)
 // against the Limiter service, which validates the check and passes it to the
-// node's LimiterHandler. Malformed input becomes codes.InvalidArgument (per
+// handler (node.LimiterHandler). Malformed input becomes codes.InvalidArgument (per
 // item inside batches), and transport failures (including a broken stream)
 // become errors wrapping ErrUnavailable so that node can apply its
 // owner-unreachable policy. Replication batches (Pool.Replicate) travel

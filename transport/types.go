@@ -180,10 +180,11 @@ type ForwardWaitHinter interface {
 	ForwardMayWait(checks []Check) bool
 }
 
-// LimiterHandler is the public Limiter service, implemented by node: it routes a
-// check to its owner in the cluster and returns the owner's (or the fallback's)
-// Result. An error is returned only for invalid input (wrapping
-// algo.ErrInvalidLimit or ErrInvalidCheck) or a stopped node.
+// LimiterHandler is the public Limiter service (node.LimiterHandler adapts a
+// node to it): it routes a check to its owner in the cluster and returns the
+// owner's (or the fallback's) Result. Errors: invalid input (an
+// *algo.InputError, whose Message and fields the server sends), an error
+// wrapping ErrUnavailable when the cluster cannot decide, or a context error.
 type LimiterHandler interface {
 	Check(ctx context.Context, c Check) (Result, error)
 }
