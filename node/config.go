@@ -222,6 +222,21 @@ type Config struct {
 	// between members (NTP keeps a LAN within milliseconds). Default 2 s. Larger
 	// lets an injected state hold a key for that much longer.
 	MaxPeerClockSkew time.Duration
+	// MaxPeriod is the longest Limit.Period this node accepts, in checks and in
+	// the key states peers hand off or replicate: a check whose Limit has a
+	// longer Period (or whose GCRA τ = Period/Limit·(Burst+1), or TokenBucket
+	// refill of a whole Burst, Burst·Period/Limit, is longer) is refused with
+	// an error wrapping transport.ErrInvalidCheck, and a peer's state under
+	// such a Limit is refused (see Transfer). It bounds how long any key can be
+	// denied, whoever chose its Limit. Default DefaultMaxPeriod (366 days:
+	// the policy file's longest unit, a 365-day YEAR, fits). Every member
+	// should have the same value: a backup with a shorter one refuses the
+	// replicas of the keys above it.
+	MaxPeriod time.Duration
+	// MaxLimit is the largest Limit.Limit and Limit.Burst this node accepts,
+	// in checks and in peers' key states, as MaxPeriod. Default
+	// DefaultMaxLimit (10^12).
+	MaxLimit int64
 	// AdmissionRetry is how often a member that failed the admission handshake
 	// is tried again (a member fixed meanwhile gets in). Default 5 s; TestConfig
 	// 1 s. Each attempt costs a TLS handshake (ECDSA) on both sides.
@@ -359,6 +374,14 @@ type GossipConfig struct {
 	DeadNodeReclaimTime time.Duration
 }
 
+// The defaults of Config.MaxPeriod and Config.MaxLimit.
+const (
+	// DefaultMaxPeriod is 366 days.
+	DefaultMaxPeriod = 366 * 24 * time.Hour
+	// DefaultMaxLimit is 10^12 hits per Period.
+	DefaultMaxLimit int64 = 1_000_000_000_000
+)
+
 // DefaultConfig returns the configuration for a LAN deployment: the documented
 // defaults of every field, memberlist's LAN timings.
 func DefaultConfig() Config {
@@ -369,6 +392,8 @@ func DefaultConfig() Config {
 		GossipPort:         7946,
 		PeerPort:           7947,
 		MaxPeerClockSkew:   2 * time.Second,
+		MaxPeriod:          DefaultMaxPeriod,
+		MaxLimit:           DefaultMaxLimit,
 		AdmissionRetry:     5 * time.Second,
 		MembershipDebounce: 100 * time.Millisecond,
 		ClusterLabel:       "ringlimit",
@@ -458,6 +483,10 @@ func (c *Config) validate() error {
 		return bad("PeerPort", c.PeerPort)
 	case c.MaxPeerClockSkew < 0:
 		return bad("MaxPeerClockSkew", c.MaxPeerClockSkew)
+	case c.MaxPeriod <= 0 || c.MaxPeriod > algo.MaxDuration:
+		return bad("MaxPeriod", c.MaxPeriod)
+	case c.MaxLimit <= 0:
+		return bad("MaxLimit", c.MaxLimit)
 	case c.AdmissionRetry <= 0:
 		return bad("AdmissionRetry", c.AdmissionRetry)
 	case c.MembershipDebounce < 0:

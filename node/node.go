@@ -60,6 +60,11 @@ var (
 	// sender sees InvalidArgument) for a handed-off key state that fails
 	// validation against its limit (algo.State.Plausible).
 	ErrRefusedState = fmt.Errorf("%w: refused key state", transport.ErrInvalidCheck)
+	// ErrLimitAboveMax is matched (errors.Is) by the *InputError (field
+	// period, limit or burst) of a check whose Limit is above this node's
+	// Config.MaxPeriod or Config.MaxLimit; a peer's key state under such a
+	// Limit is refused with it too.
+	ErrLimitAboveMax = errors.New("node: limit above this node's maxima")
 
 	errNotOwner = errors.New("node: not owner")
 )
@@ -118,6 +123,10 @@ type Stats struct {
 	// its backups, in all (not the handoff that follows); one goroutine, so
 	// about the CPU it took.
 	RebuildTime time.Duration
+	// RefusedStates is the number of key states and ban states peers handed
+	// off or replicated that this node refused since New (each one alone: the
+	// rest of its batch is kept), see Transfer.
+	RefusedStates uint64
 }
 
 // Node is one member of a ringlimit cluster. Create it with New; its methods are
@@ -144,27 +153,32 @@ type Node struct {
 	repl     *replicator // sends changed states to backups
 	breakers breakers    // per-peer circuit breaker
 
-	ml           *memberlist.Memberlist
-	secure       bool
-	smetrics     SecurityMetrics       // nil: Config.Metrics does not implement it
-	admit        map[string]*admission // under membersMu: handshake state per member
-	conflictMu   sync.Mutex
-	conflict     string // a live member that uses our name, seen by gossip
-	conflictPeer string // its peer address
-	grpcSrv      *transport.Server
-	grpcLis      net.Listener
-	grpcAddr     string
-	memberSig    chan struct{}
-	membersMu    sync.Mutex
-	members      map[string]Member // live gossip members, copied in memberlist's callbacks
-	rebuildMu    sync.Mutex        // one rebuild at a time (membership loop, Close)
-	rebuilds     atomic.Uint64     // Stats.Rebuilds
-	rebuildNs    atomic.Int64      // Stats.RebuildTime
-	marksMu      sync.Mutex
-	marks        map[string]handoffMark // handoff-complete markers that came early: from -> ring
-	inbound      atomic.Int64           // Forward RPCs received, for the drain on Close
-	joinedPeer   atomic.Bool            // has ever seen another member
-	ready        atomic.Bool
+	ml       *memberlist.Memberlist
+	secure   bool
+	smetrics SecurityMetrics // nil: Config.Metrics does not implement it
+	// refusedStates counts the peers' states refused (Stats.RefusedStates);
+	// refusedLog and replFailLog hold back repeated log lines.
+	refusedStates atomic.Uint64
+	refusedLog    logEvery
+	replFailLog   logEvery
+	admit         map[string]*admission // under membersMu: handshake state per member
+	conflictMu    sync.Mutex
+	conflict      string // a live member that uses our name, seen by gossip
+	conflictPeer  string // its peer address
+	grpcSrv       *transport.Server
+	grpcLis       net.Listener
+	grpcAddr      string
+	memberSig     chan struct{}
+	membersMu     sync.Mutex
+	members       map[string]Member // live gossip members, copied in memberlist's callbacks
+	rebuildMu     sync.Mutex        // one rebuild at a time (membership loop, Close)
+	rebuilds      atomic.Uint64     // Stats.Rebuilds
+	rebuildNs     atomic.Int64      // Stats.RebuildTime
+	marksMu       sync.Mutex
+	marks         map[string]handoffMark // handoff-complete markers that came early: from -> ring
+	inbound       atomic.Int64           // Forward RPCs received, for the drain on Close
+	joinedPeer    atomic.Bool            // has ever seen another member
+	ready         atomic.Bool
 
 	leaving  atomic.Bool
 	stopping atomic.Bool
@@ -414,7 +428,7 @@ func (n *Node) OwnedKeys() int {
 // Stats returns the node's key and member counts.
 func (n *Node) Stats() Stats {
 	return Stats{Keys: n.owned.len(), FallbackKeys: n.fallback.len(), Members: n.rs.Load().snap.Len(), Refused: n.refusedCount(), Insecure: !n.secure,
-		Rebuilds: n.rebuilds.Load(), RebuildTime: time.Duration(n.rebuildNs.Load())}
+		Rebuilds: n.rebuilds.Load(), RebuildTime: time.Duration(n.rebuildNs.Load()), RefusedStates: n.refusedStates.Load()}
 }
 
 // RingDigest returns a digest of this node's partition table: nodes that agree on
@@ -439,7 +453,8 @@ func (n *Node) Allow(ctx context.Context, key string, l algo.Limit) (Decision, e
 // AllowN checks hits hits of key against l on the key's owner and returns its
 // Decision (hits == 0 peeks). Errors: an *InputError (ErrInvalid, and
 // algo.ErrInvalidLimit for limit and hits errors) for bad input (empty or too
-// long key, hits < 0 or above algo.MaxHits, invalid limit), ErrTooManyKeys,
+// long key, hits < 0 or above algo.MaxHits, invalid limit; ErrLimitAboveMax
+// for a limit above Config.MaxPeriod or Config.MaxLimit), ErrTooManyKeys,
 // ErrStopped, or ctx's error; Classify sorts them.
 // An unreachable owner is not an error: the Decision reports RouteFallback.
 func (n *Node) AllowN(ctx context.Context, key string, l algo.Limit, hits int64) (d Decision, err error) {
@@ -480,6 +495,9 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 		return ErrStopped
 	}
 	if err := c.Validate(n.cfg.MaxKeyLen); err != nil {
+		return err
+	}
+	if err := n.withinMaxima(c.Limit); err != nil {
 		return err
 	}
 	var deadline time.Time
@@ -772,6 +790,18 @@ func (p peerService) Forward(ctx context.Context, checks []transport.Check, out 
 		}
 	}
 	for i, c := range checks {
+		if c.CreatedAt != 0 && !n.cfg.AcceptCallerTimestamps {
+			// This node's config decides, whatever the sender accepted, on
+			// every path: as owner, and as backup (deciding on its replica or
+			// forwarding to the owner).
+			n.refused("timestamp")
+			out[i] = transport.Result{Code: transport.CodeInvalidArgument, Message: callerTimestampError(c.CreatedAt).Error()}
+			continue
+		}
+		if err := n.withinMaxima(c.Limit); err != nil {
+			out[i] = transport.Result{Code: transport.CodeInvalidArgument, Message: err.Error()}
+			continue
+		}
 		if c.AsBackup && !n.stopping.Load() {
 			if backups == nil {
 				backups = new(sync.WaitGroup)
@@ -781,12 +811,6 @@ func (p peerService) Forward(ctx context.Context, checks []transport.Check, out 
 		}
 		if n.stopping.Load() {
 			out[i] = transport.Result{Code: transport.CodeUnavailable, Message: "node is stopping"}
-			continue
-		}
-		if c.CreatedAt != 0 && !n.cfg.AcceptCallerTimestamps {
-			// The owner's config decides, whatever the sender accepted.
-			n.refused("timestamp")
-			out[i] = transport.Result{Code: transport.CodeInvalidArgument, Message: callerTimestampError(c.CreatedAt).Error()}
 			continue
 		}
 		rs := n.rs.Load()
@@ -883,83 +907,113 @@ func (p peerService) ForwardMayWait(checks []transport.Check) bool {
 
 // Transfer installs handed-off states (the more restrictive state wins where the
 // key exists) and records the sender's "handoff complete" marker. Peer input is
-// untrusted: in secure mode From must be the member named by the sender's
-// certificate, and every state must be plausible under its limit
-// (algo.State.Plausible with Config.MaxPeerClockSkew) with a LastNow not after
-// now + MaxPeerClockSkew, and a caller-clock state is accepted only with
-// AcceptCallerTimestamps; otherwise the whole batch is refused (nothing of it
-// installed) with an error wrapping ErrRefusedState, and counted.
+// untrusted. In secure mode From must be the member named by the sender's
+// certificate, else the whole batch is refused with an error wrapping
+// ErrRefusedState. Then each state is judged alone: its Limit must be within
+// this node's maxima (Config.MaxPeriod, Config.MaxLimit), the state plausible
+// under that Limit (algo.State.Plausible with Config.MaxPeerClockSkew) with a
+// LastNow not after now + MaxPeerClockSkew, and a caller-clock state is
+// accepted only with AcceptCallerTimestamps. A refused state is not installed,
+// is counted (Stats.RefusedStates, SecurityMetrics.PeerRefused("state")) and
+// logged at most once a second; the rest of the batch is installed, and
+// Transfer returns nil. A new key counts against MaxKeys (see store.install).
 func (p peerService) Transfer(ctx context.Context, b transport.TransferBatch) error {
 	n := p.n
-	states, wall, err := n.checkTransfer(b)
+	cb, err := n.checkTransfer(b)
 	if err != nil {
 		return err
 	}
 	if b.Replica {
-		n.acceptReplica(b, states, wall)
+		n.acceptReplica(b, cb)
 		return nil
 	}
-	return n.installHandoff(b, states, wall)
+	n.installHandoff(b, cb)
+	return nil
 }
 
 // Replicate implements transport.ReplicaHandler: it validates a replication
 // batch as Transfer does and keeps its states as replicas (see acceptReplica),
-// returning the ring hashes of the states and ban states it did not apply:
-// log deltas it could not append, and those it cannot place in its ring.
+// returning the ring hashes of the states and ban states it did not apply and
+// wants again, whole: log deltas it could not append, and those it cannot
+// place in its ring yet. A refused state is not among them: the owner does not
+// send it again until the key changes.
 func (p peerService) Replicate(ctx context.Context, b transport.TransferBatch) ([]uint64, error) {
 	n := p.n
-	states, wall, err := n.checkTransfer(b)
+	cb, err := n.checkTransfer(b)
 	if err != nil {
 		return nil, err
 	}
-	return n.acceptReplica(b, states, wall), nil
+	return n.acceptReplica(b, cb), nil
+}
+
+// checkedBatch is a transfer batch judged by checkTransfer.
+type checkedBatch struct {
+	states []algo.State // the decoded states
+	bad    []bool       // per state: refused (nil: none was)
+	badPen []bool       // per ban state: refused (nil: none was)
+	wall   int64        // the owner clock they were judged at
 }
 
 // checkTransfer validates a transfer batch as untrusted peer input (see
-// Transfer) and returns its decoded states and the owner clock it was checked
-// at.
-func (n *Node) checkTransfer(b transport.TransferBatch) ([]algo.State, int64, error) {
+// Transfer): an error for a batch whose sender is not who it claims to be,
+// else a verdict per state and ban state.
+func (n *Node) checkTransfer(b transport.TransferBatch) (checkedBatch, error) {
 	if n.secure && b.Sender != b.From {
 		n.refused("sender")
-		return nil, 0, fmt.Errorf("%w: from %q, but the sender's certificate names %q", ErrRefusedState, b.From, b.Sender)
+		return checkedBatch{}, fmt.Errorf("%w: from %q, but the sender's certificate names %q", ErrRefusedState, b.From, b.Sender)
 	}
-	wall := n.clock()
-	states := make([]algo.State, len(b.States))
+	cb := checkedBatch{wall: n.clock(), states: make([]algo.State, len(b.States))}
 	for i, ks := range b.States {
-		if err := n.checkKeyState(ks, &states[i], wall); err != nil {
-			n.refused("state")
-			n.log.Warn("refused handed-off state", "from", b.From, "key", ks.Key, "err", err)
-			return nil, 0, err
+		if err := n.checkKeyState(ks, &cb.states[i], cb.wall); err != nil {
+			if cb.bad == nil {
+				cb.bad = make([]bool, len(b.States))
+			}
+			cb.bad[i] = true
+			n.refusedState(b.From, ks.Key, err)
 		}
 	}
-	for _, ps := range b.Penalties {
+	for i, ps := range b.Penalties {
 		for _, t := range ps.Denials {
-			if t > wall+int64(n.cfg.MaxPeerClockSkew) {
-				n.refused("state")
-				n.log.Warn("refused handed-off ban state", "from", b.From, "key", ps.Key, "denial", t)
-				return nil, 0, fmt.Errorf("%w: ban state of key %q: a denial at %d ns is after now %d + skew %v", ErrRefusedState, ps.Key, t, wall, n.cfg.MaxPeerClockSkew)
+			if t > cb.wall+int64(n.cfg.MaxPeerClockSkew) {
+				if cb.badPen == nil {
+					cb.badPen = make([]bool, len(b.Penalties))
+				}
+				cb.badPen[i] = true
+				n.refusedState(b.From, ps.Key, fmt.Errorf("%w: ban state: a denial at %d ns is after now %d + skew %v", ErrRefusedState, t, cb.wall, n.cfg.MaxPeerClockSkew))
+				break
 			}
 		}
 	}
-	return states, wall, nil
+	return cb, nil
 }
 
-// installHandoff installs a validated handoff batch (see Transfer).
-func (n *Node) installHandoff(b transport.TransferBatch, states []algo.State, wall int64) error {
+// refusedAt reports whether checkTransfer refused state i of a batch.
+func (cb *checkedBatch) refusedAt(i int) bool { return cb.bad != nil && cb.bad[i] }
+
+// penRefusedAt reports whether checkTransfer refused ban state i of a batch.
+func (cb *checkedBatch) penRefusedAt(i int) bool { return cb.badPen != nil && cb.badPen[i] }
+
+// installHandoff installs the states of a validated handoff batch that were
+// not refused (see Transfer).
+func (n *Node) installHandoff(b transport.TransferBatch, cb checkedBatch) {
 	for i, ks := range b.States {
+		if cb.refusedAt(i) {
+			continue
+		}
 		h := ks.KeyHash
 		if ks.Key != "" {
 			h = n.owned.hash(ks.Key)
 		}
-		n.owned.install(h, ks.Limit, states[i], ks.LastNow, ks.CallerClock, wall, true)
+		n.owned.install(h, ks.Limit, cb.states[i], ks.LastNow, ks.CallerClock, cb.wall, true)
 	}
-	for _, ps := range b.Penalties {
-		n.bans.install(n.owned.hash(ps.Key), ps)
+	for i, ps := range b.Penalties {
+		if !cb.penRefusedAt(i) {
+			n.bans.install(n.owned.hash(ps.Key), ps)
+		}
 	}
 	if b.Done {
 		n.markHandoffDone(b.From, b.RingDigest)
 	}
-	return nil
 }
 
 // checkKeyState decodes ks's state into st and validates it as untrusted input
@@ -967,6 +1021,9 @@ func (n *Node) installHandoff(b transport.TransferBatch, states []algo.State, wa
 func (n *Node) checkKeyState(ks transport.KeyState, st *algo.State, wall int64) error {
 	if err := ks.Limit.Validate(); err != nil {
 		return err
+	}
+	if err := n.withinMaxima(ks.Limit); err != nil {
+		return fmt.Errorf("%w: key %q: %w", ErrRefusedState, ks.Key, err)
 	}
 	if err := st.UnmarshalBinary(ks.State); err != nil {
 		return fmt.Errorf("%w: key %q: %w", ErrRefusedState, ks.Key, err)

@@ -139,7 +139,17 @@ func TestHandedOffBanNeverOutlastsTheRule(t *testing.T) {
 		t.Errorf("after the rule's ban: got %+v, %v; want allowed (a forged year-long ban must not hold)", d, err)
 	}
 	future := transport.PenaltyState{Key: "other", Denials: []int64{now.Load() + int64(time.Hour)}}
-	if err := (peerService{n}).Transfer(ctx, transport.TransferBatch{From: "solo", Sender: "solo", Penalties: []transport.PenaltyState{future}}); !errors.Is(err, ErrRefusedState) {
-		t.Errorf("denials in the future: got %v, want ErrRefusedState", err)
+	if err := (peerService{n}).Transfer(ctx, transport.TransferBatch{From: "solo", Sender: "solo", Penalties: []transport.PenaltyState{future}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Stats().RefusedStates; got != 1 {
+		t.Errorf("denials in the future: %d states refused, want 1", got)
+	}
+	sh := &n.bans.shards[shardOf(n.owned.hash("other"))]
+	sh.mu.Lock()
+	held := sh.m["other"] != nil
+	sh.mu.Unlock()
+	if held {
+		t.Error("a ban state with denials in the future was installed")
 	}
 }

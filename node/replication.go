@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -152,6 +153,32 @@ type replicator struct {
 	// scratch is reused by every send; only the replication loop (the one
 	// caller of replicate) touches it.
 	scratch replScratch
+	// backoff holds, per backup, the sends that failed in a row; only the
+	// replication loop touches the map (a send's goroutine its own entry).
+	backoff map[string]*replBackoff
+}
+
+// replBackoff is the retry schedule of sends to one backup after failures
+// other than an unreachable backup (the breaker's case): a send refused as a
+// whole is tried again after ReplicationLag·2^fails, at most
+// replMaxBackoff, not with every send, while the states wait listed as
+// changed.
+type replBackoff struct {
+	fails int
+	until time.Time // no send to the backup before
+}
+
+// replMaxBackoff bounds the wait between sends to a backup that refuses them.
+const replMaxBackoff = 5 * time.Second
+
+// failed records a failed send at now.
+func (b *replBackoff) failed(now time.Time, lag time.Duration) {
+	b.fails++
+	d := replMaxBackoff
+	if b.fails < 20 {
+		d = min(lag<<b.fails, replMaxBackoff)
+	}
+	b.until = now.Add(d)
 }
 
 // replScratch holds what one replication send builds, kept for the next send:
@@ -337,17 +364,27 @@ func (n *Node) replicate() {
 	sc.buf = buf
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ForwardTimeout)
 	defer cancel()
+	if r.backoff == nil {
+		r.backoff = make(map[string]*replBackoff)
+	}
+	now := time.Now()
 	var wg sync.WaitGroup
 	for name, d := range sc.dests {
 		if len(d.states) == 0 && len(d.pens) == 0 {
 			continue
 		}
-		if n.breakers.isOpen(name) {
-			// Known unreachable: keep the states for a later send (or for the
-			// new backup after the ring drops this one), and do not make a sync
-			// caller wait out a send that cannot succeed.
+		bo := r.backoff[name]
+		if n.breakers.isOpen(name) || bo != nil && now.Before(bo.until) {
+			// Known unreachable, or refusing sends: keep the states for a
+			// later send (or for the new backup after the ring drops this
+			// one), and do not make a sync caller wait out a send that cannot
+			// succeed.
 			d.resend(n, ms, nil)
 			continue
+		}
+		if bo == nil {
+			bo = &replBackoff{}
+			r.backoff[name] = bo
 		}
 		wg.Go(func() {
 			needFull, err := n.peers.Replicate(ctx, d.addr, transport.TransferBatch{From: self, Replica: true, States: d.states, Penalties: d.pens})
@@ -367,12 +404,27 @@ func (n *Node) replicate() {
 				}
 			}
 			if err != nil {
-				n.log.Debug("replication send failed; retrying with the next send", "backup", name, "keys", len(d.states), "err", err)
+				if errors.Is(err, transport.ErrUnavailable) {
+					// The breaker spaces the sends to an unreachable backup.
+					n.log.Debug("replication send failed; retrying with the next send", "backup", name, "keys", len(d.states), "err", err)
+				} else {
+					bo.failed(time.Now(), n.cfg.ReplicationLag)
+					if ok, held := n.replFailLog.allow(); ok {
+						n.log.Warn("replication send refused; its states are sent again later", "backup", name, "keys", len(d.states), "err", err, "retry_in", time.Until(bo.until).Round(time.Millisecond), "not_logged", held)
+					}
+				}
 				d.resend(n, ms, nil)
+				return
 			}
+			bo.fails, bo.until = 0, time.Time{}
 		})
 	}
 	wg.Wait()
+	for name, bo := range r.backoff {
+		if bo.fails == 0 && sc.dests[name] == nil {
+			delete(r.backoff, name) // a backup gone from the sends
+		}
+	}
 }
 
 // ReplicationMetrics is an optional interface of Config.Metrics: Replicated is
@@ -414,18 +466,22 @@ func (n *Node) awaitReplicated(ctx context.Context) error {
 	}
 }
 
-// acceptReplica installs replicated states sent by their owner: a state is
-// kept when this node is the key's backup and the sender its owner in this
-// node's ring, or this node owns the key now (a late send from the previous
-// owner: merged, the more restrictive state wins); ban states likewise.
-// Others are skipped and listed in needFull (by ring hash) with the log deltas
-// that could not be applied: the rings disagree for a moment (this node
-// joined and has not yet seen the ring that makes it the backup), and the
-// owner sends them again, whole, with its next send. (Before, a replica sent
-// in that moment was lost until its key changed again.)
-func (n *Node) acceptReplica(b transport.TransferBatch, states []algo.State, wall int64) (needFull []uint64) {
+// acceptReplica installs the replicated states of a checked batch (see
+// checkTransfer) that were not refused: a state is kept only when this node is
+// the key's backup and the sender its owner in this node's ring; ban states
+// likewise. A state of a key this node owns is refused (counted and logged as
+// a refused state, see Transfer): a replica may come only from the owner, and
+// the previous owner's state reaches a new owner by its handoff. The others
+// are skipped and listed in needFull (by ring hash) with the log deltas that
+// could not be applied: the rings disagree for a moment (this node joined and
+// has not yet seen the ring that makes it the backup), and the owner sends
+// them again, whole, with its next send; a sender that is not the owner drops
+// them once its own ring says so. A new key that does not fit under MaxKeys is
+// not installed (store.install) and not asked for again.
+func (n *Node) acceptReplica(b transport.TransferBatch, cb checkedBatch) (needFull []uint64) {
 	rs := n.rs.Load()
 	self := n.cfg.Name
+	states, wall := cb.states, cb.wall
 	// Start loading the slots of the first states before installing any
 	// (store.prefetch; a replica's slot is a cache miss at a million keys),
 	// then keep prefetchAhead states ahead of the one installed.
@@ -440,6 +496,9 @@ func (n *Node) acceptReplica(b transport.TransferBatch, states []algo.State, wal
 		if j := i + prefetchAhead; j < len(b.States) && b.States[j].Key == "" {
 			n.owned.prefetch(b.States[j].KeyHash, b.States[j].Limit.Kind)
 		}
+		if cb.refusedAt(i) {
+			continue
+		}
 		h := ks.KeyHash
 		if ks.Key != "" {
 			h = n.owned.hash(ks.Key)
@@ -447,7 +506,9 @@ func (n *Node) acceptReplica(b transport.TransferBatch, states []algo.State, wal
 		owner, ok := rs.snap.OwnerOfHash(h)
 		bk, hasB := rs.backupOfHash(h)
 		switch {
-		case !ok || !(owner.Name == self || hasB && bk.Name == self && owner.Name == b.From):
+		case ok && owner.Name == self:
+			n.refusedState(b.From, ks.Key, fmt.Errorf("%w: a replica of key hash %#x, which this node owns", ErrRefusedState, h))
+		case !ok || !(hasB && bk.Name == self && owner.Name == b.From):
 			// The rings disagree (this node has not yet seen the ring change
 			// that made it the backup, or has no ring yet right after it
 			// joined): ask for the state again, whole, with the next send.
@@ -459,16 +520,19 @@ func (n *Node) acceptReplica(b transport.TransferBatch, states []algo.State, wal
 				needFull = append(needFull, h)
 			}
 		default:
-			n.owned.install(h, ks.Limit, states[i], ks.LastNow, ks.CallerClock, wall, owner.Name == self)
+			n.owned.install(h, ks.Limit, states[i], ks.LastNow, ks.CallerClock, wall, false)
 		}
 	}
-	for _, ps := range b.Penalties {
+	for i, ps := range b.Penalties {
+		if cb.penRefusedAt(i) {
+			continue
+		}
 		h := rs.snap.Hash(ps.Key)
 		owner, ok := rs.snap.OwnerOfHash(h)
 		bk, hasB := rs.backupOfHash(h)
 		switch {
 		case ok && owner.Name == self:
-			n.bans.install(h, ps) // a late send from the previous owner
+			n.refusedState(b.From, ps.Key, fmt.Errorf("%w: a replica of the ban state of a key this node owns", ErrRefusedState))
 		case ok && hasB && bk.Name == self && owner.Name == b.From:
 			n.bans.replace(h, ps)
 		default:

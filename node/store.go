@@ -260,6 +260,7 @@ func takeIn[W words](out *algo.Decision, c *check, t *kindTable[W], owns func() 
 // anyKindTable is what the cold paths (idle scans, handoffs) need of a
 // kindTable, whatever its word count.
 type anyKindTable interface {
+	has(h uint64) bool
 	dropIdle(sh *shard, k algo.Kind, wall int64, dropped func())
 	extract(sh *shard, k algo.Kind, act func(h uint64) moveAction, wall int64, out []movedState) (_ []movedState, removed int)
 	install(sh *shard, m movedState, wall int64, track bool) bool
@@ -327,17 +328,21 @@ func takePacked(w []int64, out *algo.Decision, c *check) (ok bool, err error) {
 	return algo.TakeBucketedPacked(w, out, c.now, c.hits, c.l)
 }
 
-// taken records a check decided on slot sl whose state is stored: the key is
-// listed as changed if hits were admitted, and a check with hits sets the
-// key's Limit and last check time.
+// taken records a check decided on slot sl whose state is stored: a check
+// with hits sets the key's last check time, and one that admitted hits lists
+// the key as changed and sets its Limit. The Limit is the one the state was
+// last written under (a denied check writes nothing): a state admitted under
+// l is plausible under l (algo.State.Plausible), so its replica passes the
+// backup's check even while checks under a tighter limit are denied on the
+// debt an earlier, looser one left.
 func (t *kindTable[W]) taken(out *algo.Decision, c *check, sl *slot[W]) {
 	if c.hits > 0 {
 		if out.Allowed {
 			c.markDirty(sl.h, &sl.flags)
-		}
-		if cur := c.sh.limits.at(sl.lim); cur != c.l {
-			c.sh.limits.unref(sl.lim)
-			sl.lim = c.sh.limits.ref(c.l)
+			if cur := c.sh.limits.at(sl.lim); cur != c.l {
+				c.sh.limits.unref(sl.lim)
+				sl.lim = c.sh.limits.ref(c.l)
+			}
 		}
 		// The last check time: the later of this one and the recorded one. A key
 		// without a clockRec was last checked at its owner clock then, which is
@@ -743,6 +748,9 @@ func (t *kindTable[W]) appendLog(sh *shard, m movedState, wall int64) bool {
 	return true
 }
 
+// has reports whether t holds the key whose (folded) hash is h.
+func (t *kindTable[W]) has(h uint64) bool { return t.find(h) >= 0 }
+
 // install merges m into t; it reports whether it added a key. With track, the
 // key is listed as dirty (its backup must get the merged state).
 func (t *kindTable[W]) install(sh *shard, m movedState, wall int64, track bool) bool {
@@ -962,14 +970,16 @@ type movedState struct {
 	after, afterN int64
 }
 
-// install merges a handed-off state of the key whose hash is h, last checked at
-// lastNow (Unix ns; the caller's time when callerClock, 0 if unknown) under l,
-// which the caller validated: an existing state for the key keeps the more
-// restrictive of the two, compared at the later of the two last times.
-// Installing never counts against MaxKeys refusals: a handoff must not lose
-// state, so the bound may be exceeded briefly. With mark (and a tracking
+// install merges a handed-off or replicated state of the key whose hash is h,
+// last checked at lastNow (Unix ns; the caller's time when callerClock, 0 if
+// unknown) under l, which the caller validated: an existing state for the key
+// keeps the more restrictive of the two, compared at the later of the two last
+// times. A new key counts against MaxKeys as a check's does: at the bound,
+// idle keys are dropped first, and if none was, the state is not installed,
+// install reports false and it is counted as Eviction("refused") (a peer's
+// Transfers cannot grow the store past its bound). With mark (and a tracking
 // store) the key is listed as changed, so that its backup gets the result.
-func (s *store) install(h uint64, l algo.Limit, st algo.State, lastNow int64, callerClock bool, wall int64, mark bool) {
+func (s *store) install(h uint64, l algo.Limit, st algo.State, lastNow int64, callerClock bool, wall int64, mark bool) bool {
 	if lastNow == 0 {
 		lastNow = wall
 	}
@@ -979,11 +989,24 @@ func (s *store) install(h uint64, l algo.Limit, st algo.State, lastNow int64, ca
 	defer sh.mu.Unlock()
 	t := sh.table(l.Kind)
 	if t == nil {
-		return
+		return false
+	}
+	if !t.has(h) && s.keys.Load() >= s.maxKeys {
+		// As takeIn: one shard lock at a time.
+		sh.mu.Unlock()
+		s.dropIdle(wall)
+		sh.mu.Lock()
+		if !t.has(h) && s.keys.Load() >= s.maxKeys {
+			if s.onEvict != nil {
+				s.onEvict("refused")
+			}
+			return false
+		}
 	}
 	if t.install(sh, movedState{h: h, limit: l, st: st, lastNow: lastNow, callerClock: callerClock}, wall, s.track && mark) {
 		s.keys.Add(1)
 	}
+	return true
 }
 
 func (s *store) len() int { return int(s.keys.Load()) }

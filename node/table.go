@@ -15,8 +15,9 @@ type words interface {
 }
 
 // slot is one key in a table: the key's 64-bit ring hash (its fingerprint; 0
-// marks an empty slot), its packed state, the index of its last Limit in the
-// shard's limit table, and flags. 24 bytes for GCRA.
+// marks an empty slot), its packed state, the index in the shard's limit table
+// of the Limit its state was last written under (see kindTable.taken), and
+// flags. 24 bytes for GCRA.
 type slot[W words] struct {
 	h     uint64
 	w     W

@@ -89,7 +89,8 @@ func TestStoreKeepsTheKeyWithHashZero(t *testing.T) {
 }
 
 // Distinct Limits are interned per shard and released with their last key;
-// a key keeps the Limit of its last check.
+// a key keeps the Limit its state was last written under: a check denied under
+// another Limit leaves it, an admitted one sets it.
 func TestStoreInternsLimits(t *testing.T) {
 	t.Parallel()
 	s := newStore(100, xxhash.Sum64String, nil)
@@ -106,10 +107,17 @@ func TestStoreInternsLimits(t *testing.T) {
 	if got := len(sh.limits.idx); got != 1 {
 		t.Fatalf("distinct limits after 5 keys of one limit: got %d, want 1", got)
 	}
-	if _, err := s.take(h, b, 1, now, now, nil); err != nil {
-		t.Fatal(err)
+	if d, err := s.take(h, b, 1, now, now, nil); err != nil || d.Allowed {
+		t.Fatalf("a second hit within a's interval: %+v, %v; want denied", d, err)
 	}
 	i := sh.gcra.find(h)
+	if got := sh.limits.at(sh.gcra.slots[i].lim); got != a {
+		t.Fatalf("limit of the key after a denied check with b: got %+v, want %+v", got, a)
+	}
+	now += int64(time.Second)
+	if d, err := s.take(h, b, 1, now, now, nil); err != nil || !d.Allowed {
+		t.Fatalf("a hit a second later: %+v, %v; want allowed", d, err)
+	}
 	if got := sh.limits.at(sh.gcra.slots[i].lim); got != b {
 		t.Fatalf("limit of the key after a check with b: got %+v, want %+v", got, b)
 	}
