@@ -29,6 +29,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/auth"
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/transport/pki"
@@ -168,8 +169,16 @@ type Config struct {
 	// ReplicationLag is how often changed states are sent to backups under
 	// async replication (--replication-lag). Default 5 ms.
 	ReplicationLag time.Duration
-	// MaxKeys bounds the keys this node holds (--max-keys). Default 1,000,000.
+	// MaxKeys bounds the keys this node holds (--max-keys), its own and the
+	// states peers hand off or replicate to it. Default 1,000,000.
 	MaxKeys int
+	// MaxPeriod is the longest limit period this node accepts, from clients
+	// and under peers' key states (--max-period; see node.Config.MaxPeriod):
+	// no key is denied longer. Default 366 days (8784h).
+	MaxPeriod time.Duration
+	// MaxLimit is the largest limit or burst this node accepts, as MaxPeriod
+	// (--max-limit). Default 10^12.
+	MaxLimit int64
 	// AcceptCallerTimestamps honours created_at_unix_ns from callers
 	// (--accept-caller-timestamps). Needed by `ringlimit replay`. Default false.
 	AcceptCallerTimestamps bool
@@ -243,6 +252,8 @@ func Default() Config {
 		Replication:      d.Replication.String(),
 		ReplicationLag:   d.ReplicationLag,
 		MaxKeys:          d.MaxKeys,
+		MaxPeriod:        d.MaxPeriod,
+		MaxLimit:         d.MaxLimit,
 		ForwardTimeout:   d.ForwardTimeout,
 		RejoinInterval:   d.RejoinInterval,
 		GossipProfile:    ProfileLAN,
@@ -282,7 +293,9 @@ func (c *Config) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.OwnerUnreachable, "owner-unreachable", c.OwnerUnreachable, "policy when a key's owner and its backup are unreachable: local (this node's share of the limit), fail-open or fail-closed")
 	fs.StringVar(&c.Replication, "replication", c.Replication, "how owners copy key states to their backup: async (every --replication-lag), sync (a decision waits for the backup) or off")
 	fs.DurationVar(&c.ReplicationLag, "replication-lag", c.ReplicationLag, "how often changed key states are sent to their backup under async replication: the state a crash can lose")
-	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "maximum keys held by this node")
+	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "maximum keys held by this node, its own and those peers hand off or replicate to it")
+	fs.DurationVar(&c.MaxPeriod, "max-period", c.MaxPeriod, "longest limit period accepted from clients and in peers' key states: no key is denied longer")
+	fs.Int64Var(&c.MaxLimit, "max-limit", c.MaxLimit, "largest limit or burst accepted from clients and in peers' key states")
 	fs.BoolVar(&c.AcceptCallerTimestamps, "accept-caller-timestamps", c.AcceptCallerTimestamps, "honour caller timestamps (created_at_unix_ns); needed for replays")
 	fs.DurationVar(&c.ForwardTimeout, "forward-timeout", c.ForwardTimeout, "deadline of a forward to a key's owner")
 	fs.DurationVar(&c.RejoinInterval, "rejoin-interval", c.RejoinInterval, "how often seeds are joined again so partitions heal (0 = never)")
@@ -423,6 +436,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxKeys <= 0 {
 		return bad("max-keys", c.MaxKeys, "must be > 0")
+	}
+	if c.MaxPeriod <= 0 || c.MaxPeriod > algo.MaxDuration {
+		return bad("max-period", c.MaxPeriod, fmt.Sprintf("must be in (0, %v]", algo.MaxDuration))
+	}
+	if c.MaxLimit <= 0 {
+		return bad("max-limit", c.MaxLimit, "must be > 0")
 	}
 	if c.ForwardTimeout <= 0 {
 		return bad("forward-timeout", c.ForwardTimeout, "must be > 0")
@@ -597,6 +616,8 @@ func (c *Config) NodeConfig(logger *slog.Logger, metrics node.Metrics) (node.Con
 	}
 	nc.ReplicationLag = c.ReplicationLag
 	nc.MaxKeys = c.MaxKeys
+	nc.MaxPeriod = c.MaxPeriod
+	nc.MaxLimit = c.MaxLimit
 	nc.AcceptCallerTimestamps = c.AcceptCallerTimestamps
 	nc.ForwardTimeout = c.ForwardTimeout
 	nc.RejoinInterval = c.RejoinInterval

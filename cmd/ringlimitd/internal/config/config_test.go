@@ -168,6 +168,8 @@ func TestInvalid(t *testing.T) {
 		{"replication", []string{"--replication", "eventually"}, nil, `--replication (RINGLIMIT_REPLICATION) = "eventually"`},
 		{"replication lag", []string{"--replication-lag", "0s"}, nil, "--replication-lag"},
 		{"max keys", []string{"--max-keys", "0"}, nil, "--max-keys"},
+		{"max period", []string{"--max-period", "0s"}, nil, "--max-period"},
+		{"max limit", []string{"--max-limit", "-1"}, nil, "--max-limit"},
 		{"forward timeout", []string{"--forward-timeout", "0s"}, nil, "--forward-timeout"},
 		{"rejoin", []string{"--rejoin-interval", "-1s"}, nil, "--rejoin-interval"},
 		{"profile", []string{"--gossip-profile", "wan"}, nil, "--gossip-profile"},
@@ -261,6 +263,7 @@ func TestNodeConfig(t *testing.T) {
 		"--node-name", "n1", "--bind-addr", "127.0.0.1", "--advertise-addr", "127.0.0.2",
 		"--gossip-port", "0", "--grpc-port", "0", "--peer-port", "0", "--http-port", "0", "--join", "a:1,b:2",
 		"--cluster-label", "test", "--owner-unreachable", "fail-open", "--max-keys", "42",
+		"--max-period", "744h", "--max-limit", "1000",
 		"--replication", "sync", "--replication-lag", "7ms",
 		"--accept-caller-timestamps", "--forward-timeout", "300ms", "--rejoin-interval", "2s",
 		"--gossip-profile", "fast", "--shutdown-timeout", "4s",
@@ -283,6 +286,8 @@ func TestNodeConfig(t *testing.T) {
 	want.Replication = node.ReplicationSync
 	want.ReplicationLag = 7 * time.Millisecond
 	want.MaxKeys = 42
+	want.MaxPeriod = 744 * time.Hour
+	want.MaxLimit = 1000
 	want.AcceptCallerTimestamps = true
 	want.ForwardTimeout = 300 * time.Millisecond
 	want.RejoinInterval = 2 * time.Second
