@@ -224,14 +224,15 @@ type Config struct {
 	MaxPeerClockSkew time.Duration
 	// MaxPeriod is the longest Limit.Period this node accepts, in checks and in
 	// the key states peers hand off or replicate: a check whose Limit has a
-	// longer Period (or whose GCRA τ = Period/Limit·(Burst+1), or TokenBucket
-	// refill of a whole Burst, Burst·Period/Limit, is longer) is refused with
-	// an error wrapping transport.ErrInvalidCheck, and a peer's state under
-	// such a Limit is refused (see Transfer). It bounds how long any key can be
-	// denied, whoever chose its Limit. Default DefaultMaxPeriod (366 days:
+	// longer Period is refused with ErrLimitAboveMax (wrapping
+	// transport.ErrInvalidCheck), and a peer's state under such a Limit is
+	// refused (see Transfer), so a peer cannot make a state plausible by
+	// claiming a limit of 1 per century. Default DefaultMaxPeriod (366 days:
 	// the policy file's longest unit, a 365-day YEAR, fits). Every member
 	// should have the same value: a backup with a shorter one refuses the
-	// replicas of the keys above it.
+	// replicas of the keys above it. A GCRA or TokenBucket Limit whose Burst
+	// exceeds its Limit can hold a key for up to Period·(Burst+1)/Limit after
+	// its burst is spent; MaxLimit bounds Burst.
 	MaxPeriod time.Duration
 	// MaxLimit is the largest Limit.Limit and Limit.Burst this node accepts,
 	// in checks and in peers' key states, as MaxPeriod. Default

@@ -996,6 +996,7 @@ func (cb *checkedBatch) penRefusedAt(i int) bool { return cb.badPen != nil && cb
 // installHandoff installs the states of a validated handoff batch that were
 // not refused (see Transfer).
 func (n *Node) installHandoff(b transport.TransferBatch, cb checkedBatch) {
+	scanned := false // one scan for idle keys per batch at the MaxKeys bound
 	for i, ks := range b.States {
 		if cb.refusedAt(i) {
 			continue
@@ -1004,7 +1005,7 @@ func (n *Node) installHandoff(b transport.TransferBatch, cb checkedBatch) {
 		if ks.Key != "" {
 			h = n.owned.hash(ks.Key)
 		}
-		n.owned.install(h, ks.Limit, cb.states[i], ks.LastNow, ks.CallerClock, cb.wall, true)
+		n.owned.installScan(h, ks.Limit, cb.states[i], ks.LastNow, ks.CallerClock, cb.wall, true, &scanned)
 	}
 	for i, ps := range b.Penalties {
 		if !cb.penRefusedAt(i) {

@@ -43,6 +43,8 @@ func TestConfigValidation(t *testing.T) {
 		{"Name", func(c *Config) { c.Name = "" }},
 		{"GossipPort", func(c *Config) { c.GossipPort = 70000 }},
 		{"MaxKeys", func(c *Config) { c.MaxKeys = 0 }},
+		{"MaxPeriod", func(c *Config) { c.MaxPeriod = 0 }},
+		{"MaxLimit", func(c *Config) { c.MaxLimit = -1 }},
 		{"ForwardTimeout", func(c *Config) { c.ForwardTimeout = 0 }},
 		{"Gossip.ProbeTimeout", func(c *Config) { c.Gossip.ProbeTimeout = c.Gossip.ProbeInterval }},
 		{"len(SecretKey)", func(c *Config) { c.SecretKey = []byte("short") }},

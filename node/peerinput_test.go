@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/transport"
 )
 
 // keysWith returns n keys that owner owns and backup backs up in in's ring,
@@ -150,5 +152,190 @@ func assertNoRepeatWithinSecond(t *testing.T, log string) {
 			return
 		}
 		last[k] = at
+	}
+}
+
+// gcraState is the encoded state of a GCRA key after hits at now under l.
+func gcraState(t *testing.T, now int64, l algo.Limit, hits int64) []byte {
+	t.Helper()
+	var st algo.State
+	if _, err := st.Take(now, hits, l); err != nil {
+		t.Fatal(err)
+	}
+	b, err := st.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// A Transfer is judged per state and by this node's maxima: a state made
+// plausible by a lying limit (1 per 100 years) for a key whose real limit is
+// 10/min is refused (its Period is above MaxPeriod) and the key is not locked,
+// while the other state of the same batch is installed; a lie within
+// MaxPeriod holds the key no longer than MaxPeriod; a check above the maxima
+// is refused.
+func TestTransferLyingLimit(t *testing.T) {
+	t.Parallel()
+	m := &secMetrics{}
+	base, nodes := secureCluster(t, 1, m, nil)
+	n := nodes[0]
+	ctx := context.Background()
+	real := algo.Limit{Kind: algo.GCRA, Limit: 10, Period: time.Minute}
+	century := algo.Limit{Kind: algo.GCRA, Limit: 1, Period: 100 * 365 * 24 * time.Hour}
+	daily := algo.Limit{Kind: algo.GCRA, Limit: 10, Period: 24 * time.Hour, Burst: 9}
+	member := memberPool(t, base.testCA, "node-9", false)
+	now := time.Now().UnixNano()
+	err := member.Handoff(ctx, n.PeerAddr(), transport.TransferBatch{From: "node-9", States: []transport.KeyState{
+		{Key: "victim", Limit: century, State: gcraState(t, now, century, 1), LastNow: now},
+		{Key: "bystander", Limit: daily, State: gcraState(t, now, daily, 4), LastNow: now},
+	}})
+	if err != nil {
+		t.Fatalf("Transfer: %v; want the lying state refused alone", err)
+	}
+	if got := m.count("state"); got != 1 {
+		t.Errorf("PeerRefused(state) = %d, want 1", got)
+	}
+	if d, err := n.Allow(ctx, "victim", real); err != nil || !d.Allowed {
+		t.Errorf("victim under its real limit after the lying Transfer: %+v, %v; want allowed", d, err)
+	}
+	if d := replica(t, n, "bystander", daily); d.Remaining != 6 {
+		t.Errorf("bystander: %d remaining, want 6 (its state of the same batch installed)", d.Remaining)
+	}
+	if _, err := n.Allow(ctx, "k", century); !errors.Is(err, ErrLimitAboveMax) || !errors.Is(err, transport.ErrInvalidCheck) {
+		t.Errorf("a check at 1 per 100 years: got %v, want ErrLimitAboveMax", err)
+	}
+
+	// A lie within the maxima: at most MaxPeriod.
+	short := testNode(t, func(c *Config) { c.MaxPeriod = 31 * 24 * time.Hour })
+	month := algo.Limit{Kind: algo.GCRA, Limit: 1, Period: 30 * 24 * time.Hour}
+	now = short.clock()
+	if err := (peerService{short}).Transfer(ctx, transport.TransferBatch{From: "solo", Sender: "solo", States: []transport.KeyState{
+		{Key: "victim", Limit: month, State: gcraState(t, now, month, 1), LastNow: now},
+		{Key: "victim2", Limit: century, State: gcraState(t, now, century, 1), LastNow: now},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := short.Allow(ctx, "victim", real)
+	if err != nil || d.Allowed || d.RetryAfter > short.cfg.MaxPeriod {
+		t.Errorf("victim after a lie of 1 per 30 days: %+v, %v; want denied for at most MaxPeriod", d, err)
+	}
+	if d, err := short.Allow(ctx, "victim2", real); err != nil || !d.Allowed {
+		t.Errorf("victim2 after a lie above MaxPeriod: %+v, %v; want allowed", d, err)
+	}
+	if got := short.Stats().RefusedStates; got != 1 {
+		t.Errorf("RefusedStates = %d, want 1", got)
+	}
+	big := testNode(t, func(c *Config) { c.MaxLimit = 1000 })
+	for _, l := range []algo.Limit{
+		{Kind: algo.TokenBucket, Limit: 1, Period: time.Hour, Burst: 1001},
+		{Kind: algo.FixedWindow, Limit: 1001, Period: time.Hour},
+	} {
+		if _, err := big.Allow(ctx, "k", l); !errors.Is(err, ErrLimitAboveMax) {
+			t.Errorf("%+v under MaxLimit 1000: got %v, want ErrLimitAboveMax", l, err)
+		}
+	}
+}
+
+// Replicas come only from the key's owner in the receiver's ring: a replica
+// of a key the receiver owns is refused and counted; one from a sender that is
+// not the key's owner is not installed (it is asked for again, whole, from
+// the owner); the owner's own replica is installed.
+func TestReplicaOnlyFromOwner(t *testing.T) {
+	t.Parallel()
+	_, nodes := memCluster(t, 3, nil)
+	x, y, z := nodes[0], nodes[1], nodes[2]
+	ctx := context.Background()
+	l := algo.Limit{Kind: algo.GCRA, Limit: 10, Period: 24 * time.Hour, Burst: 9}
+	now := x.clock()
+	st := gcraState(t, now, l, 10) // denies the key for a day
+	send := func(to, from *Node, key string) []uint64 {
+		t.Helper()
+		need, err := peerService{to}.Replicate(ctx, transport.TransferBatch{From: from.Name(), Sender: from.Name(), Replica: true,
+			States: []transport.KeyState{{KeyHash: to.owned.hash(key), Limit: l, State: st, LastNow: now}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return need
+	}
+	owned := keyOwnedBy(t, x, x)
+	if need := send(x, y, owned); len(need) != 0 {
+		t.Errorf("a replica of a key the receiver owns: asked again for %v, want refused", need)
+	}
+	if got := x.Stats().RefusedStates; got != 1 {
+		t.Errorf("RefusedStates = %d, want 1", got)
+	}
+	if d, err := x.Allow(ctx, owned, l); err != nil || !d.Allowed || d.Remaining != 9 {
+		t.Errorf("the owned key after a forged replica: %+v, %v; want allowed with 9 remaining", d, err)
+	}
+	backedUp := keyWith(t, x, y, x) // owned by y, backed up by x
+	if need := send(x, z, backedUp); len(need) != 1 {
+		t.Errorf("a replica from a member that does not own the key: needFull %v, want it asked again", need)
+	}
+	if d := replica(t, x, backedUp, l); d.Remaining != 10 {
+		t.Errorf("a replica from a non-owner was installed: %d remaining, want 10", d.Remaining)
+	}
+	if need := send(x, y, backedUp); len(need) != 0 {
+		t.Errorf("the owner's replica: needFull %v, want none", need)
+	}
+	if d := replica(t, x, backedUp, l); d.Remaining != 0 {
+		t.Errorf("the owner's replica: %d remaining, want 0", d.Remaining)
+	}
+}
+
+// A check sent as_backup with a created_at a year ahead is refused by a node
+// that does not accept caller timestamps, whether it owns the key or is its
+// backup deciding on its replica (the owner unreachable from it): the key is
+// not moved a year ahead.
+func TestAsBackupCreatedAtRefused(t *testing.T) {
+	t.Parallel()
+	mn, nodes := memCluster(t, 3, nil)
+	owner, backup := nodes[0], nodes[1]
+	ctx := context.Background()
+	l := algo.Limit{Kind: algo.FixedWindow, Limit: 1, Period: time.Hour}
+	yearAhead := owner.clock() + int64(365*24*time.Hour)
+	keys := keysWith(t, owner, owner, backup, 2, "")
+	for i, tc := range []struct {
+		name string
+		to   *Node
+	}{{"owner", owner}, {"backup", backup}} {
+		key := keys[i]
+		mn.setCut(backup, owner, tc.to == backup)
+		out := make([]transport.Result, 1)
+		peerService{tc.to}.Forward(ctx, []transport.Check{{Key: key, Limit: l, Hits: 1, CreatedAt: yearAhead, AsBackup: true}}, out)
+		if out[0].Code != transport.CodeInvalidArgument {
+			t.Errorf("%s: as_backup with created_at a year ahead: got %+v, want CodeInvalidArgument", tc.name, out[0])
+		}
+		mn.setCut(backup, owner, false)
+		if d, err := nodes[2].Allow(ctx, key, l); err != nil || !d.Allowed {
+			t.Errorf("%s: the key after the forged check: %+v, %v; want allowed", tc.name, d, err)
+		}
+	}
+}
+
+// Installed states count against MaxKeys: 300 Transfers of 100 new keys each
+// (every one denied for an hour: none idle) leave the node at its bound.
+func TestTransfersBoundedByMaxKeys(t *testing.T) {
+	t.Parallel()
+	evicted := &secMetrics{}
+	n := testNode(t, func(c *Config) { c.MaxKeys = 2_000; c.Metrics = evicted })
+	ctx := context.Background()
+	l := algo.Limit{Kind: algo.GCRA, Limit: 1, Period: time.Hour}
+	now := n.clock()
+	st := gcraState(t, now, l, 1)
+	for i := range 300 {
+		b := transport.TransferBatch{From: "solo", Sender: "solo", States: make([]transport.KeyState, 100)}
+		for j := range b.States {
+			b.States[j] = transport.KeyState{Key: fmt.Sprintf("t%d-%d", i, j), Limit: l, State: st, LastNow: now}
+		}
+		if err := (peerService{n}).Transfer(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := n.Stats().Keys; got > n.cfg.MaxKeys {
+		t.Errorf("after 300 Transfers of 100 keys: %d keys, MaxKeys %d", got, n.cfg.MaxKeys)
+	}
+	if got := evicted.evictions("refused"); got != 30_000-n.cfg.MaxKeys {
+		t.Errorf("Eviction(refused) = %d, want %d", got, 30_000-n.cfg.MaxKeys)
 	}
 }

@@ -482,6 +482,7 @@ func (n *Node) acceptReplica(b transport.TransferBatch, cb checkedBatch) (needFu
 	rs := n.rs.Load()
 	self := n.cfg.Name
 	states, wall := cb.states, cb.wall
+	scanned := false // one scan for idle keys per batch at the MaxKeys bound
 	// Start loading the slots of the first states before installing any
 	// (store.prefetch; a replica's slot is a cache miss at a million keys),
 	// then keep prefetchAhead states ahead of the one installed.
@@ -520,7 +521,7 @@ func (n *Node) acceptReplica(b transport.TransferBatch, cb checkedBatch) (needFu
 				needFull = append(needFull, h)
 			}
 		default:
-			n.owned.install(h, ks.Limit, states[i], ks.LastNow, ks.CallerClock, wall, false)
+			n.owned.installScan(h, ks.Limit, states[i], ks.LastNow, ks.CallerClock, wall, false, &scanned)
 		}
 	}
 	for i, ps := range b.Penalties {

@@ -33,7 +33,7 @@ type secMetrics struct {
 func (m *secMetrics) Check(algo.Kind, Route, bool)              {}
 func (m *secMetrics) Forward(string, int, time.Duration, error) {}
 func (m *secMetrics) Handoff(int, time.Duration, error)         {}
-func (m *secMetrics) Eviction(string)                           {}
+func (m *secMetrics) Eviction(reason string)                    { m.PeerRefused("eviction:" + reason) }
 func (m *secMetrics) PeerRefused(what string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -48,6 +48,9 @@ func (m *secMetrics) count(what string) int {
 	defer m.mu.Unlock()
 	return m.refused[what]
 }
+
+// evictions returns the Eviction(reason) calls.
+func (m *secMetrics) evictions(reason string) int { return m.count("eviction:" + reason) }
 
 // logBuffer is a concurrency-safe log sink.
 type logBuffer struct {

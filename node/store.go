@@ -980,6 +980,14 @@ type movedState struct {
 // Transfers cannot grow the store past its bound). With mark (and a tracking
 // store) the key is listed as changed, so that its backup gets the result.
 func (s *store) install(h uint64, l algo.Limit, st algo.State, lastNow int64, callerClock bool, wall int64, mark bool) bool {
+	return s.installScan(h, l, st, lastNow, callerClock, wall, mark, nil)
+}
+
+// installScan is install; a non-nil scanned bounds the scans for idle keys
+// at the bound to one per batch of installs: once *scanned is true, a new key
+// at the bound is refused without scanning (a peer's batch of new keys at the
+// bound would otherwise scan every shard once per state).
+func (s *store) installScan(h uint64, l algo.Limit, st algo.State, lastNow int64, callerClock bool, wall int64, mark bool, scanned *bool) bool {
 	if lastNow == 0 {
 		lastNow = wall
 	}
@@ -992,10 +1000,15 @@ func (s *store) install(h uint64, l algo.Limit, st algo.State, lastNow int64, ca
 		return false
 	}
 	if !t.has(h) && s.keys.Load() >= s.maxKeys {
-		// As takeIn: one shard lock at a time.
-		sh.mu.Unlock()
-		s.dropIdle(wall)
-		sh.mu.Lock()
+		if scanned == nil || !*scanned {
+			if scanned != nil {
+				*scanned = true
+			}
+			// As takeIn: one shard lock at a time.
+			sh.mu.Unlock()
+			s.dropIdle(wall)
+			sh.mu.Lock()
+		}
 		if !t.has(h) && s.keys.Load() >= s.maxKeys {
 			if s.onEvict != nil {
 				s.onEvict("refused")
