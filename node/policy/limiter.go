@@ -39,11 +39,17 @@ const (
 )
 
 // Metrics receives one call per descriptor decided by Limiter.Check. It must be
-// safe for concurrent use and must not block. rule is Rule.ID, "" for
-// OutcomeNoRule.
+// safe for concurrent use and must not block. domain is a domain of the policy
+// that decided, or UnknownDomain for a domain it does not have; rule is
+// Rule.ID, "" for OutcomeNoRule. Neither carries a caller's text, so metric
+// labels made of them are bounded by the policy file, whatever callers send.
 type Metrics interface {
 	Descriptor(domain, rule string, o Outcome)
 }
+
+// UnknownDomain is the domain Limiter.Check reports to Metrics for a domain
+// the policy in force does not have.
+const UnknownDomain = "unknown"
 
 // Decision is the outcome of one descriptor of a check.
 type Decision struct {
@@ -257,11 +263,14 @@ func (l *Limiter) Check(ctx context.Context, domain string, descs []Descriptor, 
 			res.Allowed = false
 		}
 		if l.m != nil {
-			id := ""
+			id, md := "", UnknownDomain
 			if r != nil {
 				id = r.ID()
 			}
-			l.m.Descriptor(domain, id, d.Outcome())
+			if cur.p.HasDomain(domain) {
+				md = domain
+			}
+			l.m.Descriptor(md, id, d.Outcome())
 		}
 	}
 	return res, nil

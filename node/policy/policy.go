@@ -282,6 +282,15 @@ func (p *Policy) Domains() []string {
 	return out
 }
 
+// HasDomain reports whether the policy has domain (false for a nil Policy).
+func (p *Policy) HasDomain(domain string) bool {
+	if p == nil {
+		return false
+	}
+	_, ok := p.domains[domain]
+	return ok
+}
+
 // Rules returns the number of rate_limit blocks loaded (default rules
 // included).
 func (p *Policy) Rules() int { return p.rules }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"strings"
 	"sync"
@@ -693,8 +694,9 @@ descriptors:
 }
 
 type countMetrics struct {
-	mu sync.Mutex
-	m  map[string]int
+	mu      sync.Mutex
+	m       map[string]int
+	domains map[string]bool
 }
 
 func (c *countMetrics) Descriptor(domain, rule string, o Outcome) {
@@ -702,8 +704,10 @@ func (c *countMetrics) Descriptor(domain, rule string, o Outcome) {
 	defer c.mu.Unlock()
 	if c.m == nil {
 		c.m = map[string]int{}
+		c.domains = map[string]bool{}
 	}
 	c.m[rule+"|"+string(o)]++
+	c.domains[domain] = true
 }
 
 func (c *countMetrics) get(rule string, o Outcome) int {
@@ -722,6 +726,38 @@ func TestNoRuleCounted(t *testing.T) {
 	if got := m.get("", OutcomeNoRule); got != 2 {
 		t.Fatalf("no_rule count: got %d, want 2", got)
 	}
+}
+
+// TestMetricsDomainsBounded: the domains reported to Metrics are the
+// policy's, and UnknownDomain for 20,000 random ones a caller sends.
+func TestMetricsDomainsBounded(t *testing.T) {
+	t.Parallel()
+	m := &countMetrics{}
+	l, _ := NewLimiter(newFake(time.Unix(0, 0)), mustParse(t, envoyExample1), m)
+	r := rand.New(rand.NewPCG(23, 4))
+	for range 20_000 {
+		d := fmt.Sprintf("d-%x", r.Uint64())
+		if _, err := l.Check(context.Background(), d, one("database", "users"), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Check(context.Background(), "mongo_cps", one("database", "users"), 1)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.domains) != 2 || !m.domains[UnknownDomain] || !m.domains["mongo_cps"] {
+		t.Errorf("domains reported: %d (%v...), want exactly %q and mongo_cps", len(m.domains), firstKeys(m.domains, 3), UnknownDomain)
+	}
+}
+
+func firstKeys(m map[string]bool, n int) []string {
+	var out []string
+	for k := range m {
+		if len(out) == n {
+			break
+		}
+		out = append(out, k)
+	}
+	return out
 }
 
 func TestLoadErrors(t *testing.T) {

@@ -88,8 +88,11 @@ func (m *metrics) Descriptor(domain, rule string, o policy.Outcome) {
 // Start loads path, builds the Limiter over c and starts watching the file.
 // reg, when not nil, receives the collectors ringlimit_policy_reloads_total
 // {result}, ringlimit_policy_version and ringlimit_policy_descriptors_total
-// {domain,rule,outcome}. Errors: the file cannot be loaded (a *policy.LoadError
-// or the file system's error), or the watch cannot be set up.
+// {domain,rule,outcome}, whose domain and rule labels come from the policy
+// file (a domain it does not have is "unknown"), never from a caller: their
+// series are bounded by the file. Errors: the file cannot be loaded (a
+// *policy.LoadError or the file system's error), or the watch cannot be set
+// up.
 func Start(path string, c policy.Checker, reg prometheus.Registerer, log *slog.Logger) (*Watcher, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -105,7 +108,7 @@ func Start(path string, c policy.Checker, reg prometheus.Registerer, log *slog.L
 		}),
 		descriptors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ringlimit_policy_descriptors_total",
-			Help: "Descriptors decided through the policy file, by domain, rule and outcome (no_rule, unlimited, replaced, allowed, denied, banned, shadow_denied).",
+			Help: "Descriptors decided through the policy file, by domain (of the policy file; \"unknown\" for any other), rule and outcome (no_rule, unlimited, replaced, allowed, denied, banned, shadow_denied).",
 		}, []string{"domain", "rule", "outcome"}),
 	}
 	p, err := policy.Load(path)
