@@ -182,7 +182,10 @@ type Config struct {
 	// every RejoinInterval so a healed network partition re-forms the cluster.
 	// A host name is resolved again on every attempt (see Resolver) and each of
 	// its addresses is joined: a Kubernetes headless Service's name lists the
-	// members of the moment. Default: none (a cluster of one).
+	// members of the moment. An attempt skips the seeds that are live members
+	// already (a push/pull with them would merge nothing), so a settled
+	// cluster's rejoins cost a lookup and no traffic. Default: none (a cluster
+	// of one).
 	Join []string
 	// ClusterLabel is memberlist's Label: gossip packets from a cluster with a
 	// different label are dropped, so two clusters on one network never merge.

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
+
+	"github.com/hashicorp/memberlist"
 )
 
 // errNoSeed is returned by joinSeeds when no entry of Config.Join resolved to
@@ -13,9 +16,10 @@ import (
 var errNoSeed = errors.New("node: no seed address resolved")
 
 // joinSeeds resolves the seeds of Config.Join again (resolveSeeds) and joins
-// the addresses found. memberlist's Join would resolve names itself; resolving
-// here instead lets Config.Resolver stand in for DNS, and makes sure every
-// attempt, the first at New and each rejoin, asks the resolver anew.
+// the addresses found that are not live members already (notLive). memberlist's
+// Join would resolve names itself; resolving here instead lets Config.Resolver
+// stand in for DNS, and makes sure every attempt, the first at New and each
+// rejoin, asks the resolver anew.
 func (n *Node) joinSeeds() (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Gossip.TCPTimeout)
 	defer cancel()
@@ -33,7 +37,44 @@ func (n *Node) joinSeeds() (int, error) {
 	if len(seeds) == 0 {
 		return 0, fmt.Errorf("%w: %w", errNoSeed, errors.Join(errs...))
 	}
+	live := make(map[string]bool)
+	for _, m := range n.ml.Members() {
+		if m.State == memberlist.StateAlive {
+			live[net.JoinHostPort(m.Addr.String(), strconv.Itoa(int(m.Port)))] = true
+		}
+	}
+	seeds = notLive(seeds, live, int(n.ml.LocalNode().Port))
+	if len(seeds) == 0 {
+		return 0, nil // every seed is a live member already: nothing to merge
+	}
 	return n.ml.Join(seeds)
+}
+
+// notLive drops the seeds (as resolveSeeds returns them) that are the gossip
+// address of a member gossip sees alive, this node's included: a push/pull
+// with them merges nothing, and a headless Service's name answers every
+// member, so joining them all at every rejoin would cost each node one
+// push/pull of the whole member list per member. What is left (members this
+// node does not see alive: the other side of a partition, a new pod) is what
+// a rejoin is for. A seed without a port is taken at port, memberlist's
+// default; a seed whose host is not an IP address is kept.
+func notLive(seeds []string, live map[string]bool, port int) []string {
+	var out []string
+	for _, s := range seeds {
+		hostPort := s
+		if i := strings.Index(s, "/"); i >= 0 {
+			hostPort = s[i+1:]
+		}
+		host, p, err := net.SplitHostPort(hostPort)
+		if err != nil {
+			host, p = strings.Trim(hostPort, "[]"), strconv.Itoa(port)
+		}
+		if ip := net.ParseIP(host); ip != nil && live[net.JoinHostPort(ip.String(), p)] {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // resolver returns Config.Resolver, or the system resolver when it is nil.

@@ -48,6 +48,26 @@ func TestResolveSeeds(t *testing.T) {
 	}
 }
 
+func TestNotLive(t *testing.T) {
+	t.Parallel()
+	live := map[string]bool{"10.0.0.1:7946": true, "[fd00::1]:7946": true}
+	for _, tc := range []struct {
+		seeds, want []string
+	}{
+		{[]string{"10.0.0.1:7946", "10.0.0.2:7946"}, []string{"10.0.0.2:7946"}},
+		{[]string{"10.0.0.1:7000"}, []string{"10.0.0.1:7000"}},   // another port: another process
+		{[]string{"10.0.0.1", "10.0.0.2"}, []string{"10.0.0.2"}}, // no port: the default, 7946
+		{[]string{"fd00::1", "[fd00::1]:7946", "[fd00::2]:7946"}, []string{"[fd00::2]:7946"}},
+		{[]string{"a/10.0.0.1:7946", "b/10.0.0.3:7946"}, []string{"b/10.0.0.3:7946"}},
+		{[]string{"10.0.0.1:7946"}, nil},
+		{[]string{"not-an-ip:7946"}, []string{"not-an-ip:7946"}},
+	} {
+		if got := notLive(tc.seeds, live, 7946); !slices.Equal(got, tc.want) {
+			t.Errorf("notLive(%q) = %q, want %q", tc.seeds, got, tc.want)
+		}
+	}
+}
+
 // seedDNS is a resolver whose answer for one name the test changes, counting
 // the lookups.
 type seedDNS struct {

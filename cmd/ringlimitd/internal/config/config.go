@@ -107,9 +107,10 @@ type Config struct {
 	RedisPort int
 	// Join lists the seeds' gossip addresses, "host:port" or "host" for port 7946
 	// (--join, comma-separated). A host name is resolved again at every join
-	// attempt (start and every RejoinInterval) and each of its addresses is
-	// joined: a Kubernetes headless Service's name lists the members of the
-	// moment. Default none: a cluster of one until others join.
+	// attempt (start and every RejoinInterval) and each of its addresses that
+	// is not a live member already is joined: a Kubernetes headless Service's
+	// name lists the members of the moment. Default none: a cluster of one
+	// until others join.
 	Join []string
 	// ClusterLabel keeps clusters sharing a network apart (--cluster-label).
 	// Default "ringlimit".
