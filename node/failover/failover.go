@@ -48,7 +48,8 @@ import (
 var (
 	// ErrInvalidConfig is returned by New, wrapped with the field and value.
 	ErrInvalidConfig = errors.New("failover: invalid config")
-	// ErrInvalidKey is returned, wrapped, for an empty key or one longer than
+	// ErrInvalidKey is matched by the *node.InputError (field "key") returned
+	// for an empty key or one longer than
 	// Config.MaxKeyLen, before either side is called (so a key Redis would
 	// take is never refused by the cluster in the middle of an outage).
 	ErrInvalidKey = errors.New("failover: invalid key")
@@ -254,8 +255,8 @@ func (l *Limiter) Allow(ctx context.Context, key string, lim algo.Limit) (Decisi
 // returned. A lim that algo accepts but Redis cannot compute exactly
 // (redislimit.ErrUnsupportedLimit) is always decided by the cluster.
 func (l *Limiter) AllowN(ctx context.Context, key string, lim algo.Limit, hits int64) (Decision, error) {
-	if key == "" || len(key) > l.cfg.MaxKeyLen {
-		return Decision{}, fmt.Errorf("%w: %d bytes, want 1..%d", ErrInvalidKey, len(key), l.cfg.MaxKeyLen)
+	if err := algo.ValidateKey(key, l.cfg.MaxKeyLen, ErrInvalidKey); err != nil {
+		return Decision{}, err
 	}
 	if err := lim.Validate(); err != nil {
 		return Decision{}, err
@@ -313,8 +314,8 @@ func (l *Limiter) AllowPenalized(ctx context.Context, key string, lim algo.Limit
 	if !ok {
 		return node.Decision{}, ErrNoPenalties
 	}
-	if key == "" || len(key) > l.cfg.MaxKeyLen {
-		return node.Decision{}, fmt.Errorf("%w: %d bytes, want 1..%d", ErrInvalidKey, len(key), l.cfg.MaxKeyLen)
+	if err := algo.ValidateKey(key, l.cfg.MaxKeyLen, ErrInvalidKey); err != nil {
+		return node.Decision{}, err
 	}
 	d, err := pc.AllowPenalized(ctx, key, lim, hits, p)
 	if err == nil {

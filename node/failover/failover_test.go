@@ -218,7 +218,7 @@ func TestInputAndCallerErrors(t *testing.T) {
 		t.Errorf("invalid limit: got %v, want algo.ErrInvalidLimit", err)
 	}
 	for _, key := range []string{"", strings.Repeat("x", node.DefaultConfig().MaxKeyLen+1)} {
-		if _, err := l.Allow(context.Background(), key, lim); !errors.Is(err, failover.ErrInvalidKey) {
+		if _, err := l.Allow(context.Background(), key, lim); !errors.Is(err, failover.ErrInvalidKey) || node.Classify(err) != node.ClassInvalid {
 			t.Errorf("key of %d bytes: got %v, want ErrInvalidKey", len(key), err)
 		}
 	}
