@@ -98,6 +98,9 @@ func (n *Node) hello(name, id, addr string, redial bool) {
 		reason = fmt.Sprintf("its certificate names member %q", cert)
 	}
 	n.membersMu.Lock()
+	if reason == "" && n.secure && n.revokedSeenLocked(name) {
+		reason = "certificate revoked"
+	}
 	a := n.admit[name]
 	if a == nil || a.id != id || a.addr != addr {
 		n.membersMu.Unlock() // gone or restarted meanwhile: its new entry has its own attempt

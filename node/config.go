@@ -146,9 +146,12 @@ type Metrics interface {
 type SecurityMetrics interface {
 	// PeerRefused is called once per refusal: what is "member" (a member failed
 	// the admission handshake and stays out of the ring), "state" (a handed-off
-	// key state failed validation), "timestamp" (a forwarded check carried
-	// created_at while AcceptCallerTimestamps is off) or "sender" (a Transfer
-	// whose From is not the member named by the sender's certificate).
+	// or replicated key state refused, each one alone), "timestamp" (a
+	// forwarded check carried created_at while AcceptCallerTimestamps is off),
+	// "sender" (a Transfer whose From is not the member named by the sender's
+	// certificate), "not-member" (a Peer RPC other than Hello from a
+	// certificate whose name is not an admitted member) or "revoked" (a peer
+	// certificate on the deny list, Config.PeerDenyFile).
 	PeerRefused(what string)
 }
 
@@ -208,6 +211,17 @@ type Config struct {
 	// TLSCertPEM, TLSKeyPEM and TLSCAPEM are the in-memory form of the three
 	// files above. Default: nil.
 	TLSCertPEM, TLSKeyPEM, TLSCAPEM []byte
+	// PeerDenyFile names the deny list of revoked peer certificates (secure
+	// mode only): one entry per line, "serial:<hex>" (a certificate's serial
+	// number, as `openssl x509 -serial` prints it; case and colons ignored)
+	// or "member:<name>"; blank lines and # comments are ignored. New reads
+	// it (unreadable or invalid: ErrInvalidConfig); the node watches it and
+	// applies it again when it changes (an invalid new version is logged and
+	// the previous list kept; see Node.ReloadPeerDenyList). A revoked
+	// certificate fails the TLS handshake with this node in both directions,
+	// its open streams end at their next message, and the member it names is
+	// refused admission and leaves the ring. Default: none.
+	PeerDenyFile string
 	// Insecure runs the peer listener without TLS: anyone who reaches the peer
 	// port can forward checks under limits of their choice and install key
 	// states (validated against their limit, but chosen by them), and anyone who
@@ -542,6 +556,9 @@ func (c *Config) validate() error {
 	case 0, 16, 24, 32:
 	default:
 		return bad("len(SecretKey)", len(c.SecretKey))
+	}
+	if c.Insecure && c.PeerDenyFile != "" {
+		return fmt.Errorf("%w: PeerDenyFile needs secure mode (peer certificates), and Insecure is set", ErrInvalidConfig)
 	}
 	return c.validateSecurity()
 }

@@ -154,7 +154,19 @@ func (n *Node) setMember(m *memberlist.Node, alive bool) {
 		}
 	} else {
 		delete(n.members, m.Name)
+		if a := n.admit[m.Name]; a != nil && a.state != StateRefused {
+			// Its handoff may still arrive (see peerAllowed).
+			n.departed[m.Name] = time.Now()
+		}
 		delete(n.admit, m.Name)
+		for name, t := range n.departed {
+			if time.Since(t) > n.cfg.CloseTimeout {
+				delete(n.departed, name)
+				if n.admit[name] == nil {
+					delete(n.certsSeen, name)
+				}
+			}
+		}
 	}
 	n.membersMu.Unlock()
 	n.signalMembers()

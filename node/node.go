@@ -161,24 +161,30 @@ type Node struct {
 	refusedStates atomic.Uint64
 	refusedLog    logEvery
 	replFailLog   logEvery
-	admit         map[string]*admission // under membersMu: handshake state per member
-	conflictMu    sync.Mutex
-	conflict      string // a live member that uses our name, seen by gossip
-	conflictPeer  string // its peer address
-	grpcSrv       *transport.Server
-	grpcLis       net.Listener
-	grpcAddr      string
-	memberSig     chan struct{}
-	membersMu     sync.Mutex
-	members       map[string]Member // live gossip members, copied in memberlist's callbacks
-	rebuildMu     sync.Mutex        // one rebuild at a time (membership loop, Close)
-	rebuilds      atomic.Uint64     // Stats.Rebuilds
-	rebuildNs     atomic.Int64      // Stats.RebuildTime
-	marksMu       sync.Mutex
-	marks         map[string]handoffMark // handoff-complete markers that came early: from -> ring
-	inbound       atomic.Int64           // Forward RPCs received, for the drain on Close
-	joinedPeer    atomic.Bool            // has ever seen another member
-	ready         atomic.Bool
+	// deny is the peer deny list (peergate.go); certsSeen (member -> serial
+	// of the certificate it presented last) and departed (member -> when it
+	// left the gossip) are under membersMu.
+	deny         atomic.Pointer[denyList]
+	certsSeen    map[string]string
+	departed     map[string]time.Time
+	admit        map[string]*admission // under membersMu: handshake state per member
+	conflictMu   sync.Mutex
+	conflict     string // a live member that uses our name, seen by gossip
+	conflictPeer string // its peer address
+	grpcSrv      *transport.Server
+	grpcLis      net.Listener
+	grpcAddr     string
+	memberSig    chan struct{}
+	membersMu    sync.Mutex
+	members      map[string]Member // live gossip members, copied in memberlist's callbacks
+	rebuildMu    sync.Mutex        // one rebuild at a time (membership loop, Close)
+	rebuilds     atomic.Uint64     // Stats.Rebuilds
+	rebuildNs    atomic.Int64      // Stats.RebuildTime
+	marksMu      sync.Mutex
+	marks        map[string]handoffMark // handoff-complete markers that came early: from -> ring
+	inbound      atomic.Int64           // Forward RPCs received, for the drain on Close
+	joinedPeer   atomic.Bool            // has ever seen another member
+	ready        atomic.Bool
 
 	leaving  atomic.Bool
 	stopping atomic.Bool
@@ -243,6 +249,8 @@ func New(cfg Config) (*Node, error) {
 		memberSig: make(chan struct{}, 1),
 		members:   make(map[string]Member),
 		admit:     make(map[string]*admission),
+		certsSeen: make(map[string]string),
+		departed:  make(map[string]time.Time),
 		secure:    !cfg.Insecure,
 		marks:     make(map[string]handoffMark),
 		stop:      make(chan struct{}),
@@ -266,11 +274,19 @@ func New(cfg Config) (*Node, error) {
 		n.smetrics = sm
 	}
 	var serverTLS, clientTLS *tls.Config
+	var gate transport.PeerGate
 	if n.secure {
 		serverTLS, clientTLS, err = peerTLS(cfg)
 		if err != nil {
 			return nil, err
 		}
+		dl, err := n.loadDenyList()
+		if err != nil {
+			return nil, err
+		}
+		n.deny.Store(dl)
+		n.gateTLS(serverTLS, clientTLS)
+		gate = n.peerAllowed
 	} else {
 		n.log.Warn("running INSECURE: the peer listener has no TLS and no authentication; anyone who reaches it can forward checks and hand off key states",
 			"gossip_encrypted", len(cfg.SecretKey) > 0)
@@ -310,7 +326,7 @@ func New(cfg Config) (*Node, error) {
 	if cfg.peerNet != nil {
 		n.peers = cfg.peerNet.attach(n)
 	}
-	n.grpcSrv = transport.NewPeerServer(transport.ServerConfig{TLS: serverTLS, MaxKeyLen: cfg.MaxKeyLen}, peerService{n})
+	n.grpcSrv = transport.NewPeerServer(transport.ServerConfig{TLS: serverTLS, MaxKeyLen: cfg.MaxKeyLen, PeerGate: gate}, peerService{n})
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
@@ -340,6 +356,12 @@ func New(cfg Config) (*Node, error) {
 	go n.rejoinLoop()
 	go n.idleLoop()
 	go n.replicationLoop()
+	if n.secure && cfg.PeerDenyFile != "" {
+		if err := n.watchDenyList(); err != nil {
+			_ = n.Abort()
+			return nil, err
+		}
+	}
 	n.log.Info("node started", "peer", n.grpcAddr, "gossip", n.GossipAddr(), "members", n.rs.Load().snap.Len(), "secure", n.secure)
 	return n, nil
 }

@@ -178,16 +178,17 @@ func gcraState(t *testing.T, now int64, l algo.Limit, hits int64) []byte {
 func TestTransferLyingLimit(t *testing.T) {
 	t.Parallel()
 	m := &secMetrics{}
-	base, nodes := secureCluster(t, 1, m, nil)
+	base, nodes := secureCluster(t, 2, m, nil)
 	n := nodes[0]
+	victim := keyOwnedBy(t, n, n)
 	ctx := context.Background()
 	real := algo.Limit{Kind: algo.GCRA, Limit: 10, Period: time.Minute}
 	century := algo.Limit{Kind: algo.GCRA, Limit: 1, Period: 100 * 365 * 24 * time.Hour}
 	daily := algo.Limit{Kind: algo.GCRA, Limit: 10, Period: 24 * time.Hour, Burst: 9}
-	member := memberPool(t, base.testCA, "node-9", false)
+	member := memberPool(t, base.testCA, "node-1", false) // a member's certificate
 	now := time.Now().UnixNano()
-	err := member.Handoff(ctx, n.PeerAddr(), transport.TransferBatch{From: "node-9", States: []transport.KeyState{
-		{Key: "victim", Limit: century, State: gcraState(t, now, century, 1), LastNow: now},
+	err := member.Handoff(ctx, n.PeerAddr(), transport.TransferBatch{From: "node-1", States: []transport.KeyState{
+		{Key: victim, Limit: century, State: gcraState(t, now, century, 1), LastNow: now},
 		{Key: "bystander", Limit: daily, State: gcraState(t, now, daily, 4), LastNow: now},
 	}})
 	if err != nil {
@@ -196,7 +197,7 @@ func TestTransferLyingLimit(t *testing.T) {
 	if got := m.count("state"); got != 1 {
 		t.Errorf("PeerRefused(state) = %d, want 1", got)
 	}
-	if d, err := n.Allow(ctx, "victim", real); err != nil || !d.Allowed {
+	if d, err := n.Allow(ctx, victim, real); err != nil || !d.Allowed {
 		t.Errorf("victim under its real limit after the lying Transfer: %+v, %v; want allowed", d, err)
 	}
 	if d := replica(t, n, "bystander", daily); d.Remaining != 6 {

@@ -355,8 +355,9 @@ func yearAhead(t testing.TB, now int64, l algo.Limit) []byte {
 func TestTransferInjectionRefused(t *testing.T) {
 	t.Parallel()
 	m := &secMetrics{}
-	base, nodes := secureCluster(t, 1, m, nil)
+	base, nodes := secureCluster(t, 2, m, nil)
 	n := nodes[0]
+	victim := keyOwnedBy(t, n, n)
 	l := algo.Limit{Kind: algo.GCRA, Burst: 0, Limit: 1, Period: time.Hour}
 	ctx := context.Background()
 	inject := func(p *transport.Pool, from, key string) error {
@@ -364,8 +365,8 @@ func TestTransferInjectionRefused(t *testing.T) {
 			From: from, States: []transport.KeyState{{Key: key, Limit: l, State: yearAhead(t, time.Now().UnixNano(), l), LastNow: time.Now().UnixNano()}},
 		})
 	}
-	member := memberPool(t, base.testCA, "node-9", false)
-	if err := inject(member, "node-9", "victim"); err != nil {
+	member := memberPool(t, base.testCA, "node-1", false) // a member's certificate
+	if err := inject(member, "node-1", victim); err != nil {
 		t.Errorf("implausible state from a member: got %v, want the state refused alone (nil)", err)
 	}
 	if got := m.count("state"); got != 1 {
@@ -374,7 +375,7 @@ func TestTransferInjectionRefused(t *testing.T) {
 	if got := n.Stats().RefusedStates; got != 1 {
 		t.Errorf("Stats().RefusedStates = %d, want 1", got)
 	}
-	if err := inject(member, "node-0", "victim"); !errors.Is(err, transport.ErrInvalidCheck) {
+	if err := inject(member, "node-0", victim); !errors.Is(err, transport.ErrInvalidCheck) {
 		t.Errorf("Transfer from another member's name: got %v, want a refusal", err)
 	}
 	if got := m.count("sender"); got != 1 {
@@ -387,7 +388,7 @@ func TestTransferInjectionRefused(t *testing.T) {
 		})
 		return err
 	}
-	if err := replicate(member, "node-0", "victim"); !errors.Is(err, transport.ErrInvalidCheck) {
+	if err := replicate(member, "node-0", victim); !errors.Is(err, transport.ErrInvalidCheck) {
 		t.Errorf("replication from another member's name: got %v, want a refusal", err)
 	}
 	if got := m.count("sender"); got != 2 {
@@ -408,17 +409,17 @@ func TestTransferInjectionRefused(t *testing.T) {
 		"foreign CA":  memberPool(t, otherCA, "node-9", false),
 		"client cert": memberPool(t, base.testCA, "app", true),
 	} {
-		if err := inject(p, "node-9", "victim"); !errors.Is(err, transport.ErrUnavailable) {
+		if err := inject(p, "node-9", victim); !errors.Is(err, transport.ErrUnavailable) {
 			t.Errorf("%s: Transfer got %v, want the connection refused (ErrUnavailable)", name, err)
 		}
-		if err := replicate(p, "node-9", "victim"); !errors.Is(err, transport.ErrUnavailable) {
+		if err := replicate(p, "node-9", victim); !errors.Is(err, transport.ErrUnavailable) {
 			t.Errorf("%s: ReplicateStream got %v, want the connection refused (ErrUnavailable)", name, err)
 		}
-		if _, err := p.Forward(ctx, n.PeerAddr(), transport.Check{Key: "victim", Limit: l, Hits: 1, CreatedAt: 1}); !errors.Is(err, transport.ErrUnavailable) {
+		if _, err := p.Forward(ctx, n.PeerAddr(), transport.Check{Key: victim, Limit: l, Hits: 1, CreatedAt: 1}); !errors.Is(err, transport.ErrUnavailable) {
 			t.Errorf("%s: Forward got %v, want the connection refused (ErrUnavailable)", name, err)
 		}
 	}
-	d, err := n.Allow(ctx, "victim", l)
+	d, err := n.Allow(ctx, victim, l)
 	if err != nil || !d.Allowed {
 		t.Fatalf("victim key after the attacks: allowed %v, err %v; want allowed", d.Allowed, err)
 	}
@@ -429,10 +430,10 @@ func TestTransferInjectionRefused(t *testing.T) {
 func TestForwardedTimestampRefused(t *testing.T) {
 	t.Parallel()
 	m := &secMetrics{}
-	base, nodes := secureCluster(t, 1, m, nil)
+	base, nodes := secureCluster(t, 2, m, nil)
 	n := nodes[0]
 	l := algo.Limit{Kind: algo.FixedWindow, Limit: 1, Period: time.Hour}
-	member := memberPool(t, base.testCA, "node-9", false)
+	member := memberPool(t, base.testCA, "node-1", false)
 	now := time.Now().UnixNano()
 	for i := range 3 {
 		res, err := member.Forward(context.Background(), n.PeerAddr(), transport.Check{Key: "hourly", Limit: l, Hits: 1, CreatedAt: now + int64(i)*int64(time.Hour)})

@@ -88,6 +88,14 @@ type ServerConfig struct {
 	// messages, and Transfer's and ReplicateStream's requests are reused once
 	// answered: an interceptor or stats handler must not keep them.
 	ServerOptions []grpc.ServerOption
+	// PeerGate, when set, is asked before every Peer RPC but Hello
+	// (Forward, ForwardStream, Transfer, ReplicateStream), and again after
+	// every message a Peer stream receives, so that a caller refused
+	// meanwhile loses its open streams at their next message; a refusal is
+	// codes.PermissionDenied. The node admits only members' certificates
+	// through it. It must be safe for concurrent use and cheap: it runs once
+	// per request. Default nil: no gate.
+	PeerGate PeerGate
 }
 
 func (c ServerConfig) withDefaults() ServerConfig {
@@ -226,6 +234,9 @@ func newServer(cfg ServerConfig) (*Server, ServerConfig) {
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	if cfg.PeerGate != nil {
+		opts = append(opts, gateOptions(cfg.PeerGate)...)
 	}
 	opts = append(opts, cfg.ServerOptions...)
 	return &Server{grpc: grpc.NewServer(opts...), stop: make(chan struct{})}, cfg

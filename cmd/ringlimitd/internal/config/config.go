@@ -180,6 +180,10 @@ type Config struct {
 	// MaxLimit is the largest limit or burst this node accepts, as MaxPeriod
 	// (--max-limit). Default 10^12.
 	MaxLimit int64
+	// PeerDenyFile lists revoked peer certificates, "serial:<hex>" or
+	// "member:<name>" per line (--peer-deny-file; node.Config.PeerDenyFile),
+	// watched and applied on change. Default: none.
+	PeerDenyFile string
 	// AcceptCallerTimestamps honours created_at_unix_ns from callers
 	// (--accept-caller-timestamps). Needed by `ringlimit replay`. Default false.
 	AcceptCallerTimestamps bool
@@ -297,6 +301,7 @@ func (c *Config) Register(fs *pflag.FlagSet) {
 	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "maximum keys held by this node, its own and those peers hand off or replicate to it")
 	fs.DurationVar(&c.MaxPeriod, "max-period", c.MaxPeriod, "longest limit period accepted from clients and in peers' key states: no key is denied longer")
 	fs.Int64Var(&c.MaxLimit, "max-limit", c.MaxLimit, "largest limit or burst accepted from clients and in peers' key states")
+	fs.StringVar(&c.PeerDenyFile, "peer-deny-file", c.PeerDenyFile, "revoked peer certificates, one \"serial:<hex>\" or \"member:<name>\" per line; watched and applied on change (needs secure mode)")
 	fs.BoolVar(&c.AcceptCallerTimestamps, "accept-caller-timestamps", c.AcceptCallerTimestamps, "honour caller timestamps (created_at_unix_ns); needed for replays")
 	fs.DurationVar(&c.ForwardTimeout, "forward-timeout", c.ForwardTimeout, "deadline of a forward to a key's owner")
 	fs.DurationVar(&c.RejoinInterval, "rejoin-interval", c.RejoinInterval, "how often seeds are joined again so partitions heal (0 = never)")
@@ -491,6 +496,9 @@ func (c *Config) validateSecurity() error {
 		{"certs-dir", c.CertsDir}, {"gossip-key-file", c.GossipKeyFile}, {"client-token-file", c.ClientTokenFile},
 		{"tls-ca-file", c.TLSCAFile}, {"tls-cert-file", c.TLSCertFile}, {"tls-key-file", c.TLSKeyFile},
 	}
+	if c.Insecure && c.PeerDenyFile != "" {
+		return fmt.Errorf("%w: --insecure with --peer-deny-file: drop one or the other", ErrInsecure)
+	}
 	for _, f := range set {
 		if c.Insecure && f.v != "" && f.flag != "gossip-key-file" {
 			return fmt.Errorf("%w: --insecure with --%s: drop one or the other", ErrInsecure, f.flag)
@@ -619,6 +627,7 @@ func (c *Config) NodeConfig(logger *slog.Logger, metrics node.Metrics) (node.Con
 	nc.MaxKeys = c.MaxKeys
 	nc.MaxPeriod = c.MaxPeriod
 	nc.MaxLimit = c.MaxLimit
+	nc.PeerDenyFile = c.PeerDenyFile
 	nc.AcceptCallerTimestamps = c.AcceptCallerTimestamps
 	nc.ForwardTimeout = c.ForwardTimeout
 	nc.RejoinInterval = c.RejoinInterval

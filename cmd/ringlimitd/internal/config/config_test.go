@@ -74,6 +74,7 @@ func TestSecureByDefault(t *testing.T) {
 		{nil, map[string]string{"RINGLIMIT_INSECURE": "true"}, ""},
 		{[]string{"--insecure", "--certs-dir", "c"}, nil, "--insecure with --certs-dir"},
 		{[]string{"--insecure", "--client-token-file", "t"}, nil, "--insecure with --client-token-file"},
+		{[]string{"--insecure", "--peer-deny-file", "deny"}, nil, "--insecure with --peer-deny-file"},
 		// cert-manager's layout, file by file, or one file replacing its --certs-dir one.
 		{[]string{"--tls-ca-file", "ca.crt", "--tls-cert-file", "tls.crt", "--tls-key-file", "tls.key", "--gossip-key-file", "k"}, nil, ""},
 		{[]string{"--certs-dir", "c", "--tls-ca-file", "bundle.crt", "--gossip-key-file", "k"}, nil, ""},
@@ -263,7 +264,7 @@ func TestNodeConfig(t *testing.T) {
 		"--node-name", "n1", "--bind-addr", "127.0.0.1", "--advertise-addr", "127.0.0.2",
 		"--gossip-port", "0", "--grpc-port", "0", "--peer-port", "0", "--http-port", "0", "--join", "a:1,b:2",
 		"--cluster-label", "test", "--owner-unreachable", "fail-open", "--max-keys", "42",
-		"--max-period", "744h", "--max-limit", "1000",
+		"--max-period", "744h", "--max-limit", "1000", "--peer-deny-file", "/certs/deny",
 		"--replication", "sync", "--replication-lag", "7ms",
 		"--accept-caller-timestamps", "--forward-timeout", "300ms", "--rejoin-interval", "2s",
 		"--gossip-profile", "fast", "--shutdown-timeout", "4s",
@@ -288,6 +289,7 @@ func TestNodeConfig(t *testing.T) {
 	want.MaxKeys = 42
 	want.MaxPeriod = 744 * time.Hour
 	want.MaxLimit = 1000
+	want.PeerDenyFile = "/certs/deny"
 	want.AcceptCallerTimestamps = true
 	want.ForwardTimeout = 300 * time.Millisecond
 	want.RejoinInterval = 2 * time.Second

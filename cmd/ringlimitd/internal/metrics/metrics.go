@@ -53,7 +53,8 @@ const (
 	// handshake and own no key.
 	MembersRefused = "ringlimit_members_refused"
 	// PeerRefusedTotal counts what this node refused from peers, by what
-	// ("member", "state", "timestamp", "sender": node.SecurityMetrics).
+	// ("member", "state", "timestamp", "sender", "not-member", "revoked":
+	// node.SecurityMetrics).
 	PeerRefusedTotal = "ringlimit_peer_refused_total"
 	// AuthFailuresTotal counts callers refused on the client ports, by listener
 	// ("grpc", "http").
@@ -128,7 +129,7 @@ func New(stats func() node.Stats) *Metrics {
 		}, []string{"reason"}),
 		peerRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: PeerRefusedTotal,
-			Help: `What this node refused from peers, by what ("member": failed admission; "state": invalid handed-off state; "timestamp": forwarded created_at not accepted; "sender": transfer from another member than its certificate names).`,
+			Help: `What this node refused from peers, by what ("member": failed admission; "state": invalid handed-off state; "timestamp": forwarded created_at not accepted; "sender": transfer from another member than its certificate names; "not-member": a peer RPC from a certificate that names no admitted member; "revoked": a peer certificate on the deny list).`,
 		}, []string{"what"}),
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: AuthFailuresTotal,
@@ -189,7 +190,7 @@ func New(stats func() node.Stats) *Metrics {
 	for _, result := range []string{"ok", "error"} {
 		m.handoffs.WithLabelValues(result)
 	}
-	for _, what := range []string{"member", "state", "timestamp", "sender"} {
+	for _, what := range []string{"member", "state", "timestamp", "sender", "not-member", "revoked"} {
 		m.peerRefused.WithLabelValues(what)
 	}
 	for _, l := range []string{"grpc", "http"} {
