@@ -583,11 +583,12 @@ func (n *Node) publish(ns, old *ringState) {
 	close(old.next)
 }
 
-// handoff moves the states of keys this node no longer owns under ns to their new
-// owners, then tells every member that gained partitions from this node that its
-// handoff for this ring is complete. This node keeps a copy of what it hands
-// off where it is the key's new backup, keeps the replicas it is still the
-// backup of, and hands a restarted member (restarted) the replicas of its keys.
+// handoff moves the states of keys this node no longer owns under ns to their
+// new owners, then tells every member that gained partitions in this change
+// (from this node or another) that its handoff for this ring is complete. This
+// node keeps a copy of what it hands off where it is the key's new backup,
+// keeps the replicas it is still the backup of, and hands a restarted member
+// (restarted) the replicas of its keys.
 func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]bool) {
 	self := n.cfg.Name
 	snap := ns.snap
@@ -605,7 +606,15 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]b
 	addrs := make(map[string]string)
 	for p := 0; p < snap.PartitionCount(); p++ {
 		m := snap.PartitionOwner(p)
-		gained := old.Len() > 0 && old.PartitionOwner(p).Name == self && m.Name != self && m.Name != ""
+		// Every member that gained a partition gets this node's marker, not
+		// only those that gained it from this node: the new owner gates the
+		// partition on its own previous ring's owner, and when the two nodes
+		// came through different rings (a change one of them coalesced or
+		// saw later) that may be this node, which then never owned it and
+		// had nothing to send; without a marker the gate waited out
+		// HandoffTimeout. A marker says only that this node holds nothing
+		// more of the new owner's partitions, which is true of every one.
+		gained := old.Len() > 0 && old.PartitionOwner(p).Name != m.Name && m.Name != self && m.Name != ""
 		// A restarted member waits for a marker from the owner each of its
 		// partitions would have without it: its backup.
 		gained = gained || restarted[m.Name] && ns.backups != nil && ns.backups.of(p).Name == self
