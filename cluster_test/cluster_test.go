@@ -16,6 +16,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/node/nodetest"
 	"github.com/ringlimit/ringlimit/transport"
 )
 
@@ -32,13 +33,13 @@ func startCluster(t testing.TB, size int, mod func(*node.Config)) []*node.Node {
 // cluster's test CA and gossip key).
 func startClusterBase(t testing.TB, size int, mod func(*node.Config)) (node.Config, []*node.Node) {
 	t.Helper()
-	base := node.TestConfig()
+	base := nodetest.TestConfig()
 	if mod != nil {
 		mod(&base)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := node.StartCluster(ctx, size, base)
+	c, err := nodetest.StartCluster(ctx, size, base)
 	if err != nil {
 		t.Fatalf("StartCluster(%d): %v", size, err)
 	}
@@ -55,7 +56,7 @@ func waitConverged(t testing.TB, within time.Duration, nodes ...*node.Node) time
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
-	if err := node.WaitConverged(ctx, nodes...); err != nil {
+	if err := nodetest.WaitConverged(ctx, nodes...); err != nil {
 		t.Fatalf("after %v: %v", time.Since(start), err)
 	}
 	return time.Since(start)
@@ -317,7 +318,7 @@ func TestCrashBackupDecides(t *testing.T) {
 func agreeNow(nodes ...*node.Node) bool {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // WaitConverged checks once before it looks at ctx
-	return node.WaitConverged(ctx, nodes...) == nil
+	return nodetest.WaitConverged(ctx, nodes...) == nil
 }
 
 // Test 3: every node is closed and replaced one at a time while callers keep
@@ -484,7 +485,7 @@ func TestWrongGossipKeyCannotJoin(t *testing.T) {
 	t.Parallel()
 	key := []byte("0123456789abcdef")
 	nodes := startCluster(t, 2, func(c *node.Config) { c.SecretKey = key })
-	cfg := node.TestConfig()
+	cfg := nodetest.TestConfig()
 	cfg.Name = "intruder"
 	cfg.SecretKey = []byte("fedcba9876543210")
 	cfg.Join = []string{nodes[0].GossipAddr()}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/node/nodetest"
 )
 
 // The crash tests of issue 14, on the load harness of load_test.go: 3 nodes,
@@ -260,7 +261,7 @@ func TestFastRestart(t *testing.T) {
 	// handoff timeout on top of it, so load is not mistaken for a stall (with
 	// 200 ms, a CI run on a slow 2-core VM saw 236 ms against 231 ms allowed)
 	// and a wait for the handoff timeout still fails.
-	bound := node.TestConfig().HandoffTimeout/2 + res.sum.phaseMax[0]
+	bound := nodetest.TestConfig().HandoffTimeout/2 + res.sum.phaseMax[0]
 	for p := 1; p < len(phaseNames); p++ {
 		if lat := res.sum.phaseMax[p]; lat > bound {
 			t.Errorf("a call that ended %s waited %v, want at most %v (before the crash: at most %v)",

@@ -30,7 +30,7 @@ type loadSpec struct {
 	Nodes, Keys, Callers int
 	// Limit is the limit of every key; it must not refill during the run.
 	Limit algo.Limit
-	// Mod modifies node.TestConfig for every node (restarted ones too).
+	// Mod modifies nodetest.TestConfig for every node (restarted ones too).
 	Mod func(*node.Config)
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/node/nodetest"
 	"github.com/ringlimit/ringlimit/transport"
 	"github.com/ringlimit/ringlimit/transport/pki"
 )
@@ -56,7 +57,7 @@ func TestMutualTLS(t *testing.T) {
 // a CA of its own, not the cluster's.
 func foreignPool(t *testing.T, member string) *transport.Pool {
 	t.Helper()
-	other, err := node.NewTestCA()
+	other, err := nodetest.NewTestCA()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func TestWholeClusterClosesTogether(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := StartCluster(ctx, 3, TestConfig())
+	c, err := startCluster(ctx, 3, testConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

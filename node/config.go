@@ -156,15 +156,15 @@ type SecurityMetrics interface {
 }
 
 // Config configures a Node. Every field is read once by New and never changed
-// afterwards. Start from DefaultConfig (a LAN) or TestConfig (loopback, fast
-// failure detection) and override fields.
+// afterwards. Start from DefaultConfig (a LAN), or nodetest.TestConfig (loopback, fast
+// failure detection) in tests, and override fields.
 type Config struct {
 	// Name is the member name, unique in the cluster; it decides the key ranges
 	// this node owns, so a node restarted under the same name takes back the same
 	// keys. Default: the hostname.
 	Name string
 	// BindAddr is the IP address the gossip and gRPC listeners bind to.
-	// Default "0.0.0.0"; TestConfig uses "127.0.0.1".
+	// Default "0.0.0.0"; nodetest.TestConfig uses "127.0.0.1".
 	BindAddr string
 	// AdvertiseAddr is the IP address peers use to reach this node. Default: empty,
 	// meaning BindAddr when it is a specific address, else memberlist picks the
@@ -200,7 +200,7 @@ type Config struct {
 	// TLSCertFile, TLSKeyFile and TLSCAFile name the PEM files of this member's
 	// certificate (made by pki.CreateNode for Name, or `ringlimit cert
 	// create-node`), its key, and the cluster CA. Alternatively TLSCertPEM,
-	// TLSKeyPEM and TLSCAPEM carry the same PEM in memory (TestConfig); set
+	// TLSKeyPEM and TLSCAPEM carry the same PEM in memory; set
 	// each of the three either as a file or as bytes, not both. With them and
 	// SecretKey the node runs secure: peers use mutual TLS 1.3, every peer
 	// certificate must chain to the CA and name the member it claims to be
@@ -222,6 +222,14 @@ type Config struct {
 	// its open streams end at their next message, and the member it names is
 	// refused admission and leaves the ring. Default: none.
 	PeerDenyFile string
+	// IssueCert, when set, Insecure is off and neither the certificate nor the
+	// key is given (as a file or PEM), is called once by New with Name and
+	// returns the cluster CA and this member's certificate and key (PEM); the
+	// CA is used unless TLSCAFile/TLSCAPEM is given. Its error fails New with
+	// ErrInvalidConfig. nodetest.TestConfig sets it from an in-memory CA, so
+	// every copy of one config belongs to one cluster whatever Name it is
+	// given. Default: nil.
+	IssueCert func(member string) (caPEM, certPEM, keyPEM []byte, err error)
 	// Insecure runs the peer listener without TLS: anyone who reaches the peer
 	// port can forward checks under limits of their choice and install key
 	// states (validated against their limit, but chosen by them), and anyone who
@@ -256,7 +264,7 @@ type Config struct {
 	// DefaultMaxLimit (10^12).
 	MaxLimit int64
 	// AdmissionRetry is how often a member that failed the admission handshake
-	// is tried again (a member fixed meanwhile gets in). Default 5 s; TestConfig
+	// is tried again (a member fixed meanwhile gets in). Default 5 s; nodetest.TestConfig
 	// 1 s. Each attempt costs a TLS handshake (ECDSA) on both sides.
 	AdmissionRetry time.Duration
 	// MembershipDebounce is how long the node waits, after gossip reports a
@@ -265,7 +273,7 @@ type Config struct {
 	// it again, up to 10 × MembershipDebounce after the first, so a burst (a
 	// rolling deploy, a zone outage, a cluster forming) costs one rebuild,
 	// one handoff and one replica resync rather than one per member. Default
-	// 100 ms; TestConfig 5 ms; 0 rebuilds on every change. Longer coalesces
+	// 100 ms; nodetest.TestConfig 5 ms; 0 rebuilds on every change. Longer coalesces
 	// more, at the cost of that much longer before a change takes effect: a
 	// new member owns its keys later, and checks for a dead member's keys go
 	// through its backup (by the breaker) that much longer.
@@ -289,7 +297,7 @@ type Config struct {
 	// keys go straight to their backups, so a dead member slows no check. After
 	// the cooldown one check tries the member again (half-open); an answer
 	// closes the breaker, a failure restarts the cooldown. A ring change that
-	// drops or restarts the member resets it. Default 1 s; TestConfig 200 ms.
+	// drops or restarts the member resets it. Default 1 s; nodetest.TestConfig 200 ms.
 	BreakerCooldown time.Duration
 	// AcceptCallerTimestamps lets a check carry its own time (Check.CreatedAt,
 	// Unix ns) used by the owner instead of its clock: for replays and for
@@ -359,10 +367,6 @@ type Config struct {
 	// peerNet, set only by node's own tests, carries forwards and handoffs in
 	// memory instead of over gRPC (the node still serves gRPC).
 	peerNet peerNet
-	// testCA, set by TestConfig, makes this member's certificate in New when
-	// no certificate is given, so every config copied from one TestConfig
-	// belongs to one cluster.
-	testCA *TestCA
 	// anyCertName, set only by node's own tests, lets New start with a
 	// certificate that names another member (to play an impostor).
 	anyCertName bool
@@ -441,39 +445,15 @@ func DefaultConfig() Config {
 	}
 }
 
-// TestConfig returns a fast profile for tests and single-machine clusters, run
-// secure: a new in-memory cluster CA (one per call: every node of a cluster
-// must use copies of one TestConfig, as StartCluster does), a random gossip
-// SecretKey, and New makes each member's certificate for its Name from that CA.
-// Set Insecure and clear SecretKey to test the insecure path. It also sets
-// loopback, free ports, memberlist's LAN preset with short probe, suspicion and
-// gossip intervals (a crash is detected in about a second). It is deliberately not
-// memberlist's Local preset, which stalls for 16-26 s at times. Name must still be
-// set per node.
-func TestConfig() Config {
-	c := DefaultConfig()
-	// crypto/rand failing leaves ca nil: New then reports ErrInsecure.
-	if ca, err := NewTestCA(); err == nil {
-		c.testCA = ca
-		c.SecretKey = ca.GossipKey
-	}
-	c.Name = ""
-	c.BindAddr = "127.0.0.1"
-	c.GossipPort = 0
-	c.PeerPort = 0
-	c.AdmissionRetry = time.Second
-	c.MembershipDebounce = 5 * time.Millisecond
-	c.IdleScanInterval = time.Second
-	c.ForwardTimeout = 2 * time.Second // generous: tests run under -race on loaded machines
-	c.HandoffTimeout = time.Second
-	c.BreakerCooldown = 200 * time.Millisecond
-	c.CloseTimeout = 5 * time.Second
-	c.RejoinInterval = 500 * time.Millisecond
-	// Probes every 200 ms with a 150 ms timeout and a suspicion of 0.8-1.6 s detect
-	// a crash in about 2 s, yet tolerate the scheduling stalls of -race tests on two
-	// loaded cores (at 100/50 ms, members were falsely declared dead under load, and a
-	// false death hands its keys to fresh owners).
-	c.Gossip = GossipConfig{
+// FastGossip returns memberlist timings for loopback and single-machine
+// clusters (tests, the in-process demo, the daemon's fast profile): probes every
+// 200 ms with a 150 ms timeout and a suspicion of 0.8-1.6 s detect a crash in
+// about 2 s, yet tolerate the scheduling stalls of -race tests on two loaded
+// cores (at 100/50 ms, members were falsely declared dead under load, and a
+// false death hands its keys to fresh owners). It is deliberately not
+// memberlist's Local preset, which stalls for 16-26 s at times.
+func FastGossip() GossipConfig {
+	return GossipConfig{
 		ProbeInterval:           200 * time.Millisecond,
 		ProbeTimeout:            150 * time.Millisecond,
 		GossipInterval:          20 * time.Millisecond,
@@ -483,7 +463,6 @@ func TestConfig() Config {
 		TCPTimeout:              time.Second,
 		DeadNodeReclaimTime:     100 * time.Millisecond,
 	}
-	return c
 }
 
 func (c *Config) validate() error {
@@ -576,11 +555,11 @@ func (c *Config) validateSecurity() error {
 		{"TLSCertFile/TLSCertPEM", c.TLSCertFile, c.TLSCertPEM},
 		{"TLSKeyFile/TLSKeyPEM", c.TLSKeyFile, c.TLSKeyPEM},
 	}
-	if c.testCA != nil && !c.Insecure {
-		// TestConfig: New makes this member's certificate from the test CA.
+	if c.IssueCert != nil && !c.Insecure {
+		// New asks IssueCert for this member's certificate and key.
 		for i := range items {
 			if items[i].file == "" && len(items[i].pem) == 0 {
-				items[i].pem = []byte("from TestCA")
+				items[i].pem = []byte("from IssueCert")
 			}
 		}
 	}
@@ -611,4 +590,39 @@ func (c *Config) validateSecurity() error {
 		return fmt.Errorf("%w: secure mode needs %s too (have %s)", ErrInvalidConfig, strings.Join(missing, ", "), strings.Join(present, ", "))
 	}
 	return nil
+}
+
+// tlsMaterial returns the PEM of the CA, certificate and key: read from the
+// files, taken from the PEM fields, or issued by IssueCert for c.Name.
+func (c Config) tlsMaterial(read func(string) ([]byte, error)) (ca, cert, key []byte, err error) {
+	get := func(field, file string, pemb []byte) ([]byte, error) {
+		if file != "" {
+			b, err := read(file)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, field, err)
+			}
+			return b, nil
+		}
+		return pemb, nil
+	}
+	if ca, err = get("TLSCAFile", c.TLSCAFile, c.TLSCAPEM); err != nil {
+		return nil, nil, nil, err
+	}
+	if cert, err = get("TLSCertFile", c.TLSCertFile, c.TLSCertPEM); err != nil {
+		return nil, nil, nil, err
+	}
+	if key, err = get("TLSKeyFile", c.TLSKeyFile, c.TLSKeyPEM); err != nil {
+		return nil, nil, nil, err
+	}
+	if c.IssueCert != nil && !c.Insecure && len(cert) == 0 && len(key) == 0 {
+		issuedCA, issuedCert, issuedKey, err := c.IssueCert(c.Name)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("%w: IssueCert for %q: %w", ErrInvalidConfig, c.Name, err)
+		}
+		cert, key = issuedCert, issuedKey
+		if len(ca) == 0 {
+			ca = issuedCA
+		}
+	}
+	return ca, cert, key, nil
 }

@@ -7,13 +7,14 @@ import (
 
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/node/nodetest"
 )
 
 // A single node owns every key. The limit is redis-cell's
 // `CL.THROTTLE user123 15 30 60`: sixteen immediate checks pass, the seventeenth
 // waits one emission interval (2 s) and the key is full again 32 s later.
 func Example() {
-	cfg := node.TestConfig() // loopback, free ports; use DefaultConfig in production
+	cfg := nodetest.TestConfig() // loopback, free ports; use DefaultConfig in production
 	cfg.Name = "api-1"
 	now := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC).UnixNano()
 	cfg.Clock = func() int64 { return now } // a stopped clock makes the output exact

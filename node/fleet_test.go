@@ -157,16 +157,16 @@ func runFleet(t *testing.T, size, callers int, seed uint64) fleetResult {
 	runtime.ReadMemStats(&ms0)
 
 	mn := newMemNet()
-	base := TestConfig()
+	base := testConfig()
 	base.peerNet = mn
 	logs := &countingHandler{counts: map[string]int{}}
 	base.Logger = slog.New(logs)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(size)*6*time.Second)
-	c, err := StartCluster(ctx, size, base)
+	c, err := startCluster(ctx, size, base)
 	cancel()
 	if err != nil {
-		t.Fatalf("StartCluster(%d): %v", size, err)
+		t.Fatalf("startCluster(%d): %v", size, err)
 	}
 	res.formed = time.Since(start)
 	var allMu sync.Mutex
@@ -267,7 +267,7 @@ func runFleet(t *testing.T, size, callers int, seed uint64) fleetResult {
 			t.Errorf("close %s: %v", old.Name(), err)
 		}
 		cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := WaitConverged(cctx, rest...)
+		err := waitConverged(cctx, rest...)
 		ccancel()
 		if err != nil {
 			res.stuck = fmt.Sprintf("after closing %s (%d of %d): %v", old.Name(), i+1, size, err)
@@ -288,7 +288,7 @@ func runFleet(t *testing.T, size, callers int, seed uint64) fleetResult {
 		allMu.Unlock()
 		next := append(rest, nn)
 		cctx, ccancel = context.WithTimeout(context.Background(), 30*time.Second)
-		err = WaitConverged(cctx, next...)
+		err = waitConverged(cctx, next...)
 		ccancel()
 		if err != nil {
 			res.stuck = fmt.Sprintf("after restarting %s (%d of %d): %v", nn.Name(), i+1, size, err)

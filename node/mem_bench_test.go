@@ -80,7 +80,7 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 // second hit a bucket width later on the node's clock.
 func heapPerKey(b *testing.B, kind algo.Kind, keys int, boxed bool) (perKey, total float64) {
 	b.Helper()
-	cfg := TestConfig()
+	cfg := testConfig()
 	cfg.Name = "mem"
 	cfg.MaxKeys = keys
 	cfg.IdleScanInterval = time.Hour // measure the states, not a scan racing the fill

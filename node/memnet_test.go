@@ -228,16 +228,16 @@ func memCluster(t testing.TB, size int, mod func(*Config)) (*memNet, []*Node) {
 func memClusterBase(t testing.TB, size int, mod func(*Config)) (*memNet, []*Node, Config) {
 	t.Helper()
 	mn := newMemNet()
-	cfg := TestConfig()
+	cfg := testConfig()
 	cfg.peerNet = mn
 	if mod != nil {
 		mod(&cfg)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := StartCluster(ctx, size, cfg)
+	c, err := startCluster(ctx, size, cfg)
 	if err != nil {
-		t.Fatalf("StartCluster(%d): %v", size, err)
+		t.Fatalf("startCluster(%d): %v", size, err)
 	}
 	t.Cleanup(func() {
 		for _, n := range c.Nodes() {
@@ -430,7 +430,7 @@ func TestMemNetJoinHandsOffEveryAlgorithm(t *testing.T) {
 	all := append(nodes, d)
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	if err := WaitConverged(wctx, all...); err != nil {
+	if err := waitConverged(wctx, all...); err != nil {
 		t.Fatal(err)
 	}
 	moved := 0

@@ -19,7 +19,7 @@ import (
 
 func testNode(t testing.TB, mod func(*Config)) *Node {
 	t.Helper()
-	cfg := TestConfig()
+	cfg := testConfig()
 	cfg.Name = "solo"
 	if mod != nil {
 		mod(&cfg)
@@ -52,7 +52,7 @@ func TestConfigValidation(t *testing.T) {
 		{"OwnerUnreachable", func(c *Config) { c.OwnerUnreachable = 9 }},
 	}
 	for _, tc := range cases {
-		cfg := TestConfig()
+		cfg := testConfig()
 		cfg.Name = "x"
 		tc.mod(&cfg)
 		_, err := New(cfg)

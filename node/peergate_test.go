@@ -22,11 +22,11 @@ import (
 func TestNonMemberCertGetsOnlyHello(t *testing.T) {
 	t.Parallel()
 	m := &secMetrics{}
-	base, nodes := secureCluster(t, 1, m, nil)
+	base, nodes, ca := secureCluster(t, 1, m, nil)
 	n := nodes[0]
 	ctx := context.Background()
 	l := algo.Limit{Kind: algo.GCRA, Limit: 1, Period: time.Hour}
-	outsider := memberPool(t, base.testCA, "node-9", false)
+	outsider := memberPool(t, ca, "node-9", false)
 	if _, _, err := outsider.Hello(ctx, n.PeerAddr(), transport.Hello{ClusterLabel: base.ClusterLabel, Member: "node-9", ProtocolVersion: transport.ProtocolVersion, InstanceID: "x"}); err != nil {
 		t.Errorf("Hello from a CA-signed non-member: %v, want an answer", err)
 	}
@@ -102,11 +102,11 @@ func TestPeerDenyListRevokes(t *testing.T) {
 		}
 	}
 	write("# nothing revoked yet\n")
-	base := TestConfig()
+	base, ca := testConfigCA()
 	base.PeerDenyFile = deny
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := StartCluster(ctx, 3, base)
+	c, err := startCluster(ctx, 3, base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,11 +119,11 @@ func TestPeerDenyListRevokes(t *testing.T) {
 	l := algo.Limit{Kind: algo.GCRA, Limit: 10, Period: time.Hour, Burst: 9}
 
 	// A second certificate for node-1's name (a leaked or superseded one).
-	cert, key, err := base.testCA.NodePEM("node-1")
+	cert, key, err := ca.NodePEM("node-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaked := peerPoolFrom(t, base.testCA.CertPEM, cert, key)
+	leaked := peerPoolFrom(t, ca.CertPEM, cert, key)
 	handoff := func(p *transport.Pool, key string) error {
 		now := time.Now().UnixNano()
 		return p.Handoff(ctx, a.PeerAddr(), transport.TransferBatch{From: "node-1",
@@ -146,7 +146,7 @@ func TestPeerDenyListRevokes(t *testing.T) {
 	if err := replicate(); err == nil {
 		t.Error("the open replication stream of the revoked certificate: still accepted")
 	}
-	if err := handoff(peerPoolFrom(t, base.testCA.CertPEM, cert, key), "fresh"); err == nil {
+	if err := handoff(peerPoolFrom(t, ca.CertPEM, cert, key), "fresh"); err == nil {
 		t.Error("a new connection with the revoked certificate: accepted")
 	}
 	if got := a.Stats().Members; got != 3 {
@@ -197,7 +197,7 @@ func TestPeerDenyFileFormat(t *testing.T) {
 	if err := os.WriteFile(path, []byte("oops\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := TestConfig()
+	cfg := testConfig()
 	cfg.Name, cfg.PeerDenyFile = "n", path
 	if n, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
 		if n != nil {
@@ -205,7 +205,7 @@ func TestPeerDenyFileFormat(t *testing.T) {
 		}
 		t.Errorf("New with an invalid deny list: %v, want ErrInvalidConfig", err)
 	}
-	cfg = TestConfig()
+	cfg = testConfig()
 	cfg.Name, cfg.PeerDenyFile, cfg.Insecure, cfg.SecretKey = "n", path, true, nil
 	if n, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
 		if n != nil {

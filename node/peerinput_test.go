@@ -73,7 +73,7 @@ func TestLimitChangeKeepsReplicationFlowing(t *testing.T) {
 	}
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	if err := WaitConverged(wctx, owner, other); err != nil {
+	if err := waitConverged(wctx, owner, other); err != nil {
 		t.Fatal(err)
 	}
 	cfg := base
@@ -84,7 +84,7 @@ func TestLimitChangeKeepsReplicationFlowing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { restarted.Abort() })
-	if err := WaitConverged(wctx, owner, other, restarted); err != nil {
+	if err := waitConverged(wctx, owner, other, restarted); err != nil {
 		t.Fatal(err)
 	}
 
@@ -178,14 +178,14 @@ func gcraState(t *testing.T, now int64, l algo.Limit, hits int64) []byte {
 func TestTransferLyingLimit(t *testing.T) {
 	t.Parallel()
 	m := &secMetrics{}
-	base, nodes := secureCluster(t, 2, m, nil)
+	_, nodes, ca := secureCluster(t, 2, m, nil)
 	n := nodes[0]
 	victim := keyOwnedBy(t, n, n)
 	ctx := context.Background()
 	real := algo.Limit{Kind: algo.GCRA, Limit: 10, Period: time.Minute}
 	century := algo.Limit{Kind: algo.GCRA, Limit: 1, Period: 100 * 365 * 24 * time.Hour}
 	daily := algo.Limit{Kind: algo.GCRA, Limit: 10, Period: 24 * time.Hour, Burst: 9}
-	member := memberPool(t, base.testCA, "node-1", false) // a member's certificate
+	member := memberPool(t, ca, "node-1", false) // a member's certificate
 	now := time.Now().UnixNano()
 	err := member.Handoff(ctx, n.PeerAddr(), transport.TransferBatch{From: "node-1", States: []transport.KeyState{
 		{Key: victim, Limit: century, State: gcraState(t, now, century, 1), LastNow: now},

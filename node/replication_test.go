@@ -522,7 +522,7 @@ func TestJoinedBackupGetsReplicas(t *testing.T) {
 	t.Cleanup(func() { b.Abort() })
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	if err := WaitConverged(wctx, a, b); err != nil {
+	if err := waitConverged(wctx, a, b); err != nil {
 		t.Fatal(err)
 	}
 	kept := 0

@@ -71,26 +71,27 @@ func (l *logBuffer) String() string {
 }
 
 // secureCluster starts size nodes over gRPC from one TestConfig with m as
-// metrics and logs into lb; it returns the base config for more nodes.
-func secureCluster(t *testing.T, size int, m Metrics, lb *logBuffer) (Config, []*Node) {
+// metrics and logs into lb; it returns the base config for more nodes and
+// the cluster's CA.
+func secureCluster(t *testing.T, size int, m Metrics, lb *logBuffer) (Config, []*Node, *testCA) {
 	t.Helper()
-	base := TestConfig()
+	base, ca := testConfigCA()
 	base.Metrics = m
 	if lb != nil {
 		base.Logger = slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := StartCluster(ctx, size, base)
+	c, err := startCluster(ctx, size, base)
 	if err != nil {
-		t.Fatalf("StartCluster(%d): %v", size, err)
+		t.Fatalf("startCluster(%d): %v", size, err)
 	}
 	t.Cleanup(func() {
 		for _, n := range c.Nodes() {
 			n.Abort()
 		}
 	})
-	return base, c.Nodes()
+	return base, c.Nodes(), ca
 }
 
 // eventually polls cond every 10 ms until it holds or d passes.
@@ -109,9 +110,9 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 // Insecure is set, and names what is missing.
 func TestSecureByDefault(t *testing.T) {
 	t.Parallel()
-	bare := TestConfig()
+	bare := testConfig()
 	bare.Name = "n"
-	bare.testCA, bare.SecretKey = nil, nil
+	bare.IssueCert, bare.SecretKey = nil, nil
 	_, err := New(bare)
 	if !errors.Is(err, ErrInsecure) || !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("no material: got %v, want ErrInsecure wrapping ErrInvalidConfig", err)
@@ -128,7 +129,7 @@ func TestSecureByDefault(t *testing.T) {
 		t.Errorf("gossip key only: got %v, want ErrInvalidConfig naming the TLS material", err)
 	}
 
-	ca, err := NewTestCA()
+	ca, err := newTestCA()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,14 +185,14 @@ func TestSecureByDefault(t *testing.T) {
 func TestAdmissionRefusesImpostors(t *testing.T) {
 	m := &secMetrics{}
 	lb := &logBuffer{}
-	base, nodes := secureCluster(t, 3, m, lb)
+	base, nodes, ca := secureCluster(t, 3, m, lb)
 	join := []string{nodes[0].GossipAddr()}
 
 	noCert := base
 	noCert.Name, noCert.Join, noCert.Insecure, noCert.Metrics, noCert.Logger = "no-cert", join, true, nil, nil
-	noCert.testCA = nil // keeps the gossip key: only the certificate is missing
+	noCert.IssueCert = nil // keeps the gossip key: only the certificate is missing
 
-	foreignCA, err := NewTestCA()
+	foreignCA, err := newTestCA()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +202,7 @@ func TestAdmissionRefusesImpostors(t *testing.T) {
 	}
 	foreign.Join, foreign.SecretKey, foreign.Metrics, foreign.Logger = join, base.SecretKey, nil, nil
 
-	impostor, err := base.testCA.Config(base, "node-1") // a real member's certificate...
+	impostor, err := ca.Config(base, "node-1") // a real member's certificate...
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +242,7 @@ func TestAdmissionRefusesImpostors(t *testing.T) {
 	}
 	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer wcancel()
-	if err := WaitConverged(wctx, nodes...); err != nil {
+	if err := waitConverged(wctx, nodes...); err != nil {
 		for _, n := range nodes {
 			t.Logf("%s sees %+v", n.Name(), n.Members())
 		}
@@ -282,7 +283,7 @@ func TestAdmissionRefusesImpostors(t *testing.T) {
 func TestDuplicateNameRefused(t *testing.T) {
 	t.Parallel()
 	lb := &logBuffer{}
-	base, nodes := secureCluster(t, 2, nil, lb)
+	base, nodes, _ := secureCluster(t, 2, nil, lb)
 	cfg := base
 	cfg.Name = "node-1"
 	cfg.Join = []string{nodes[0].GossipAddr()}
@@ -310,7 +311,7 @@ func TestDuplicateNameRefused(t *testing.T) {
 
 // memberPool returns a peer pool that presents a certificate for member from
 // ca (or a client certificate when client is true).
-func memberPool(t *testing.T, ca *TestCA, member string, client bool) *transport.Pool {
+func memberPool(t *testing.T, ca *testCA, member string, client bool) *transport.Pool {
 	t.Helper()
 	cert, key, err := ca.NodePEM(member)
 	if client {
@@ -355,7 +356,7 @@ func yearAhead(t testing.TB, now int64, l algo.Limit) []byte {
 func TestTransferInjectionRefused(t *testing.T) {
 	t.Parallel()
 	m := &secMetrics{}
-	base, nodes := secureCluster(t, 2, m, nil)
+	_, nodes, ca := secureCluster(t, 2, m, nil)
 	n := nodes[0]
 	victim := keyOwnedBy(t, n, n)
 	l := algo.Limit{Kind: algo.GCRA, Burst: 0, Limit: 1, Period: time.Hour}
@@ -365,7 +366,7 @@ func TestTransferInjectionRefused(t *testing.T) {
 			From: from, States: []transport.KeyState{{Key: key, Limit: l, State: yearAhead(t, time.Now().UnixNano(), l), LastNow: time.Now().UnixNano()}},
 		})
 	}
-	member := memberPool(t, base.testCA, "node-1", false) // a member's certificate
+	member := memberPool(t, ca, "node-1", false) // a member's certificate
 	if err := inject(member, "node-1", victim); err != nil {
 		t.Errorf("implausible state from a member: got %v, want the state refused alone (nil)", err)
 	}
@@ -400,14 +401,14 @@ func TestTransferInjectionRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plain.Close()
-	otherCA, err := NewTestCA()
+	otherCA, err := newTestCA()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name, p := range map[string]*transport.Pool{
 		"plaintext":   plain,
 		"foreign CA":  memberPool(t, otherCA, "node-9", false),
-		"client cert": memberPool(t, base.testCA, "app", true),
+		"client cert": memberPool(t, ca, "app", true),
 	} {
 		if err := inject(p, "node-9", victim); !errors.Is(err, transport.ErrUnavailable) {
 			t.Errorf("%s: Transfer got %v, want the connection refused (ErrUnavailable)", name, err)
@@ -430,10 +431,10 @@ func TestTransferInjectionRefused(t *testing.T) {
 func TestForwardedTimestampRefused(t *testing.T) {
 	t.Parallel()
 	m := &secMetrics{}
-	base, nodes := secureCluster(t, 2, m, nil)
+	_, nodes, ca := secureCluster(t, 2, m, nil)
 	n := nodes[0]
 	l := algo.Limit{Kind: algo.FixedWindow, Limit: 1, Period: time.Hour}
-	member := memberPool(t, base.testCA, "node-1", false)
+	member := memberPool(t, ca, "node-1", false)
 	now := time.Now().UnixNano()
 	for i := range 3 {
 		res, err := member.Forward(context.Background(), n.PeerAddr(), transport.Check{Key: "hourly", Limit: l, Hits: 1, CreatedAt: now + int64(i)*int64(time.Hour)})
@@ -503,11 +504,11 @@ func TestPeerServiceNotOnClientPort(t *testing.T) {
 func TestAdmissionRetried(t *testing.T) {
 	t.Parallel()
 	mn := newMemNet()
-	base := TestConfig()
+	base := testConfig()
 	base.peerNet = mn
 	sctx, scancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer scancel()
-	c, err := StartCluster(sctx, 2, base)
+	c, err := startCluster(sctx, 2, base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -547,7 +548,7 @@ func TestAdmissionRetried(t *testing.T) {
 	mn.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := WaitConverged(ctx, append(nodes, late)...); err != nil {
+	if err := waitConverged(ctx, append(nodes, late)...); err != nil {
 		t.Fatalf("after healing: %v", err)
 	}
 }

@@ -107,7 +107,7 @@ func (d *seedDNS) LookupHost(_ context.Context, host string) ([]string, error) {
 // first answer.
 func TestRejoinResolvesSeedNameAgain(t *testing.T) {
 	t.Parallel()
-	base := TestConfig()
+	base := testConfig()
 	// a and b listen on one gossip port at two loopback addresses, so that
 	// only the name's address changes, as a pod's does.
 	var a, b *Node
@@ -151,12 +151,12 @@ func TestRejoinResolvesSeedNameAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	dns.set("127.0.0.2")
-	if err := WaitConverged(ctx, a, c); err != nil {
+	if err := waitConverged(ctx, a, c); err != nil {
 		t.Fatalf("after the name moved to a: %v", err)
 	}
 	n := dns.count()
 	dns.set("127.0.0.3")
-	if err := WaitConverged(ctx, a, b, c); err != nil {
+	if err := waitConverged(ctx, a, b, c); err != nil {
 		t.Fatalf("after the name moved to b: %v", err)
 	}
 	if got := dns.count(); got <= n || n < 2 {

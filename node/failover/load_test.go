@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
-	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/node/failover"
 	"github.com/ringlimit/ringlimit/node/failover/redislimit"
 	"github.com/ringlimit/ringlimit/node/failover/redistest"
+	"github.com/ringlimit/ringlimit/node/nodetest"
 )
 
 // record is one check as a caller saw it.
@@ -40,7 +40,7 @@ func TestFailoverUnderLoad(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl, err := node.StartCluster(ctx, 3, node.TestConfig())
+	cl, err := nodetest.StartCluster(ctx, 3, nodetest.TestConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

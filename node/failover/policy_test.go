@@ -9,6 +9,7 @@ import (
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/node/failover"
+	"github.com/ringlimit/ringlimit/node/nodetest"
 	"github.com/ringlimit/ringlimit/node/policy"
 )
 
@@ -19,7 +20,7 @@ func TestDescriptorsRedisFirst(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := node.StartCluster(ctx, 1, node.TestConfig())
+	c, err := nodetest.StartCluster(ctx, 1, nodetest.TestConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/node/nodetest"
 	"github.com/ringlimit/ringlimit/node/policy"
 )
 
@@ -17,7 +18,7 @@ import (
 // limit that never denies: bare, NodeLimiter keyed by client IP, and the policy
 // file through HTTPDescriptors.
 func BenchmarkHTTPOverhead(b *testing.B) {
-	cfg := node.TestConfig()
+	cfg := nodetest.TestConfig()
 	cfg.Name = "bench"
 	n, err := node.New(cfg)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/node/nodetest"
 	"github.com/ringlimit/ringlimit/node/policy"
 )
 
@@ -24,7 +25,7 @@ func TestClusterHTTPExactLimit(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := node.StartCluster(ctx, 3, node.TestConfig())
+	c, err := nodetest.StartCluster(ctx, 3, nodetest.TestConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ descriptors:
 // open on: a long header or path must not bypass the limit.
 func TestOversizedKeyNeverPasses(t *testing.T) {
 	t.Parallel()
-	cfg := node.TestConfig()
+	cfg := nodetest.TestConfig()
 	cfg.Name = "solo"
 	n, err := node.New(cfg)
 	if err != nil {

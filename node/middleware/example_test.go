@@ -14,11 +14,12 @@ import (
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/node/middleware"
+	"github.com/ringlimit/ringlimit/node/nodetest"
 	"github.com/ringlimit/ringlimit/node/policy"
 )
 
 func startNode() *node.Node {
-	cfg := node.TestConfig()
+	cfg := nodetest.TestConfig()
 	cfg.Name = "example"
 	n, err := node.New(cfg)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/node/nodetest"
 )
 
 // TestPenaltyBanHoldsAcrossNodesAndHandoff: a key banned through one node is
@@ -15,7 +16,7 @@ func TestPenaltyBanHoldsAcrossNodesAndHandoff(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := node.StartCluster(ctx, 3, node.TestConfig())
+	c, err := nodetest.StartCluster(ctx, 3, nodetest.TestConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ descriptors:
 			rest = append(rest, i)
 		}
 	}
-	if err := node.WaitConverged(ctx, c.Nodes()[rest[0]], c.Nodes()[rest[1]]); err != nil {
+	if err := nodetest.WaitConverged(ctx, c.Nodes()[rest[0]], c.Nodes()[rest[1]]); err != nil {
 		t.Fatal(err)
 	}
 	for _, i := range rest {

@@ -5,13 +5,14 @@ import (
 	"fmt"
 
 	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/node/nodetest"
 	"github.com/ringlimit/ringlimit/node/policy"
 )
 
 // The seed's flow: a default per API and an override for one app, checked on a
 // node (a cluster of one here).
 func ExampleLimiter_Check() {
-	cfg := node.TestConfig()
+	cfg := nodetest.TestConfig()
 	cfg.Name = "example"
 	n, err := node.New(cfg)
 	if err != nil {

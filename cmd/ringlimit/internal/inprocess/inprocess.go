@@ -1,7 +1,7 @@
 // Package inprocess starts a ringlimit cluster inside the CLI's process: n nodes
-// from node.TestConfig on loopback with ports picked by the OS, but with a LAN
+// from nodetest.TestConfig on loopback with ports picked by the OS, but with a LAN
 // deployment's idle-scan interval, joined through the first one,
-// ready once every node agrees on the ring (node.StartCluster). Each node
+// ready once every node agrees on the ring (nodetest.StartCluster). Each node
 // becomes one target.Target named after the node.
 package inprocess
 
@@ -12,6 +12,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
 	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/node/nodetest"
 )
 
 // ForwardTimeout replaces TestConfig's forward timeout (2 s): 1 min. The nodes
@@ -28,7 +29,7 @@ const ForwardTimeout = time.Minute
 // has no earlier deadline.
 const StartTimeout = 30 * time.Second
 
-// Start starts a cluster of nodes nodes (>= 1) from node.TestConfig with
+// Start starts a cluster of nodes nodes (>= 1) from nodetest.TestConfig with
 // ForwardTimeout: secure, with mutual TLS between the nodes and encrypted
 // gossip from an in-memory CA and key made for this cluster. Idle keys are
 // dropped at node.DefaultConfig's interval (every 10 s), not the test
@@ -41,14 +42,14 @@ const StartTimeout = 30 * time.Second
 // node.ErrInvalidConfig), a listener that cannot bind, or a cluster that does not
 // converge within StartTimeout.
 func Start(ctx context.Context, nodes int, acceptCallerTimestamps bool) (targets []target.Target, stop func() error, err error) {
-	cfg := node.TestConfig()
+	cfg := nodetest.TestConfig()
 	def := node.DefaultConfig()
 	cfg.IdleScanInterval = def.IdleScanInterval
 	cfg.AcceptCallerTimestamps = acceptCallerTimestamps
 	cfg.ForwardTimeout = ForwardTimeout
 	ctx, cancel := context.WithTimeout(ctx, StartTimeout)
 	defer cancel()
-	c, err := node.StartCluster(ctx, nodes, cfg)
+	c, err := nodetest.StartCluster(ctx, nodes, cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("inprocess: start %d nodes: %w", nodes, err)
 	}

@@ -23,10 +23,11 @@ import (
 
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/node/nodetest"
 )
 
 // ForwardTimeout is the node.Config.ForwardTimeout of Start's clusters: 1 min,
-// against node.TestConfig's 2 s.
+// against nodetest.TestConfig's 2 s.
 const ForwardTimeout = time.Minute
 
 // Degraded counts a cluster's events that make a front door's replies inexact:
@@ -68,18 +69,18 @@ func (d *Degraded) String() string {
 		d.offOwner.Load(), d.forwardErrs.Load(), d.handoffs.Load())
 }
 
-// Start starts an n-node cluster from node.TestConfig with ForwardTimeout and a
+// Start starts an n-node cluster from nodetest.TestConfig with ForwardTimeout and a
 // Degraded as its Metrics, closed at the test's cleanup. It fails the test if
 // the cluster does not form within a minute.
-func Start(t testing.TB, n int) (*node.Cluster, *Degraded) {
+func Start(t testing.TB, n int) (*nodetest.Cluster, *Degraded) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	deg := new(Degraded)
-	cfg := node.TestConfig()
+	cfg := nodetest.TestConfig()
 	cfg.ForwardTimeout = ForwardTimeout
 	cfg.Metrics = deg
-	c, err := node.StartCluster(ctx, n, cfg)
+	c, err := nodetest.StartCluster(ctx, n, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

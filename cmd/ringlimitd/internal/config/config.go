@@ -62,7 +62,7 @@ const (
 	// ProfileLAN uses memberlist's LAN timings (node.DefaultConfig): a crashed
 	// member is declared dead after about 5 s.
 	ProfileLAN = "lan"
-	// ProfileFast uses node.TestConfig's timings (probe every 100 ms, dead after
+	// ProfileFast uses node.FastGossip's timings (probe every 200 ms, dead after
 	// about a second): for single-host clusters such as docker-compose, at the cost
 	// of more gossip traffic and more false suspicions under load.
 	ProfileFast = "fast"
@@ -595,7 +595,7 @@ func (c *Config) AdminAddr() string {
 }
 
 // NodeConfig returns the node.Config this Config describes, starting from
-// node.DefaultConfig (or node.TestConfig's timings for the fast gossip profile),
+// node.DefaultConfig (or node.FastGossip's timings for the fast gossip profile),
 // with logger and metrics installed. It reads the gossip key file; node.New
 // validates the rest again.
 func (c *Config) NodeConfig(logger *slog.Logger, metrics node.Metrics) (node.Config, error) {
@@ -605,7 +605,7 @@ func (c *Config) NodeConfig(logger *slog.Logger, metrics node.Metrics) (node.Con
 	}
 	nc := node.DefaultConfig()
 	if c.GossipProfile == ProfileFast {
-		nc.Gossip = node.TestConfig().Gossip
+		nc.Gossip = node.FastGossip()
 	}
 	nc.Name = c.NodeName
 	nc.BindAddr = c.BindAddr

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/node/nodetest"
 )
 
 // env looks variables up in m, with RINGLIMIT_INSECURE=true unless m sets it,
@@ -278,7 +279,7 @@ func TestNodeConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := node.DefaultConfig()
-	want.Gossip = node.TestConfig().Gossip
+	want.Gossip = node.FastGossip()
 	want.Name, want.BindAddr, want.AdvertiseAddr = "n1", "127.0.0.1", "127.0.0.2"
 	want.GossipPort, want.PeerPort = 0, 0
 	want.Join = []string{"a:1", "b:2"}
@@ -314,7 +315,7 @@ func TestEnvName(t *testing.T) {
 // tokens, a WARN for a key readable by others, and refusals naming the file.
 func TestSecurityFiles(t *testing.T) {
 	t.Parallel()
-	ca, err := node.NewTestCA()
+	ca, err := nodetest.NewTestCA()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +362,7 @@ func TestSecurityFiles(t *testing.T) {
 // paths.
 func TestSecurityCertManagerLayout(t *testing.T) {
 	t.Parallel()
-	ca, err := node.NewTestCA()
+	ca, err := nodetest.NewTestCA()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ import (
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/config"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/metrics"
-	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/node/nodetest"
 	"github.com/ringlimit/ringlimit/transport"
 	"github.com/ringlimit/ringlimit/transport/pki"
 	pb "github.com/ringlimit/ringlimit/transport/ringlimitv1"
@@ -44,7 +44,7 @@ const testToken = "tT5-qW8zRk2Lx9Nv4Bm7Pc3Hs6Jd"
 type testPKI struct {
 	t          testing.TB
 	dir        string
-	ca         *node.TestCA
+	ca         *nodetest.TestCA
 	gossipKey  string
 	tokens     string
 	certClient *http.Client // presents the client certificate "tester"
@@ -55,7 +55,7 @@ type testPKI struct {
 
 func newTestPKI(t testing.TB) *testPKI {
 	t.Helper()
-	ca, err := node.NewTestCA()
+	ca, err := nodetest.NewTestCA()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -536,7 +536,7 @@ func TestClientPortsRefuseUnauthenticated(t *testing.T) {
 	url := "https://" + d.HTTPAddr() + "/v1/check"
 
 	// A second CA: its client certificate must not get in.
-	other, err := node.NewTestCA()
+	other, err := nodetest.NewTestCA()
 	if err != nil {
 		t.Fatal(err)
 	}

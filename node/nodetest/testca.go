@@ -1,10 +1,11 @@
-package node
+package nodetest
 
 import (
 	"crypto/rand"
 	"fmt"
 	"time"
 
+	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/transport/pki"
 )
 
@@ -32,7 +33,7 @@ func NewTestCA() (*TestCA, error) {
 	}
 	gk := make([]byte, 32)
 	if _, err := rand.Read(gk); err != nil {
-		return nil, fmt.Errorf("node: gossip key: %w", err)
+		return nil, fmt.Errorf("nodetest: gossip key: %w", err)
 	}
 	return &TestCA{CertPEM: cert, KeyPEM: key, GossipKey: gk}, nil
 }
@@ -43,6 +44,13 @@ func (ca *TestCA) NodePEM(member string) (certPEM, keyPEM []byte, err error) {
 	return pki.CreateNode(ca.CertPEM, ca.KeyPEM, member, []string{"127.0.0.1", "localhost"}, testCertValidity)
 }
 
+// issue is the node.Config.IssueCert of TestConfig: the CA and member's
+// node certificate and key.
+func (ca *TestCA) issue(member string) (caPEM, certPEM, keyPEM []byte, err error) {
+	certPEM, keyPEM, err = ca.NodePEM(member)
+	return ca.CertPEM, certPEM, keyPEM, err
+}
+
 // ClientPEM returns a client certificate and key for client, signed by the CA.
 func (ca *TestCA) ClientPEM(client string) (certPEM, keyPEM []byte, err error) {
 	return pki.CreateClient(ca.CertPEM, ca.KeyPEM, client, testCertValidity)
@@ -50,54 +58,17 @@ func (ca *TestCA) ClientPEM(client string) (certPEM, keyPEM []byte, err error) {
 
 // Config returns base made secure for member name under this CA: Name, the
 // CA and a new node certificate for name in the TLS*PEM fields, SecretKey =
-// GossipKey, Insecure off, the TLS*File fields cleared.
-func (ca *TestCA) Config(base Config, name string) (Config, error) {
+// GossipKey, Insecure off, the TLS*File fields and IssueCert cleared.
+func (ca *TestCA) Config(base node.Config, name string) (node.Config, error) {
 	cert, key, err := ca.NodePEM(name)
 	if err != nil {
-		return Config{}, err
+		return node.Config{}, err
 	}
 	base.Name = name
 	base.Insecure = false
 	base.TLSCAFile, base.TLSCertFile, base.TLSKeyFile = "", "", ""
 	base.TLSCAPEM, base.TLSCertPEM, base.TLSKeyPEM = ca.CertPEM, cert, key
 	base.SecretKey = ca.GossipKey
-	base.testCA = nil
+	base.IssueCert = nil
 	return base, nil
-}
-
-// TestCA returns the CA that TestConfig put in c (New makes the member
-// certificates from it), or nil for a config not made by TestConfig.
-func (c Config) TestCA() *TestCA { return c.testCA }
-
-// tlsMaterial returns the PEM of the CA, certificate and key: read from the
-// files, taken from the PEM fields, or made from the test CA for c.Name.
-func (c Config) tlsMaterial(read func(string) ([]byte, error)) (ca, cert, key []byte, err error) {
-	get := func(field, file string, pemb []byte) ([]byte, error) {
-		if file != "" {
-			b, err := read(file)
-			if err != nil {
-				return nil, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, field, err)
-			}
-			return b, nil
-		}
-		return pemb, nil
-	}
-	if ca, err = get("TLSCAFile", c.TLSCAFile, c.TLSCAPEM); err != nil {
-		return nil, nil, nil, err
-	}
-	if cert, err = get("TLSCertFile", c.TLSCertFile, c.TLSCertPEM); err != nil {
-		return nil, nil, nil, err
-	}
-	if key, err = get("TLSKeyFile", c.TLSKeyFile, c.TLSKeyPEM); err != nil {
-		return nil, nil, nil, err
-	}
-	if c.testCA != nil && len(cert) == 0 && len(key) == 0 {
-		if cert, key, err = c.testCA.NodePEM(c.Name); err != nil {
-			return nil, nil, nil, fmt.Errorf("%w: test certificate for %q: %w", ErrInvalidConfig, c.Name, err)
-		}
-		if len(ca) == 0 {
-			ca = c.testCA.CertPEM
-		}
-	}
-	return ca, cert, key, nil
 }

@@ -1,25 +1,27 @@
-package node
+package nodetest
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // Cluster is a set of nodes started in one process on loopback: the in-process
 // cluster of the CLI's demo and bench, and of tests.
 type Cluster struct {
-	nodes []*Node
+	nodes []*node.Node
 }
 
 // StartCluster starts size nodes from base (usually TestConfig()), named
 // "node-0".."node-<size-1>", each joining the first, and waits until every node
 // has all size members in its ring and they agree on every owner. On error, or if
 // ctx ends first, the nodes already started are aborted and the error returned.
-func StartCluster(ctx context.Context, size int, base Config) (*Cluster, error) {
+func StartCluster(ctx context.Context, size int, base node.Config) (*Cluster, error) {
 	if size < 1 {
-		return nil, fmt.Errorf("%w: cluster size %d", ErrInvalidConfig, size)
+		return nil, fmt.Errorf("%w: cluster size %d", node.ErrInvalidConfig, size)
 	}
 	c := &Cluster{}
 	for i := 0; i < size; i++ {
@@ -28,7 +30,7 @@ func StartCluster(ctx context.Context, size int, base Config) (*Cluster, error) 
 		if i > 0 {
 			cfg.Join = []string{c.nodes[0].GossipAddr()}
 		}
-		n, err := New(cfg)
+		n, err := node.New(cfg)
 		if err != nil {
 			c.abort()
 			return nil, err
@@ -43,7 +45,7 @@ func StartCluster(ctx context.Context, size int, base Config) (*Cluster, error) 
 }
 
 // Nodes returns the cluster's nodes in start order.
-func (c *Cluster) Nodes() []*Node { return c.nodes }
+func (c *Cluster) Nodes() []*node.Node { return c.nodes }
 
 // Close closes every node gracefully, one after another, and returns the joined
 // errors.
@@ -64,7 +66,7 @@ func (c *Cluster) abort() {
 // WaitConverged polls (every 10 ms) until every given node has exactly
 // len(nodes) members in its ring and all their partition tables are equal, or ctx
 // ends (its error is returned, wrapped with what was still missing).
-func WaitConverged(ctx context.Context, nodes ...*Node) error {
+func WaitConverged(ctx context.Context, nodes ...*node.Node) error {
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -74,13 +76,13 @@ func WaitConverged(ctx context.Context, nodes ...*Node) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("node: cluster did not converge: %s: %w", why, ctx.Err())
+			return fmt.Errorf("nodetest: cluster did not converge: %s: %w", why, ctx.Err())
 		case <-t.C:
 		}
 	}
 }
 
-func converged(nodes []*Node) string {
+func converged(nodes []*node.Node) string {
 	if len(nodes) == 0 {
 		return ""
 	}
