@@ -372,7 +372,7 @@ func (n *Node) rebuild() {
 	leaving := n.leaving.Load()
 	restarted := restartedMembers(old.snap, snap)
 	for name := range restarted {
-		n.breakers.reset(name) // a new process: give it a chance at once
+		n.breakers.Reset(name) // a new process: give it a chance at once
 	}
 	if snap == old.snap || (snap.Equal(old.snap) && leaving == old.leaving) {
 		if snap != old.snap { // same table, new addresses or instance ids
@@ -444,7 +444,7 @@ func (n *Node) rebuild() {
 	n.dropGonePeers(old.snap, snap)
 	for _, m := range old.snap.Members() {
 		if !snap.Has(m.Name) {
-			n.breakers.reset(m.Name)
+			n.breakers.Reset(m.Name)
 		}
 	}
 	n.resync(old, ns, restarted)

@@ -36,6 +36,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/internal/breaker"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/transport"
 	"github.com/ringlimit/ringlimit/transport/pki"
@@ -150,8 +151,8 @@ type Node struct {
 	// bans holds the ban states of keys checked with a penalty (see penalty.go).
 	bans *penalties
 
-	repl     *replicator // sends changed states to backups
-	breakers breakers    // per-peer circuit breaker
+	repl     *replicator  // sends changed states to backups
+	breakers *breaker.Set // per-peer circuit breaker
 
 	ml       *memberlist.Memberlist
 	secure   bool
@@ -258,7 +259,7 @@ func New(cfg Config) (*Node, error) {
 	n.owned = newStore(cfg.MaxKeys, r.Snapshot().Hash, n.onEvict)
 	n.owned.track = cfg.Replication != ReplicationOff
 	n.repl = newReplicator()
-	n.breakers.cooldown = int64(cfg.BreakerCooldown)
+	n.breakers = breaker.NewSet(cfg.BreakerCooldown)
 	n.fallback = newStore(cfg.MaxKeys, r.Snapshot().Hash, n.onEvict)
 	if n.log == nil {
 		n.log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -577,7 +578,7 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 			res transport.Result
 			err error
 		)
-		viaBackup := n.breakers.skip(owner.Name)
+		viaBackup := n.breakers.Skip(owner.Name)
 		if !viaBackup {
 			res, err = n.peers.Forward(ctx, owner.Addr, c.wire(false))
 			if err != nil && ctx.Err() != nil {
@@ -585,7 +586,7 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 			}
 			switch {
 			case err == nil && res.Code == transport.CodeOK:
-				n.breakers.reset(owner.Name)
+				n.breakers.Reset(owner.Name)
 				n.observe(c.Limit.Kind, RouteForwarded, res.Decision.Allowed)
 				*out = Decision{Decision: res.Decision, Route: RouteForwarded, Owner: owner.Name, Banned: res.Banned}
 				return nil
@@ -599,7 +600,7 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 			case err != nil && rs.backups != nil:
 				// Unreachable: skip the owner for BreakerCooldown and let the
 				// backup decide, now, instead of waiting for gossip.
-				n.breakers.trip(owner.Name)
+				n.breakers.Fail(owner.Name)
 				viaBackup = true
 			case err == nil && res.Code == transport.CodeUnavailable && rs.backups != nil:
 				// The owner is stopping (it has handed its keys to their new

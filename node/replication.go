@@ -14,7 +14,7 @@ import (
 	"github.com/ringlimit/ringlimit/transport"
 )
 
-// Replication, backups and the per-peer breaker (see Config.Replication).
+// Replication and backups (see Config.Replication).
 //
 // The backup of a key is its owner in the ring without the key's owner: the
 // member that becomes the owner when the owner leaves or is declared dead.
@@ -77,69 +77,6 @@ func (n *Node) Backup(key string) (Member, bool) {
 		return Member{}, false
 	}
 	return Member{Name: m.Name, Addr: m.Addr, ID: m.ID, Self: m.Name == n.cfg.Name}, true
-}
-
-// breakers is the per-peer circuit breaker: a member a forward failed to reach
-// is skipped for Config.BreakerCooldown (its keys go to their backups), then
-// one check tries it again.
-type breakers struct {
-	cooldown int64 // ns
-	open     atomic.Int32
-	m        sync.Map // member name -> *breaker
-}
-
-type breaker struct {
-	until atomic.Int64 // wall ns until which the member is skipped
-}
-
-// skip reports whether checks should not be sent to member now. Past the
-// cooldown, exactly one caller is let through as the trial (and the cooldown
-// restarts for the others).
-func (b *breakers) skip(member string) bool {
-	if b.open.Load() == 0 {
-		return false
-	}
-	v, ok := b.m.Load(member)
-	if !ok {
-		return false
-	}
-	br := v.(*breaker)
-	u := br.until.Load()
-	now := time.Now().UnixNano()
-	if now < u {
-		return true
-	}
-	return !br.until.CompareAndSwap(u, now+b.cooldown) // the winner is the trial
-}
-
-// isOpen reports whether member's breaker is open (its cooldown has not
-// passed), without taking the half-open trial.
-func (b *breakers) isOpen(member string) bool {
-	if b.open.Load() == 0 {
-		return false
-	}
-	v, ok := b.m.Load(member)
-	return ok && time.Now().UnixNano() < v.(*breaker).until.Load()
-}
-
-// trip opens member's breaker for the cooldown.
-func (b *breakers) trip(member string) {
-	until := time.Now().UnixNano() + b.cooldown
-	v, loaded := b.m.LoadOrStore(member, &breaker{})
-	v.(*breaker).until.Store(until)
-	if !loaded {
-		b.open.Add(1)
-	}
-}
-
-// reset closes member's breaker (it answered, left, or restarted).
-func (b *breakers) reset(member string) {
-	if b.open.Load() == 0 {
-		return
-	}
-	if _, ok := b.m.LoadAndDelete(member); ok {
-		b.open.Add(-1)
-	}
 }
 
 // replicator sends changed states to their backups. started counts sends
@@ -374,7 +311,7 @@ func (n *Node) replicate() {
 			continue
 		}
 		bo := r.backoff[name]
-		if n.breakers.isOpen(name) || bo != nil && now.Before(bo.until) {
+		if n.breakers.Refusing(name) || bo != nil && now.Before(bo.until) {
 			// Known unreachable, or refusing sends: keep the states for a
 			// later send (or for the new backup after the ring drops this
 			// one), and do not make a sync caller wait out a send that cannot
@@ -396,7 +333,7 @@ func (n *Node) replicate() {
 				d.resend(n, ms, want)
 			}
 			if errors.Is(err, transport.ErrUnavailable) {
-				n.breakers.trip(name)
+				n.breakers.Fail(name)
 			}
 			if n.cfg.Metrics != nil {
 				if rm, ok := n.cfg.Metrics.(ReplicationMetrics); ok {
@@ -585,7 +522,7 @@ func (n *Node) decideViaBackup(ctx context.Context, rs *ringState, c Check, h ui
 		n.observe(c.Limit.Kind, RouteBackup, d.Allowed)
 		return Decision{Decision: d, Route: RouteBackup, Owner: n.cfg.Name, Banned: ban}, nil
 	}
-	if n.breakers.skip(b.Name) {
+	if n.breakers.Skip(b.Name) {
 		return Decision{}, errNoBackup
 	}
 	res, err := n.peers.Forward(ctx, b.Addr, c.wire(true))
@@ -593,10 +530,10 @@ func (n *Node) decideViaBackup(ctx context.Context, rs *ringState, c Check, h ui
 	case err != nil && ctx.Err() != nil:
 		return Decision{}, ctx.Err()
 	case err != nil:
-		n.breakers.trip(b.Name)
+		n.breakers.Fail(b.Name)
 		return Decision{}, errNoBackup
 	case res.Code == transport.CodeOK:
-		n.breakers.reset(b.Name)
+		n.breakers.Reset(b.Name)
 		route := RouteForwarded // the backup reached the owner itself
 		if res.Route == transport.RouteBackup {
 			route = RouteBackup
@@ -658,7 +595,7 @@ func (n *Node) forwardAsBackup(ctx context.Context, c transport.Check) transport
 	if b, isB := rs.backupOfHash(h); !ok || !isB || b.Name != n.cfg.Name || rs.leaving {
 		return transport.Result{Code: transport.CodeNotOwner, Message: "not the key's backup"}
 	}
-	if !n.breakers.skip(owner.Name) {
+	if !n.breakers.Skip(owner.Name) {
 		// At most half of what the sender left us (and of ForwardTimeout): an
 		// owner that is gone without a reset (a killed container, a cut cable)
 		// must not make the sender's forward to this backup time out too,
@@ -676,14 +613,14 @@ func (n *Node) forwardAsBackup(ctx context.Context, c transport.Check) transport
 		cancel()
 		switch {
 		case err == nil && (res.Code == transport.CodeOK || res.Code == transport.CodeInvalidArgument):
-			n.breakers.reset(owner.Name)
+			n.breakers.Reset(owner.Name)
 			return res
 		case err == nil && res.Code == transport.CodeNotOwner:
 			return res // the rings disagree: the sender routes again
 		case err != nil && ctx.Err() != nil:
 			return transport.Result{Code: transport.CodeUnavailable, Message: ctx.Err().Error()}
 		case err != nil:
-			n.breakers.trip(owner.Name)
+			n.breakers.Fail(owner.Name)
 		}
 	}
 	d, ban, err := n.decideAsBackup(ctx, checkFromWire(&c), h)

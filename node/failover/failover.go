@@ -35,11 +35,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/internal/breaker"
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/node/failover/redislimit"
 )
@@ -214,20 +214,10 @@ type Limiter struct {
 	c   Cluster
 	cfg Config
 
-	state     atomic.Uint32 // State
-	fails     atomic.Int64  // consecutive failures while Closed
-	probing   atomic.Bool   // a half-open probe is in flight
-	openedNs  atomic.Int64  // when the breaker last opened, Unix ns (checked without the lock)
+	br        *breaker.Breaker
 	redisN    atomic.Uint64
 	clusterN  atomic.Uint64
 	failuresN atomic.Uint64
-
-	mu       sync.Mutex
-	since    time.Time // entered the current state
-	openedAt time.Time
-	okProbes int
-	switches [3][3]uint64
-	timeIn   [3]time.Duration
 }
 
 // New returns a Limiter deciding on p while it is healthy and on c otherwise.
@@ -239,7 +229,13 @@ func New(p Primary, c Cluster, cfg Config) (*Limiter, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	return &Limiter{p: p, c: c, cfg: cfg, since: time.Now()}, nil
+	l := &Limiter{p: p, c: c, cfg: cfg}
+	bc := breaker.Config{FailureThreshold: cfg.FailureThreshold, SuccessThreshold: cfg.SuccessThreshold, CoolDown: cfg.CoolDown}
+	if f := cfg.OnStateChange; f != nil {
+		bc.OnStateChange = func(from, to breaker.State, at time.Time) { f(State(from), State(to), at) }
+	}
+	l.br = breaker.New(bc)
+	return l, nil
 }
 
 // Allow checks one hit; see AllowN.
@@ -267,18 +263,9 @@ func (l *Limiter) AllowN(ctx context.Context, key string, lim algo.Limit, hits i
 	if redislimit.Validate(lim) != nil {
 		return l.cluster(ctx, key, lim, hits)
 	}
-	switch State(l.state.Load()) {
-	case Closed:
-		d, ok := l.redis(ctx, key, lim, hits, false)
-		if ok {
+	if ok, probe := l.br.Allow(); ok {
+		if d, ok := l.redis(ctx, key, lim, hits, probe); ok {
 			return d, nil
-		}
-	default:
-		if l.tryProbe() {
-			d, ok := l.redis(ctx, key, lim, hits, true)
-			if ok {
-				return d, nil
-			}
 		}
 	}
 	return l.cluster(ctx, key, lim, hits)
@@ -347,19 +334,19 @@ func (l *Limiter) redis(ctx context.Context, key string, lim algo.Limit, hits in
 	case err != nil && ctx.Err() != nil:
 		// The caller gave up: not Redis's failure.
 		if probe {
-			l.probing.Store(false)
+			l.br.Release()
 		}
 		return Decision{}, false
 	case errors.Is(err, redislimit.ErrClockStep) || errors.Is(err, redislimit.ErrStateRange) || errors.Is(err, algo.ErrInvalidLimit) || errors.Is(err, redislimit.ErrInvalidKey):
 		// Redis is healthy; this check is the cluster's to decide (or reject).
-		l.record(true, probe)
+		l.br.Done(true, probe)
 		return Decision{}, false
 	case err != nil:
 		l.failuresN.Add(1)
-		l.record(false, probe)
+		l.br.Done(false, probe)
 		return Decision{}, false
 	}
-	l.record(took <= l.cfg.SlowCall, probe)
+	l.br.Done(took <= l.cfg.SlowCall, probe)
 	if took > l.cfg.SlowCall {
 		l.failuresN.Add(1)
 	}
@@ -367,117 +354,13 @@ func (l *Limiter) redis(ctx context.Context, key string, lim algo.Limit, hits in
 	return Decision{Decision: node.Decision{Decision: d}, Side: SideRedis}, true
 }
 
-// tryProbe reports whether this check is the one half-open probe, moving an
-// open breaker whose cool-down has passed to half-open.
-func (l *Limiter) tryProbe() bool {
-	if l.probing.Load() {
-		return false
-	}
-	if State(l.state.Load()) == Open && time.Now().UnixNano()-l.openedNs.Load() < int64(l.cfg.CoolDown) {
-		return false // cooling down: no lock taken on the open breaker's hot path
-	}
-	l.mu.Lock()
-	st := State(l.state.Load())
-	if st == Open && time.Since(l.openedAt) < l.cfg.CoolDown || st == Closed || l.probing.Load() {
-		l.mu.Unlock()
-		return false
-	}
-	l.probing.Store(true)
-	var from State
-	var at time.Time
-	if st == Open {
-		from, at = Open, l.setLocked(HalfOpen)
-	}
-	l.mu.Unlock()
-	if !at.IsZero() {
-		l.notify(from, HalfOpen, at)
-	}
-	return true
-}
-
-// record feeds one Redis outcome (ok: answered within SlowCall) to the breaker.
-func (l *Limiter) record(ok, probe bool) {
-	if !probe {
-		if ok {
-			if l.fails.Load() != 0 {
-				l.fails.Store(0)
-			}
-			return
-		}
-		if l.fails.Add(1) < int64(l.cfg.FailureThreshold) {
-			return
-		}
-		l.transition(Closed, Open)
-		return
-	}
-	l.mu.Lock()
-	var to State
-	var at time.Time
-	if State(l.state.Load()) == HalfOpen {
-		if ok {
-			l.okProbes++
-			if l.okProbes >= l.cfg.SuccessThreshold {
-				to, at = Closed, l.setLocked(Closed)
-			}
-		} else {
-			to, at = Open, l.setLocked(Open)
-		}
-	}
-	l.probing.Store(false)
-	l.mu.Unlock()
-	if !at.IsZero() {
-		l.notify(HalfOpen, to, at)
-	}
-}
-
-// transition moves the breaker from -> to if it is in from.
-func (l *Limiter) transition(from, to State) {
-	l.mu.Lock()
-	var at time.Time
-	if State(l.state.Load()) == from {
-		at = l.setLocked(to)
-	}
-	l.mu.Unlock()
-	if !at.IsZero() {
-		l.notify(from, to, at)
-	}
-}
-
-// setLocked enters state to; l.mu is held. It returns the time of the switch.
-func (l *Limiter) setLocked(to State) time.Time {
-	now := time.Now()
-	from := State(l.state.Load())
-	l.timeIn[from] += now.Sub(l.since)
-	l.since = now
-	l.switches[from][to]++
-	switch to {
-	case Open:
-		l.openedAt = now
-		l.openedNs.Store(now.UnixNano())
-	case HalfOpen:
-		l.okProbes = 0
-	case Closed:
-		l.fails.Store(0)
-	}
-	l.state.Store(uint32(to))
-	return now
-}
-
-func (l *Limiter) notify(from, to State, at time.Time) {
-	if l.cfg.OnStateChange != nil {
-		l.cfg.OnStateChange(from, to, at)
-	}
-}
-
 // State returns the breaker's current state.
-func (l *Limiter) State() State { return State(l.state.Load()) }
+func (l *Limiter) State() State { return State(l.br.State()) }
 
 // Stats returns a snapshot of the counters.
 func (l *Limiter) Stats() Stats {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := Stats{State: State(l.state.Load()), Switches: l.switches, TimeIn: l.timeIn, Failures: l.failuresN.Load()}
-	s.TimeIn[s.State] += time.Since(l.since)
+	b := l.br.Stats()
+	s := Stats{State: State(b.State), Switches: b.Switches, TimeIn: b.TimeIn, Failures: l.failuresN.Load()}
 	s.Checks[SideRedis] = l.redisN.Load()
 	s.Checks[SideCluster] = l.clusterN.Load()
 	return s
