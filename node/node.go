@@ -58,8 +58,10 @@ var (
 	// address, when another live member already uses Config.Name.
 	ErrDuplicateName = errors.New("node: member name already in use")
 	// ErrRefusedState is returned (wrapping transport.ErrInvalidCheck, so the
-	// sender sees InvalidArgument) for a handed-off key state that fails
-	// validation against its limit (algo.State.Plausible).
+	// sender sees InvalidArgument) by Transfer for a batch whose From is not
+	// the member its sender's certificate names. A key state refused alone
+	// (see Transfer) does not fail its batch: it is counted and logged with
+	// an error wrapping ErrRefusedState.
 	ErrRefusedState = fmt.Errorf("%w: refused key state", transport.ErrInvalidCheck)
 	// ErrLimitAboveMax is matched (errors.Is) by the *InputError (field
 	// period, limit or burst) of a check whose Limit is above this node's
