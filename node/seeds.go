@@ -7,8 +7,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-
-	"github.com/hashicorp/memberlist"
 )
 
 // errNoSeed is returned by joinSeeds when no entry of Config.Join resolved to
@@ -37,12 +35,15 @@ func (n *Node) joinSeeds() (int, error) {
 	if len(seeds) == 0 {
 		return 0, fmt.Errorf("%w: %w", errNoSeed, errors.Join(errs...))
 	}
+	// The node's own copy of the members (setMember), not memberlist's
+	// Members(): memberlist mutates the *Node values it hands out under its
+	// own lock, so reading their Addr here would race with gossip.
 	live := make(map[string]bool)
-	for _, m := range n.ml.Members() {
-		if m.State == memberlist.StateAlive {
-			live[net.JoinHostPort(m.Addr.String(), strconv.Itoa(int(m.Port)))] = true
-		}
+	n.membersMu.Lock()
+	for _, m := range n.members {
+		live[m.GossipAddr] = true
 	}
+	n.membersMu.Unlock()
 	seeds = notLive(seeds, live, int(n.ml.LocalNode().Port))
 	if len(seeds) == 0 {
 		return 0, nil // every seed is a live member already: nothing to merge
