@@ -81,19 +81,25 @@ func (l Limit) reserveSlots(maxWait time.Duration) int64 {
 // Reserving returns the Limit under which a Take of l's algorithm books
 // hits that act within maxWait (ns) of its now: l with Burst larger by the
 // hits l refills within maxWait (see the comment on reservations above).
-// maxWait 0 returns l itself. Errors: those of l.Validate; an *InputError
-// (field "max_wait") wrapping ErrInvalidLimit for maxWait < 0 or a derived
-// Limit that Validate refuses (its τ or Burst·Period above MaxDuration);
-// ErrReserveUnsupported, wrapped with the Kind, for the window algorithms.
+// maxWait 0 returns l itself, whatever its Kind. Errors: those of
+// l.Validate; an *InputError (field "max_wait") wrapping ErrInvalidLimit for
+// maxWait outside 0..MaxDuration or a derived Limit that Validate refuses
+// (its τ or Burst·Period above MaxDuration), or wrapping
+// ErrReserveUnsupported for a maxWait > 0 under a window algorithm.
 func (l Limit) Reserving(maxWait time.Duration) (Limit, error) {
 	if err := l.Validate(); err != nil {
 		return Limit{}, err
 	}
-	if !l.Kind.SupportsReserve() {
-		return Limit{}, fmt.Errorf("%w for %v: a window algorithm counts a hit in the window it is recorded in and cannot book one for a later window", ErrReserveUnsupported, l.Kind)
-	}
 	if maxWait < 0 || maxWait > MaxDuration {
 		return Limit{}, limitError("max_wait", fmt.Sprintf("%d ns", int64(maxWait)), fmt.Sprintf("must be in 0..%d", int64(MaxDuration)))
+	}
+	if maxWait == 0 {
+		return l, nil
+	}
+	if !l.Kind.SupportsReserve() {
+		return Limit{}, &InputError{Field: "max_wait", Value: fmt.Sprintf("%d ns", int64(maxWait)),
+			Allowed: fmt.Sprintf("must be 0: reservations are not supported for %v (a window algorithm counts a hit in the window it is recorded in and cannot book one for a later window); use gcra or token_bucket", l.Kind),
+			Err:     ErrReserveUnsupported}
 	}
 	k := l.reserveSlots(maxWait)
 	r := l
@@ -157,7 +163,7 @@ func (s *State) Reserve(now, hits int64, l Limit, maxWait time.Duration) (Decisi
 	if l.Kind == GCRA {
 		capacity++
 	}
-	if hits > capacity {
+	if hits > capacity && l.Kind.SupportsReserve() {
 		d, err := s.Take(now, hits, l) // RetryNever, changes nothing
 		return d, Reservation{Hits: hits}, err
 	}
@@ -165,7 +171,10 @@ func (s *State) Reserve(now, hits int64, l Limit, maxWait time.Duration) (Decisi
 	if err != nil {
 		return Decision{}, Reservation{}, err
 	}
-	d, delay := l.Reserved(d, maxWait)
+	var delay time.Duration
+	if maxWait > 0 {
+		d, delay = l.Reserved(d, maxWait)
+	}
 	res := Reservation{OK: d.Allowed && hits > 0, Hits: hits}
 	if res.OK {
 		res.Delay, res.At = delay, now+int64(delay)
