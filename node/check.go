@@ -30,12 +30,22 @@ type Check struct {
 	CreatedAt int64
 	// Penalty is the key's ban rule, applied on the owner; zero = none.
 	Penalty Penalty
+	// MaxWait, when > 0, makes the check wait instead of fail (GCRA and
+	// TokenBucket only): the owner books the hits to act within MaxWait (ns,
+	// 0..MaxWait, 24 h) of its now, and Node.Check sleeps until they may act
+	// and returns the Decision allowed, with Delay the time slept. The wait
+	// is bounded by ctx's deadline too; a booking that cannot act in time is
+	// denied at once with nothing consumed. See Node.Reserve and Node.WaitN.
+	MaxWait time.Duration
+	// cancelAt, when not 0, makes the check give back a booking of Hits
+	// whose owner-clock act time it is (Reservation.Cancel).
+	cancelAt int64
 }
 
 // Validate reports whether c can be decided: a key of 1..maxKeyLen bytes
 // (maxKeyLen <= 0 means algo.DefaultMaxKeyLen), hits in 0..algo.MaxHits, a
-// CreatedAt in 0..algo.MaxTime, a Limit accepted by algo.Limit.Validate and a
-// valid Penalty. The error is an *InputError naming the field, its value and
+// CreatedAt in 0..algo.MaxTime, a Limit accepted by algo.Limit.Validate, a
+// MaxWait in 0..MaxWait (0 under a window algorithm) and a valid Penalty. The error is an *InputError naming the field, its value and
 // what is allowed (also algo.ErrInvalidLimit for limit and hits errors). It is
 // the one validation every front door gets, through Node.Check. It allocates
 // only when it returns an error.
@@ -51,6 +61,11 @@ func (c *Check) Validate(maxKeyLen int) error {
 	}
 	if err := c.Limit.Validate(); err != nil {
 		return err
+	}
+	if c.MaxWait != 0 {
+		if err := c.validateWait(); err != nil {
+			return err
+		}
 	}
 	if c.Penalty.IsZero() { // the usual check: no call
 		return nil
@@ -105,6 +120,13 @@ type Decision struct {
 	// Banned is set when the key's penalty ban decided the check (see
 	// AllowPenalized).
 	Banned bool
+	// Delay is, for an allowed check with a MaxWait, how long the hits
+	// waited for their slot (ns; Node.Check has slept it, a Reservation
+	// reports it); 0 otherwise.
+	Delay time.Duration
+	// at is, for an allowed booking, the owner-clock instant (Unix ns) its
+	// hits act at: what Reservation.Cancel sends back (see At).
+	at int64
 }
 
 // MaxPenaltyDenials is the largest Penalty.Denials (algo.MaxPenaltyDenials,

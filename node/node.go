@@ -493,10 +493,18 @@ func (n *Node) AllowN(ctx context.Context, key string, l algo.Limit, hits int64)
 // c.CreatedAt (Unix ns) honoured only with Config.AcceptCallerTimestamps
 // (otherwise a non-zero value is an *InputError matching ErrCallerTimestamp).
 // It is the entry point of the front doors (the daemon serves it as gRPC
-// through LimiterHandler). Errors as AllowN; Classify sorts them.
+// through LimiterHandler). A c.MaxWait > 0 waits for the hits' slot (see
+// Check.MaxWait): the Decision then comes after the sleep, with its Delay.
+// Errors as AllowN; Classify sorts them.
 func (n *Node) Check(ctx context.Context, c Check) (d Decision, err error) {
 	if c.CreatedAt != 0 && !n.cfg.AcceptCallerTimestamps {
 		return Decision{}, callerTimestampError(c.CreatedAt)
+	}
+	if c.MaxWait != 0 {
+		if err := c.Validate(n.cfg.MaxKeyLen); err != nil {
+			return Decision{}, err
+		}
+		return n.waitCheck(ctx, c, c.MaxWait)
 	}
 	err = n.decideInto(ctx, &c, &d)
 	return
@@ -547,7 +555,13 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 			// Route and Owner are written first: the last writes before the
 			// caller copies *out are then the algorithm's, long finished.
 			out.Route, out.Owner = RouteOwner, n.cfg.Name
-			ban, err := n.decideOwned(ctx, rs, c, h, p, &out.Decision)
+			var ban bool
+			var err error
+			if c.booking() {
+				ban, err = n.bookOwned(ctx, rs, c, h, p, out)
+			} else {
+				ban, err = n.decideOwned(ctx, rs, c, h, p, &out.Decision)
+			}
 			if err != nil {
 				*out = Decision{}
 			}
@@ -590,7 +604,7 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 			case err == nil && res.Code == transport.CodeOK:
 				n.breakers.Reset(owner.Name)
 				n.observe(c.Limit.Kind, RouteForwarded, res.Decision.Allowed)
-				*out = Decision{Decision: res.Decision, Route: RouteForwarded, Owner: owner.Name, Banned: res.Banned}
+				*out = Decision{Decision: res.Decision, Route: RouteForwarded, Owner: owner.Name, Banned: res.Banned, Delay: res.Delay, at: res.At}
 				return nil
 			case err == nil && res.Code == transport.CodeInvalidArgument:
 				return refusedByPeer(owner.Name, res.Message)
@@ -738,6 +752,10 @@ func (n *Node) fallbackInto(c Check, rs *ringState, out *Decision) error {
 // decideFallback applies the OwnerUnreachable policy; a Local limiter gets
 // this node's share of the limit among the members of rs (see Local).
 func (n *Node) decideFallback(c Check, rs *ringState) (Decision, error) {
+	if c.cancelAt != 0 {
+		// A cancel the owner cannot get: nothing is given back, nothing taken.
+		return Decision{Decision: algo.Decision{Allowed: true}, Route: RouteFallback, Owner: n.cfg.Name}, nil
+	}
 	wall := n.clock()
 	now := c.CreatedAt
 	if now == 0 {
@@ -871,6 +889,14 @@ func (p peerService) Forward(ctx context.Context, checks []transport.Check, out 
 // decideResult decides c as the owner of its key (hash h) under rs and maps
 // the outcome to a Result.
 func (n *Node) decideResult(ctx context.Context, rs *ringState, c Check, h uint64) transport.Result {
+	if c.booking() {
+		var d Decision
+		ban, err := n.bookOwned(ctx, rs, &c, h, rs.snap.PartitionOfHash(h), &d)
+		if err != nil {
+			return errorResult(err)
+		}
+		return transport.Result{Decision: d.Decision, Route: transport.RouteOwner, Owner: n.cfg.Name, Code: transport.CodeOK, Banned: ban, Delay: d.Delay, At: d.at}
+	}
 	var d algo.Decision
 	ban, err := n.decideOwned(ctx, rs, &c, h, rs.snap.PartitionOfHash(h), &d)
 	if err != nil {

@@ -564,6 +564,11 @@ func (n *Node) decideAsBackup(ctx context.Context, c Check, h uint64) (algo.Deci
 		b, ok := rs.backupOfHash(h)
 		return ok && b.Name == self
 	}
+	if c.cancelAt != 0 {
+		// A cancel reaches the replica only while the owner is unreachable:
+		// nothing is given back (the owner's state keeps the booking).
+		return algo.Decision{Allowed: true}, false, nil
+	}
 	wall := n.clock()
 	now := c.CreatedAt
 	if now == 0 {

@@ -25,18 +25,18 @@ var (
 // wire returns c as the Peer service carries it; asBackup marks a check sent
 // to the key's backup because its owner is unreachable.
 func (c *Check) wire(asBackup bool) transport.Check {
-	return transport.Check{Key: c.Key, Limit: c.Limit, Hits: c.Hits, CreatedAt: c.CreatedAt, Penalty: transport.Penalty(c.Penalty), AsBackup: asBackup}
+	return transport.Check{Key: c.Key, Limit: c.Limit, Hits: c.Hits, CreatedAt: c.CreatedAt, Penalty: transport.Penalty(c.Penalty), AsBackup: asBackup, MaxWait: c.MaxWait, CancelAt: c.cancelAt}
 }
 
 // checkFromWire returns the Check of a wire check (dropping its wire-only
 // AsBackup).
 func checkFromWire(w *transport.Check) Check {
-	return Check{Key: w.Key, Limit: w.Limit, Hits: w.Hits, CreatedAt: w.CreatedAt, Penalty: Penalty(w.Penalty)}
+	return Check{Key: w.Key, Limit: w.Limit, Hits: w.Hits, CreatedAt: w.CreatedAt, Penalty: Penalty(w.Penalty), MaxWait: w.MaxWait, cancelAt: w.CancelAt}
 }
 
 // ownerResult is the Result a peer answers for a Decision it made.
 func resultToWire(d *Decision) transport.Result {
-	return transport.Result{Decision: d.Decision, Route: transport.Route(d.Route), Owner: d.Owner, Banned: d.Banned, Code: transport.CodeOK}
+	return transport.Result{Decision: d.Decision, Route: transport.Route(d.Route), Owner: d.Owner, Banned: d.Banned, Code: transport.CodeOK, Delay: d.Delay, At: d.At()}
 }
 
 // Checker decides one check as Node.Check does. *Node implements it, and so
@@ -57,7 +57,9 @@ func LimiterHandler(c Checker) transport.LimiterHandler { return limiterHandler{
 type limiterHandler struct{ c Checker }
 
 func (h limiterHandler) Check(ctx context.Context, w transport.Check) (transport.Result, error) {
-	d, err := h.c.Check(ctx, checkFromWire(&w))
+	c := checkFromWire(&w)
+	c.cancelAt = 0 // a client cancels nothing: only nodes send cancels
+	d, err := h.c.Check(ctx, c)
 	if err != nil {
 		return transport.Result{}, WireError(err)
 	}

@@ -190,7 +190,7 @@ func checkSize(c *Check) int {
 	return sizeBytes(len(c.Key)) + sizeI64(int64(kindToWire(c.Limit.Kind))) + sizeI64(c.Limit.Limit) +
 		sizeI64(int64(c.Limit.Period)) + sizeI64(c.Limit.Burst) + sizeI64(c.Hits) + sizeI64(c.CreatedAt) +
 		sizeI64(c.Penalty.Denials) + sizeI64(int64(c.Penalty.Within)) + sizeI64(int64(c.Penalty.Ban)) +
-		sizeBool(c.AsBackup)
+		sizeBool(c.AsBackup) + sizeI64(int64(c.MaxWait)) + sizeI64(c.CancelAt)
 }
 
 // sizeBool is the encoded size of a bool field (omitted when false).
@@ -218,7 +218,8 @@ func appendCheck(b []byte, c *Check) []byte {
 	if c.AsBackup {
 		b = appendI64(b, 11, 1)
 	}
-	return b
+	b = appendI64(b, 12, int64(c.MaxWait))
+	return appendI64(b, 13, c.CancelAt)
 }
 
 func (m *fwdRequest) decode(b []byte) error {
@@ -308,7 +309,7 @@ func decodeCheck(b []byte, keys *[]byte) (Check, error) {
 			b, c.Key = b[l:], keyString(keys, v)
 			continue
 		}
-		if typ != protowire.VarintType || num < 2 || num > 11 {
+		if typ != protowire.VarintType || num < 2 || num > 13 {
 			l := protowire.ConsumeFieldValue(num, typ, b)
 			if l < 0 {
 				return Check{}, errMalformed
@@ -343,6 +344,10 @@ func decodeCheck(b []byte, keys *[]byte) (Check, error) {
 			c.Penalty.Ban = time.Duration(v)
 		case 11:
 			c.AsBackup = u != 0
+		case 12:
+			c.MaxWait = time.Duration(v)
+		case 13:
+			c.CancelAt = v
 		}
 	}
 	k, err := kindFromWire(alg)
@@ -472,7 +477,7 @@ func appendResult(b []byte, r *Result) []byte {
 func decisionSize(r *Result) int {
 	d := &r.Decision
 	n := sizeI64(d.Limit) + sizeI64(d.Remaining) + sizeI64(int64(d.RetryAfter)) + sizeI64(int64(d.ResetAfter)) +
-		sizeI64(int64(routeToWire(r.Route))) + sizeBytes(len(r.Owner))
+		sizeI64(int64(routeToWire(r.Route))) + sizeBytes(len(r.Owner)) + sizeI64(int64(r.Delay)) + sizeI64(r.At)
 	if d.Allowed {
 		n += 2
 	}
@@ -498,7 +503,8 @@ func appendDecision(b []byte, r *Result) []byte {
 		b = protowire.AppendTag(b, 8, protowire.VarintType)
 		b = protowire.AppendVarint(b, 1)
 	}
-	return b
+	b = appendI64(b, 9, int64(r.Delay))
+	return appendI64(b, 10, r.At)
 }
 
 func (m *fwdResponse) decode(b []byte) error {
@@ -625,6 +631,8 @@ func (m *fwdResponse) decodeResult(b []byte, r *Result) error {
 	r.Route = routeFromWire(d.Route)
 	r.Owner = d.Owner
 	r.Banned = d.Banned
+	r.Delay = time.Duration(d.DelayNs)
+	r.At = d.AtUnixNs
 	return nil
 }
 
@@ -647,7 +655,7 @@ func (m *fwdResponse) decodeDecision(b []byte, d *pb.Decision) error {
 			d.Owner = m.lastOwner
 			continue
 		}
-		if typ != protowire.VarintType || num < 1 || num > 8 || num == 7 {
+		if typ != protowire.VarintType || num < 1 || num > 10 || num == 7 {
 			l := protowire.ConsumeFieldValue(num, typ, b)
 			if l < 0 {
 				return errMalformed
@@ -676,6 +684,10 @@ func (m *fwdResponse) decodeDecision(b []byte, d *pb.Decision) error {
 			d.Route = pb.Route(int32(v))
 		case 8:
 			d.Banned = protowire.DecodeBool(u)
+		case 9:
+			d.DelayNs = v
+		case 10:
+			d.AtUnixNs = v
 		}
 	}
 	return nil

@@ -121,6 +121,8 @@ func checkToWire(c Check, m *pb.Check, keys *[]byte) {
 	m.PenaltyWithinNs = int64(c.Penalty.Within)
 	m.PenaltyBanNs = int64(c.Penalty.Ban)
 	m.AsBackup = c.AsBackup
+	m.MaxWaitNs = int64(c.MaxWait)
+	m.CancelAtUnixNs = c.CancelAt
 }
 
 // wireLimit is the limit part that pb.Check and pb.KeyState share.
@@ -154,6 +156,8 @@ func checkFromWire(m *pb.Check) (Check, error) {
 		CreatedAt: m.GetCreatedAtUnixNs(),
 		Penalty:   Penalty{Denials: m.GetPenaltyDenials(), Within: time.Duration(m.GetPenaltyWithinNs()), Ban: time.Duration(m.GetPenaltyBanNs())},
 		AsBackup:  m.GetAsBackup(),
+		MaxWait:   time.Duration(m.GetMaxWaitNs()),
+		CancelAt:  m.GetCancelAtUnixNs(),
 	}, nil
 }
 
@@ -183,6 +187,8 @@ func decisionToWire(r Result, m *pb.Decision) {
 	m.Route = routeToWire(r.Route)
 	m.Owner = r.Owner
 	m.Banned = r.Banned
+	m.DelayNs = int64(r.Delay)
+	m.AtUnixNs = r.At
 }
 
 // decisionFromWire maps a Decision message (nil reads as the zero Decision) into
@@ -198,6 +204,8 @@ func decisionFromWire(m *pb.Decision, r *Result) {
 	r.Route = routeFromWire(m.GetRoute())
 	r.Owner = m.GetOwner()
 	r.Banned = m.GetBanned()
+	r.Delay = time.Duration(m.GetDelayNs())
+	r.At = m.GetAtUnixNs()
 }
 
 // resultsToWire builds the wire form of a batch of results with four

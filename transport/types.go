@@ -3,6 +3,8 @@ package transport
 import (
 	"context"
 
+	"time"
+
 	"github.com/ringlimit/ringlimit/algo"
 )
 
@@ -43,6 +45,13 @@ type Check struct {
 	// Limiter service never sets it). The backup decides it on its replica, or
 	// answers CodeNotOwner when it is not the key's backup in its ring.
 	AsBackup bool
+	// MaxWait, when > 0, books the hits to act within MaxWait (ns) of the
+	// owner's now instead of checking them (GCRA and TokenBucket; see
+	// algo.State.Reserve); Result.Delay says how long to wait.
+	MaxWait time.Duration
+	// CancelAt, when not 0, gives back a booking of Hits hits under Key and
+	// Limit whose Result.At it is, instead of checking (algo.State.Cancel).
+	CancelAt int64
 }
 
 // Result is the answer to one Check of a batch.
@@ -61,6 +70,14 @@ type Result struct {
 	// Banned is set when the key's penalty ban decided the check (denied,
 	// RetryAfter = the ban's remaining time). Carried as Decision.banned.
 	Banned bool
+	// Delay is, for an allowed booking (Check.MaxWait > 0), how long after
+	// the owner's now its hits act (ns); 0 otherwise. Carried as
+	// Decision.delay_ns.
+	Delay time.Duration
+	// At is, for an allowed booking, the owner-clock instant its hits act
+	// at (Unix ns, now + Delay); Check.CancelAt echoes it. Carried as
+	// Decision.at_unix_ns.
+	At int64
 }
 
 // Code is the per-check outcome inside a batch.

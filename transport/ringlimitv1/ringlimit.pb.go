@@ -244,9 +244,20 @@ type Check struct {
 	// Peer-only: the sender could not reach the key's owner and sends the check
 	// to the key's backup, which decides it on its replica (or asks the owner
 	// itself first). Ignored on the public Limiter service.
-	AsBackup      bool `protobuf:"varint,11,opt,name=as_backup,json=asBackup,proto3" json:"as_backup,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AsBackup bool `protobuf:"varint,11,opt,name=as_backup,json=asBackup,proto3" json:"as_backup,omitempty"`
+	// Wait instead of fail: book the hits to act within max_wait_ns of the
+	// owner's now (GCRA and token bucket only; 0 = an ordinary check). The
+	// owner books them when the wait is at most max_wait_ns, counted in whole
+	// emission intervals, and answers the wait in Decision.delay_ns; otherwise
+	// nothing is booked and the check is denied.
+	MaxWaitNs int64 `protobuf:"varint,12,opt,name=max_wait_ns,json=maxWaitNs,proto3" json:"max_wait_ns,omitempty"`
+	// Give back a booking instead of checking: the Decision.at_unix_ns of a
+	// booking of hits hits (with a delay_ns > 0) under the same key and limit.
+	// The owner returns what has not acted and was not booked after it; the
+	// answer is allowed with nothing else set. 0 = not a cancel.
+	CancelAtUnixNs int64 `protobuf:"varint,13,opt,name=cancel_at_unix_ns,json=cancelAtUnixNs,proto3" json:"cancel_at_unix_ns,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Check) Reset() {
@@ -356,6 +367,20 @@ func (x *Check) GetAsBackup() bool {
 	return false
 }
 
+func (x *Check) GetMaxWaitNs() int64 {
+	if x != nil {
+		return x.MaxWaitNs
+	}
+	return 0
+}
+
+func (x *Check) GetCancelAtUnixNs() int64 {
+	if x != nil {
+		return x.CancelAtUnixNs
+	}
+	return 0
+}
+
 // Decision is the outcome of one decided check.
 type Decision struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -374,7 +399,14 @@ type Decision struct {
 	Owner string `protobuf:"bytes,7,opt,name=owner,proto3" json:"owner,omitempty"`
 	// The key is banned by its penalty: this check was denied (retry_after_ns is
 	// the ban's remaining time), whatever the algorithm says.
-	Banned        bool `protobuf:"varint,8,opt,name=banned,proto3" json:"banned,omitempty"`
+	Banned bool `protobuf:"varint,8,opt,name=banned,proto3" json:"banned,omitempty"`
+	// A booking (Check.max_wait_ns > 0) that was allowed: ns after the owner's
+	// now at which its hits act; the caller waits that long. 0 otherwise.
+	DelayNs int64 `protobuf:"varint,9,opt,name=delay_ns,json=delayNs,proto3" json:"delay_ns,omitempty"`
+	// An allowed booking: the owner-clock instant (Unix ns) its hits act at
+	// (the owner's now plus delay_ns), which Check.cancel_at_unix_ns echoes to
+	// give it back.
+	AtUnixNs      int64 `protobuf:"varint,10,opt,name=at_unix_ns,json=atUnixNs,proto3" json:"at_unix_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -463,6 +495,20 @@ func (x *Decision) GetBanned() bool {
 		return x.Banned
 	}
 	return false
+}
+
+func (x *Decision) GetDelayNs() int64 {
+	if x != nil {
+		return x.DelayNs
+	}
+	return 0
+}
+
+func (x *Decision) GetAtUnixNs() int64 {
+	if x != nil {
+		return x.AtUnixNs
+	}
+	return 0
 }
 
 // Result is the answer to one item of a batch, in the order of the request.
@@ -1659,7 +1705,7 @@ var File_ringlimit_v1_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\"\xf2\x02\n" +
+	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\"\xbd\x03\n" +
 	"\x05Check\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x125\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x14\n" +
@@ -1672,7 +1718,9 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x11penalty_within_ns\x18\t \x01(\x03R\x0fpenaltyWithinNs\x12$\n" +
 	"\x0epenalty_ban_ns\x18\n" +
 	" \x01(\x03R\fpenaltyBanNs\x12\x1b\n" +
-	"\tas_backup\x18\v \x01(\bR\basBackup\"\xfd\x01\n" +
+	"\tas_backup\x18\v \x01(\bR\basBackup\x12\x1e\n" +
+	"\vmax_wait_ns\x18\f \x01(\x03R\tmaxWaitNs\x12)\n" +
+	"\x11cancel_at_unix_ns\x18\r \x01(\x03R\x0ecancelAtUnixNs\"\xb6\x02\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -1681,7 +1729,11 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x0ereset_after_ns\x18\x05 \x01(\x03R\fresetAfterNs\x12)\n" +
 	"\x05route\x18\x06 \x01(\x0e2\x13.ringlimit.v1.RouteR\x05route\x12\x14\n" +
 	"\x05owner\x18\a \x01(\tR\x05owner\x12\x16\n" +
-	"\x06banned\x18\b \x01(\bR\x06banned\"~\n" +
+	"\x06banned\x18\b \x01(\bR\x06banned\x12\x19\n" +
+	"\bdelay_ns\x18\t \x01(\x03R\adelayNs\x12\x1c\n" +
+	"\n" +
+	"at_unix_ns\x18\n" +
+	" \x01(\x03R\batUnixNs\"~\n" +
 	"\x06Result\x12&\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x12.ringlimit.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x122\n" +
