@@ -2,10 +2,12 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/node/failover"
 	"github.com/ringlimit/ringlimit/node/failover/redislimit"
@@ -45,8 +47,14 @@ func newFailoverChecker(n *node.Node, url string, budget time.Duration) (*failov
 }
 
 // Check decides c with Redis first; its errors are node's and the failover
-// limiter's, which node.Classify sorts.
+// limiter's, which node.Classify sorts. A check with a MaxWait is refused (an
+// *InputError, field "max_wait", wrapping algo.ErrReserveUnsupported): Redis
+// decides plain checks only, and a booking on the cluster alone would not
+// count against Redis.
 func (fc *failoverChecker) Check(ctx context.Context, c node.Check) (node.Decision, error) {
+	if c.MaxWait != 0 {
+		return node.Decision{}, &node.InputError{Field: "max_wait", Value: fmt.Sprintf("%d ns", int64(c.MaxWait)), Allowed: "must be 0 with --redis-primary: Redis decides plain checks only", Err: algo.ErrReserveUnsupported}
+	}
 	if c.CreatedAt != 0 {
 		return fc.limiter.Check(ctx, c)
 	}

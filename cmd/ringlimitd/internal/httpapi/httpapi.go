@@ -116,6 +116,14 @@ type CheckRequest struct {
 	// owner's clock when the daemon accepts caller timestamps; 0 or absent = the
 	// owner's clock.
 	CreatedAtUnixNS int64 `json:"created_at_unix_ns,omitempty"`
+	// MaxWait is a Go duration ("2s"): wait up to this long for the hits'
+	// slot instead of answering denied (gcra and token_bucket only; the
+	// owner books the slot and the answer comes when it is due, with
+	// delay_ns). Bounded by the request's own deadline and by node.MaxWait
+	// (24h). At most one of MaxWait and MaxWaitNS; absent = no wait.
+	MaxWait string `json:"max_wait,omitempty"`
+	// MaxWaitNS is MaxWait in nanoseconds.
+	MaxWaitNS int64 `json:"max_wait_ns,omitempty"`
 }
 
 // CheckResponse is the 200 answer of POST /v1/check: the Decision, the path that
@@ -136,6 +144,9 @@ type CheckResponse struct {
 	Route string `json:"route"`
 	// Owner is the member that decided ("" when unknown, as on some fallbacks).
 	Owner string `json:"owner"`
+	// DelayNS is, for an allowed check with a max_wait, how long (ns) it
+	// waited for its slot before this answer; absent when 0.
+	DelayNS int64 `json:"delay_ns,omitempty"`
 }
 
 // Error is the body of every non-2xx answer.
@@ -254,6 +265,7 @@ func (a *api) check(w http.ResponseWriter, r *http.Request) {
 		ResetAfterNS: int64(d.ResetAfter),
 		Route:        res.Route.String(),
 		Owner:        res.Owner,
+		DelayNS:      int64(res.Delay),
 	})
 }
 
@@ -338,11 +350,24 @@ func (req *CheckRequest) toCheck() (node.Check, error) {
 	if req.Hits != nil {
 		hits = *req.Hits
 	}
+	var maxWait time.Duration
+	switch {
+	case req.MaxWait != "" && req.MaxWaitNS != 0:
+		return node.Check{}, errors.New(`give "max_wait" or "max_wait_ns", not both`)
+	case req.MaxWait != "":
+		maxWait, err = duration.Parse(req.MaxWait)
+		if err != nil {
+			return node.Check{}, fmt.Errorf(`field "max_wait" = %q: want a Go duration such as "2s" or "250ms"`, req.MaxWait)
+		}
+	default:
+		maxWait = time.Duration(req.MaxWaitNS)
+	}
 	return node.Check{
 		Key:       key,
 		Limit:     algo.Limit{Kind: kind, Limit: req.Limit, Period: period, Burst: req.Burst},
 		Hits:      hits,
 		CreatedAt: req.CreatedAtUnixNS,
+		MaxWait:   maxWait,
 	}, nil
 }
 

@@ -405,3 +405,36 @@ func TestServerSurvivesBadRequests(t *testing.T) {
 		t.Errorf("good check after bad ones: got %d, want 200", resp.StatusCode)
 	}
 }
+
+// TestCheckMaxWait: max_wait (or max_wait_ns) reaches the node as
+// Check.MaxWait, the answer carries the wait slept as delay_ns, and a wait
+// under a window algorithm or given twice is a 400.
+func TestCheckMaxWait(t *testing.T) {
+	t.Parallel()
+	f := &fake{answer: func(c node.Check) (node.Decision, error) {
+		return node.Decision{Decision: algo.Decision{Allowed: true, Limit: 1}, Route: node.RouteOwner, Owner: "node-1", Delay: 250 * time.Millisecond}, nil
+	}}
+	h := NewHandler(f, Options{})
+	code, _, body := do(t, h, http.MethodPost, "/v1/check", `{"key":"k","algorithm":"gcra","limit":10,"period":"1s","max_wait":"2s"}`)
+	if code != http.StatusOK || !strings.Contains(body, `"delay_ns":250000000`) {
+		t.Fatalf("got %d %s, want 200 with delay_ns 250000000", code, body)
+	}
+	code, _, _ = do(t, h, http.MethodPost, "/v1/check", `{"key":"k","algorithm":"token_bucket","limit":10,"burst":1,"period":"1s","max_wait_ns":5}`)
+	if code != http.StatusOK {
+		t.Fatalf("max_wait_ns: got %d, want 200", code)
+	}
+	got := f.got()
+	if len(got) != 2 || got[0].MaxWait != 2*time.Second || got[1].MaxWait != 5 {
+		t.Fatalf("checks: got %+v, want MaxWait 2s then 5ns", got)
+	}
+	for _, body := range []string{
+		`{"key":"k","algorithm":"fixed_window","limit":10,"period":"1s","max_wait":"2s"}`,
+		`{"key":"k","algorithm":"gcra","limit":10,"period":"1s","max_wait":"2s","max_wait_ns":5}`,
+		`{"key":"k","algorithm":"gcra","limit":10,"period":"1s","max_wait":"soon"}`,
+		`{"key":"k","algorithm":"gcra","limit":10,"period":"1s","max_wait_ns":-1}`,
+	} {
+		if code, _, resp := do(t, h, http.MethodPost, "/v1/check", body); code != http.StatusBadRequest || !strings.Contains(resp, "max_wait") {
+			t.Errorf("%s: got %d %s, want 400 naming max_wait", body, code, resp)
+		}
+	}
+}

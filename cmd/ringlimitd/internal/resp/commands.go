@@ -72,15 +72,31 @@ func parseCLThrottle(args [][]byte) (check, string) {
 }
 
 // rlUsage is RL.CHECK's arity error.
-const rlUsage = "ERR Usage: rl.check <key> <algorithm> <limit> <period> [<burst> [<hits>]]"
+const rlUsage = "ERR Usage: rl.check <key> <algorithm> <limit> <period> [<burst> [<hits>]] [MAXWAIT <max_wait>]"
 
 // parseRLCheck parses
 //
-//	RL.CHECK <key> <algorithm> <limit> <period> [<burst> [<hits>]]
+//	RL.CHECK <key> <algorithm> <limit> <period> [<burst> [<hits>]] [MAXWAIT <max_wait>]
 //
 // algorithm is one of algo.Kinds' names; period is a Go duration ("1m",
 // "250ms") or an integer number of milliseconds; burst defaults to 0, hits to 1.
+// MAXWAIT (any case) waits up to max_wait (a duration or an integer of ms,
+// gcra and token_bucket only) for the hits' slot instead of answering
+// limited: the reply comes when the slot is due (node.Check.MaxWait).
 func parseRLCheck(args [][]byte) (check, string) {
+	var maxWait time.Duration
+	if n := len(args); n >= 7 && lower(args[n-2]) == "maxwait" {
+		w := string(args[n-1])
+		if ms, err := strconv.ParseInt(w, 10, 64); err == nil {
+			if ms < 0 || ms > int64(node.MaxWait/time.Millisecond) {
+				return check{}, fmt.Sprintf("ERR max_wait %d ms: want 0..%d ms", ms, int64(node.MaxWait/time.Millisecond))
+			}
+			maxWait = time.Duration(ms) * time.Millisecond
+		} else if maxWait, err = duration.Parse(w); err != nil {
+			return check{}, fmt.Sprintf("ERR max_wait %q: want a duration such as 2s or 250ms, or an integer of ms", w)
+		}
+		args = args[:n-2]
+	}
 	if len(args) < 5 || len(args) > 7 {
 		return check{}, rlUsage
 	}
@@ -110,7 +126,7 @@ func parseRLCheck(args [][]byte) (check, string) {
 	}
 	// The node validates the limit, hits and key (node.Check.Validate).
 	l := algo.Limit{Kind: kind, Limit: limit, Period: period, Burst: burst}
-	return check{key: string(args[1]), limit: l, hits: hits, ms: true}, ""
+	return check{key: string(args[1]), limit: l, hits: hits, ms: true, maxWait: maxWait}, ""
 }
 
 // rlPolicyUsage is RL.POLICY's arity error.

@@ -340,6 +340,8 @@ type check struct {
 	limit algo.Limit
 	hits  int64
 	ms    bool // reply durations in ms (RL.CHECK) instead of redis-cell's s
+	// maxWait is RL.CHECK's MAXWAIT: wait up to this long for the slot.
+	maxWait time.Duration
 	// RL.POLICY: the domain and descriptor; key is then the stored key the
 	// policy builds, used only to keep one descriptor's checks in order.
 	domain string
@@ -400,12 +402,14 @@ func (s *Server) runChecks(base context.Context, cmds []redcon.Command, replies 
 
 // decide runs one check on its owner and returns its reply.
 func (s *Server) decide(base context.Context, ck check) reply {
-	ctx, cancel := context.WithTimeout(base, s.cfg.CheckTimeout)
+	// A MAXWAIT check may wait that long for its slot, on top of the time to
+	// reach the owner.
+	ctx, cancel := context.WithTimeout(base, s.cfg.CheckTimeout+ck.maxWait)
 	defer cancel()
 	if ck.desc != nil {
 		return s.decidePolicy(ctx, ck)
 	}
-	d, err := s.cfg.Checker.Check(ctx, node.Check{Key: ck.key, Limit: ck.limit, Hits: ck.hits})
+	d, err := s.cfg.Checker.Check(ctx, node.Check{Key: ck.key, Limit: ck.limit, Hits: ck.hits, MaxWait: ck.maxWait})
 	if err != nil {
 		if !ck.ms && node.Classify(err) == node.ClassInvalid {
 			return errReply(cellErr(node.Message(err))) // CL.THROTTLE: redis-cell's wrapping

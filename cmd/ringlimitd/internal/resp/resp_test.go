@@ -570,3 +570,38 @@ func TestUnauthenticatedRequestBound(t *testing.T) {
 		t.Errorf("OnAuth: got %v, want a true and a false", authed)
 	}
 }
+
+// TestRLCheckMaxWait: RL.CHECK ... MAXWAIT waits for the slot instead of
+// answering limited, replies with the same five integers, and refuses a
+// window algorithm or a bad duration.
+func TestRLCheckMaxWait(t *testing.T) {
+	t.Parallel()
+	addrs, _ := startCluster(t, 1, nil)
+	c := client(t, addrs[0], nil)
+	ctx := context.Background()
+	// gcra 10/s, burst 0: one hit per 100 ms.
+	for i := range 3 {
+		start := time.Now()
+		r, err := c.Do(ctx, "RL.CHECK", "rl:wait", "gcra", "10", "1s", "0", "1", "MAXWAIT", "1s").Int64Slice()
+		if err != nil || len(r) != 5 || r[0] != 0 {
+			t.Fatalf("check %d: got %v, %v, want allowed", i, r, err)
+		}
+		if took := time.Since(start); i > 0 && took < 50*time.Millisecond {
+			t.Errorf("check %d: answered after %v, want after waiting for its slot (~100 ms)", i, took)
+		}
+	}
+	// Without MAXWAIT the next one is limited.
+	r, err := c.Do(ctx, "RL.CHECK", "rl:wait", "gcra", "10", "1s", "0", "1").Int64Slice()
+	if err != nil || r[0] != 1 {
+		t.Errorf("without MAXWAIT: got %v, %v, want limited", r, err)
+	}
+	for _, args := range [][]any{
+		{"RL.CHECK", "rl:w", "fixed_window", "10", "1s", "0", "1", "MAXWAIT", "1s"},
+		{"RL.CHECK", "rl:w", "gcra", "10", "1s", "0", "1", "maxwait", "soon"},
+		{"RL.CHECK", "rl:w", "gcra", "10", "1s", "0", "1", "MAXWAIT", "-5"},
+	} {
+		if err := c.Do(ctx, args...).Err(); err == nil || !strings.Contains(err.Error(), "max_wait") {
+			t.Errorf("%v: got %v, want an error naming max_wait", args, err)
+		}
+	}
+}
