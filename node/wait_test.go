@@ -13,11 +13,11 @@ import (
 )
 
 // waitCluster starts three nodes for the wait tests.
-func waitCluster(t *testing.T) *Cluster {
+func waitCluster(t *testing.T) *testCluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := StartCluster(ctx, 3, TestConfig())
+	c, err := startCluster(ctx, 3, testConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
