@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/node/policy"
@@ -41,6 +42,30 @@ type httpConfig struct {
 	deny       http.Handler
 	failClosed bool
 	log        *slog.Logger
+	queue      time.Duration // WithQueue's bound; 0 = answer 429 at once
+}
+
+// WithQueue makes a request over the limit wait for its turn, up to maxWait
+// (and the request's own context), instead of being answered 429 at once:
+// the key's owner books the request's slot (node.Check.MaxWait) and the
+// middleware holds the request until it is due, then calls the handler
+// (Verdict.Waited says how long it waited). A request whose slot lies
+// further than maxWait ahead is answered 429 at once with nothing consumed;
+// one whose client goes away while it waits gives its slot back. Only for
+// HTTP with a NodeLimiter over a GCRA or TokenBucket limit: HTTP returns an
+// error wrapping ErrInvalidOption otherwise, as it does for a maxWait
+// outside (0, node.MaxWait]. HTTPDescriptors refuses it (a policy rule
+// checks several descriptors at once and cannot book ahead). Each waiting
+// request holds its goroutine and connection: bound maxWait to what the
+// server can hold (about rate × maxWait requests per key wait at once).
+func WithQueue(maxWait time.Duration) Option {
+	return func(c *httpConfig) error {
+		if maxWait <= 0 || maxWait > node.MaxWait {
+			return fmt.Errorf("%w: WithQueue(%v): want a wait in (0, %v]", ErrInvalidOption, maxWait, node.MaxWait)
+		}
+		c.queue = maxWait
+		return nil
+	}
 }
 
 // WithKeyFunc sets the key function. Default: KeyFromClientIP() (the direct
@@ -223,6 +248,29 @@ func HTTP(l Limiter, opts ...Option) (func(http.Handler) http.Handler, error) {
 		return nil, err
 	}
 	key := c.key
+	if c.queue > 0 {
+		wl, ok := l.(waitLimiter)
+		if !ok {
+			return nil, fmt.Errorf("%w: WithQueue needs a NodeLimiter", ErrInvalidOption)
+		}
+		if err := wl.canWait(c.queue); err != nil {
+			return nil, err
+		}
+		queue := c.queue
+		return c.wrap(func(r *http.Request) (Verdict, bool, error) {
+			k, err := key(r)
+			if err != nil {
+				return Verdict{}, false, err
+			}
+			v, err := wl.limitWait(r.Context(), k, queue)
+			if err != nil && r.Context().Err() != nil {
+				// The client went away while it waited (its slot went back):
+				// the handler is not called, whatever the fail mode.
+				return Verdict{}, true, nil
+			}
+			return v, true, err
+		}), nil
+	}
 	return c.wrap(func(r *http.Request) (Verdict, bool, error) {
 		k, err := key(r)
 		if err != nil {
@@ -245,6 +293,9 @@ func HTTPDescriptors(pl *policy.Limiter, domain string, build func(r *http.Reque
 	c, err := newHTTPConfig(opts)
 	if err != nil {
 		return nil, err
+	}
+	if c.queue > 0 {
+		return nil, fmt.Errorf("%w: WithQueue is not supported by HTTPDescriptors (a policy check cannot book ahead)", ErrInvalidOption)
 	}
 	return c.wrap(func(r *http.Request) (Verdict, bool, error) {
 		descs, err := build(r)
@@ -293,6 +344,10 @@ func (c *httpConfig) wrap(decide func(r *http.Request) (Verdict, bool, error)) f
 				setFields(w.Header(), v)
 			}
 			if v.Allowed {
+				if v.Waited > 0 {
+					// A queued request's handler can tell how long it waited.
+					r = r.WithContext(context.WithValue(r.Context(), verdictKey{}, v))
+				}
 				next.ServeHTTP(w, r)
 				return
 			}

@@ -64,6 +64,10 @@ type Verdict struct {
 	WouldDeny bool
 	// Banned is set when the key's penalty ban decided.
 	Banned bool
+	// Waited is how long the request waited for its slot (WithQueue); 0
+	// when it passed at once. VerdictFrom gives the handler of a request
+	// that waited its Verdict.
+	Waited time.Duration
 }
 
 // Limiter decides one request by its key. NodeLimiter and PolicyLimiter
@@ -107,8 +111,47 @@ func (nl *nodeLimiter) Limit(ctx context.Context, key string) (Verdict, error) {
 	if err != nil {
 		return Verdict{}, err
 	}
+	return nl.verdict(d), nil
+}
+
+func (nl *nodeLimiter) verdict(d node.Decision) Verdict {
 	return Verdict{Limited: true, Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
-		RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Window: nl.l.Period, Policy: nl.name, Banned: d.Banned}, nil
+		RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Window: nl.l.Period, Policy: nl.name, Banned: d.Banned, Waited: d.Delay}
+}
+
+// waitChecker is what a queueing NodeLimiter needs of its node beyond
+// KeyChecker: *node.Node implements it.
+type waitChecker interface {
+	Check(ctx context.Context, c node.Check) (node.Decision, error)
+}
+
+// waitLimiter is a Limiter that can wait for a slot (NodeLimiter over a
+// node, GCRA or TokenBucket): what WithQueue needs.
+type waitLimiter interface {
+	// canWait returns nil if limitWait may be called with maxWait.
+	canWait(maxWait time.Duration) error
+	// limitWait takes one hit of key, waiting up to maxWait (and ctx) for
+	// its slot (node.Check.MaxWait).
+	limitWait(ctx context.Context, key string, maxWait time.Duration) (Verdict, error)
+}
+
+func (nl *nodeLimiter) canWait(maxWait time.Duration) error {
+	if _, ok := nl.n.(waitChecker); !ok {
+		return fmt.Errorf("%w: WithQueue needs a node that implements Check (a *node.Node)", ErrInvalidOption)
+	}
+	c := node.Check{Key: "k", Limit: nl.l, Hits: 1, MaxWait: maxWait}
+	if err := c.Validate(0); err != nil {
+		return fmt.Errorf("%w: WithQueue: %w", ErrInvalidOption, err)
+	}
+	return nil
+}
+
+func (nl *nodeLimiter) limitWait(ctx context.Context, key string, maxWait time.Duration) (Verdict, error) {
+	d, err := nl.n.(waitChecker).Check(ctx, node.Check{Key: nl.prefix + key, Limit: nl.l, Hits: 1, MaxWait: maxWait})
+	if err != nil {
+		return Verdict{}, err
+	}
+	return nl.verdict(d), nil
 }
 
 type policyLimiter struct {
