@@ -102,7 +102,7 @@ func BenchmarkReplicaBatchKeys(b *testing.B) {
 	for _, keys := range []int{10_000, 1_000_000} {
 		for ; replicas < keys; i++ {
 			if h := hashOf(i); ownedHere(h) {
-				backup.owned.install(h, l, st, wall, false, wall, false)
+				backup.owned.Install(h, l, st, wall, false, wall, false)
 				replicas++
 			}
 		}
@@ -129,7 +129,7 @@ func BenchmarkReplicaBatchKeys(b *testing.B) {
 					b.Fatalf("%d states refused", len(need))
 				}
 			}
-			if got := backup.owned.len(); got != keys {
+			if got := backup.owned.Len(); got != keys {
 				b.Fatalf("backup holds %d keys, want %d", got, keys)
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/state")

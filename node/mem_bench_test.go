@@ -15,6 +15,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node/internal/store"
 )
 
 // memBenchLimit is a limit under which a key that took one hit stays far from
@@ -160,15 +161,15 @@ func BenchmarkMemoryPerReplica(b *testing.B) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		s := newStore(keys, xxhash.Sum64String, nil)
-		s.track = true
+		s := store.New(keys, xxhash.Sum64String, nil)
+		s.Track = true
 		for i := range keys {
-			s.install(xxhash.Sum64(binary.LittleEndian.AppendUint64(nil, uint64(i))), l, st, last, false, wall, false)
+			s.Install(xxhash.Sum64(binary.LittleEndian.AppendUint64(nil, uint64(i))), l, st, last, false, wall, false)
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)
-		if s.len() != keys {
-			b.Fatalf("store holds %d keys, want %d", s.len(), keys)
+		if s.Len() != keys {
+			b.Fatalf("store holds %d keys, want %d", s.Len(), keys)
 		}
 		perKey = (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / keys
 		runtime.KeepAlive(s)

@@ -14,6 +14,7 @@ import (
 	sockaddr "github.com/hashicorp/go-sockaddr"
 	"github.com/hashicorp/memberlist"
 
+	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/transport"
 )
@@ -348,8 +349,8 @@ func (n *Node) idleLoop() {
 			return
 		case <-t.C:
 			wall := n.clock()
-			n.owned.dropIdle(wall)
-			n.fallback.dropIdle(wall)
+			n.owned.DropIdle(wall)
+			n.fallback.DropIdle(wall)
 		}
 	}
 }
@@ -462,15 +463,15 @@ func (n *Node) countRebuild(t0 time.Time) {
 // replica), hand it to the new owner (and keep a copy where this node is the
 // key's new backup, or the new owner is a restarted member it backs up), or,
 // for a state that is neither, stray (stale replica or handed to it by
-// mistake): stray, sendState or dropState.
-func (n *Node) moveOf(ns *ringState, old *ring.Snapshot, restarted map[string]bool, h uint64, stray moveAction) moveAction {
+// mistake): stray, store.MoveSend or store.MoveDrop.
+func (n *Node) moveOf(ns *ringState, old *ring.Snapshot, restarted map[string]bool, h uint64, stray store.MoveAction) store.MoveAction {
 	self := n.cfg.Name
 	m, ok := ns.snap.OwnerOfHash(h)
 	switch {
 	case !ok || ns.leaving:
-		return sendState
+		return store.MoveSend
 	case m.Name == self:
-		return keepState
+		return store.MoveKeep
 	}
 	wasOwner := old.Len() == 0
 	if !wasOwner {
@@ -479,12 +480,12 @@ func (n *Node) moveOf(ns *ringState, old *ring.Snapshot, restarted map[string]bo
 	}
 	if b, ok := ns.backupOfHash(h); ok && b.Name == self {
 		if wasOwner || restarted[m.Name] {
-			return sendCopy
+			return store.MoveSendCopy
 		}
-		return keepState // still its replica
+		return store.MoveKeep // still its replica
 	}
 	if wasOwner {
-		return sendState
+		return store.MoveSend
 	}
 	return stray
 }
@@ -512,7 +513,7 @@ func restartedMembers(old, cur *ring.Snapshot) map[string]bool {
 // whose backup differs from old's (or restarted), so that the next
 // replication send gives the new backup every one of them.
 func (n *Node) resync(old, ns *ringState, restarted map[string]bool) {
-	if ns.backups == nil || ns.leaving || !n.owned.track {
+	if ns.backups == nil || ns.leaving || !n.owned.Track {
 		return
 	}
 	self := n.cfg.Name
@@ -537,7 +538,7 @@ func (n *Node) resync(old, ns *ringState, restarted map[string]bool) {
 		}
 	}
 	if any {
-		n.owned.markWhere(func(h uint64) bool { return parts[snap.PartitionOfHash(h)] })
+		n.owned.MarkWhere(func(h uint64) bool { return parts[snap.PartitionOfHash(h)] })
 		n.bans.markWhere(func(key string) bool { return parts[snap.Partition(key)] })
 	}
 }
@@ -577,7 +578,7 @@ func without(ms []ring.Member, name string) []ring.Member {
 
 func (n *Node) publish(ns, old *ringState) {
 	ns.setMine(n.cfg.Name)
-	n.owned.live.Store(ns.backups != nil) // before resync lists the owned keys
+	n.owned.Live.Store(ns.backups != nil) // before resync lists the owned keys
 	ns.next = make(chan struct{})
 	n.rs.Store(ns)
 	close(old.next)
@@ -592,14 +593,14 @@ func (n *Node) publish(ns, old *ringState) {
 func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]bool) {
 	self := n.cfg.Name
 	snap := ns.snap
-	moved := n.owned.extract(func(h uint64) moveAction {
-		return n.moveOf(ns, old, restarted, h, sendState)
+	moved := n.owned.Extract(func(h uint64) store.MoveAction {
+		return n.moveOf(ns, old, restarted, h, store.MoveSend)
 	}, n.clock())
 	// Ban states move as key states do, except that a replica this node no
 	// longer backs up is dropped: its owner holds the whole of it, and a
 	// handed-off ban state is merged (its denials would count twice).
-	movedBans := n.bans.extract(func(key string) moveAction {
-		return n.moveOf(ns, old, restarted, snap.Hash(key), dropState)
+	movedBans := n.bans.extract(func(key string) store.MoveAction {
+		return n.moveOf(ns, old, restarted, snap.Hash(key), store.MoveDrop)
 	})
 	byOwner := make(map[string][]transport.KeyState)
 	bansByOwner := make(map[string][]transport.PenaltyState)
@@ -627,19 +628,19 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]b
 	}
 	lost := 0
 	for _, ms := range moved {
-		m, ok := snap.OwnerOfHash(ms.h)
+		m, ok := snap.OwnerOfHash(ms.H)
 		if !ok {
 			lost++
 			continue
 		}
-		b, err := ms.st.MarshalBinary()
+		b, err := ms.St.MarshalBinary()
 		if err != nil {
 			lost++
 			continue
 		}
 		addrs[m.Name] = m.Addr
 		byOwner[m.Name] = append(byOwner[m.Name], transport.KeyState{
-			KeyHash: ms.h, Limit: ms.limit, State: b, LastNow: ms.lastNow, CallerClock: ms.callerClock,
+			KeyHash: ms.H, Limit: ms.Limit, State: b, LastNow: ms.LastNow, CallerClock: ms.CallerClock,
 		})
 	}
 	for _, ps := range movedBans {

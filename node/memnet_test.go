@@ -185,12 +185,12 @@ func (c *memClient) Replicate(ctx context.Context, addr string, b transport.Tran
 		for _, s := range b.States {
 			h := s.KeyHash
 			if s.Key != "" {
-				h = t.owned.hash(s.Key)
+				h = t.owned.Hash(s.Key)
 			}
 			all = append(all, h)
 		}
 		for _, p := range b.Penalties {
-			all = append(all, t.owned.hash(p.Key))
+			all = append(all, t.owned.Hash(p.Key))
 		}
 		return all, nil
 	}

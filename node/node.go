@@ -37,6 +37,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/internal/breaker"
+	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/transport"
 	"github.com/ringlimit/ringlimit/transport/pki"
@@ -49,7 +50,7 @@ var (
 	ErrStopped = errors.New("node: stopped")
 	// ErrTooManyKeys is returned for a check that would create a new key on a node
 	// that holds Config.MaxKeys keys, none of them idle.
-	ErrTooManyKeys = errors.New("node: too many keys")
+	ErrTooManyKeys = store.ErrTooManyKeys
 	// ErrCallerTimestamp is matched (errors.Is) by the *InputError (field
 	// created_at) of a check carrying CreatedAt on a node with
 	// AcceptCallerTimestamps off.
@@ -69,7 +70,7 @@ var (
 	// Limit is refused with it too.
 	ErrLimitAboveMax = errors.New("node: limit above this node's maxima")
 
-	errNotOwner = errors.New("node: not owner")
+	errNotOwner = store.ErrNotOwner
 )
 
 // Admission states of a Member.
@@ -146,8 +147,8 @@ type Node struct {
 
 	ring     *ring.Ring
 	rs       atomic.Pointer[ringState]
-	owned    *store
-	fallback *store
+	owned    *store.Store
+	fallback *store.Store
 	peers    peerClient
 
 	// bans holds the ban states of keys checked with a penalty (see penalty.go).
@@ -258,11 +259,11 @@ func New(cfg Config) (*Node, error) {
 		marks:     make(map[string]handoffMark),
 		stop:      make(chan struct{}),
 	}
-	n.owned = newStore(cfg.MaxKeys, r.Snapshot().Hash, n.onEvict)
-	n.owned.track = cfg.Replication != ReplicationOff
+	n.owned = store.New(cfg.MaxKeys, r.Snapshot().Hash, n.onEvict)
+	n.owned.Track = cfg.Replication != ReplicationOff
 	n.repl = newReplicator()
 	n.breakers = breaker.NewSet(cfg.BreakerCooldown)
-	n.fallback = newStore(cfg.MaxKeys, r.Snapshot().Hash, n.onEvict)
+	n.fallback = store.New(cfg.MaxKeys, r.Snapshot().Hash, n.onEvict)
 	if n.log == nil {
 		n.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -444,7 +445,7 @@ func (n *Node) Ready() bool {
 // under its shard lock: for monitoring and tests, not for a hot path.
 func (n *Node) OwnedKeys() int {
 	rs := n.rs.Load()
-	return n.owned.count(func(h uint64) bool {
+	return n.owned.Count(func(h uint64) bool {
 		m, ok := rs.snap.OwnerOfHash(h)
 		return ok && m.Name == n.cfg.Name
 	})
@@ -452,7 +453,7 @@ func (n *Node) OwnedKeys() int {
 
 // Stats returns the node's key and member counts.
 func (n *Node) Stats() Stats {
-	return Stats{Keys: n.owned.len(), FallbackKeys: n.fallback.len(), Members: n.rs.Load().snap.Len(), Refused: n.refusedCount(), Insecure: !n.secure,
+	return Stats{Keys: n.owned.Len(), FallbackKeys: n.fallback.Len(), Members: n.rs.Load().snap.Len(), Refused: n.refusedCount(), Insecure: !n.secure,
 		Rebuilds: n.rebuilds.Load(), RebuildTime: time.Duration(n.rebuildNs.Load()), RefusedStates: n.refusedStates.Load()}
 }
 
@@ -551,7 +552,7 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 			// Start loading the key's slot (a cache miss at a million keys) so
 			// that the clock read and the shard lock overlap it. (A forwarded
 			// batch prefetches its checks' slots itself, see peerService.Forward.)
-			n.owned.prefetch(h, c.Limit.Kind)
+			n.owned.Prefetch(h, c.Limit.Kind)
 			// Route and Owner are written first: the last writes before the
 			// caller copies *out are then the algorithm's, long finished.
 			out.Route, out.Owner = RouteOwner, n.cfg.Name
@@ -715,10 +716,10 @@ func (n *Node) decideOwned(ctx context.Context, rs *ringState, c *Check, h uint6
 	}
 	owns := func() bool { return n.owns(rs, h) }
 	if c.Penalty.IsZero() {
-		return false, n.owned.takeInto(out, h, c.Limit, c.Hits, now, wall, owns)
+		return false, n.owned.TakeInto(out, h, c.Limit, c.Hits, now, wall, owns)
 	}
 	d, banned, err := n.bans.take(h, c.Key, c.Penalty, c.Hits, now, func(hits int64) (algo.Decision, error) {
-		return n.owned.take(h, c.Limit, hits, now, wall, owns)
+		return n.owned.Take(h, c.Limit, hits, now, wall, owns)
 	})
 	if err == nil {
 		*out = d
@@ -765,7 +766,7 @@ func (n *Node) decideFallback(c Check, rs *ringState) (Decision, error) {
 	switch n.cfg.OwnerUnreachable {
 	case Local:
 		var err error
-		d, err = n.fallback.take(n.fallback.hash(c.Key), share(c.Limit, rs.snap.Len()), c.Hits, now, wall, nil)
+		d, err = n.fallback.Take(n.fallback.Hash(c.Key), share(c.Limit, rs.snap.Len()), c.Hits, now, wall, nil)
 		if err != nil {
 			return Decision{}, err
 		}
@@ -828,8 +829,8 @@ func (p peerService) Forward(ctx context.Context, checks []transport.Check, out 
 	var hs [16]uint64
 	for i := range min(len(checks), len(hs)) {
 		if c := &checks[i]; !c.AsBackup {
-			hs[i] = n.owned.hash(c.Key)
-			n.owned.prefetch(hs[i], c.Limit.Kind)
+			hs[i] = n.owned.Hash(c.Key)
+			n.owned.Prefetch(hs[i], c.Limit.Kind)
 		}
 	}
 	for i, c := range checks {
@@ -1054,13 +1055,13 @@ func (n *Node) installHandoff(b transport.TransferBatch, cb checkedBatch) {
 		}
 		h := ks.KeyHash
 		if ks.Key != "" {
-			h = n.owned.hash(ks.Key)
+			h = n.owned.Hash(ks.Key)
 		}
-		n.owned.installScan(h, ks.Limit, cb.states[i], ks.LastNow, ks.CallerClock, cb.wall, true, &scanned)
+		n.owned.InstallScan(h, ks.Limit, cb.states[i], ks.LastNow, ks.CallerClock, cb.wall, true, &scanned)
 	}
 	for i, ps := range b.Penalties {
 		if !cb.penRefusedAt(i) {
-			n.bans.install(n.owned.hash(ps.Key), ps)
+			n.bans.install(n.owned.Hash(ps.Key), ps)
 		}
 	}
 	if b.Done {

@@ -13,6 +13,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/transport"
 )
@@ -264,7 +265,7 @@ func BenchmarkAllowLocal(b *testing.B) {
 // clock.
 func TestInstallKeepsCallerTime(t *testing.T) {
 	t.Parallel()
-	s := newStore(10, xxhash.Sum64String, nil)
+	s := store.New(10, xxhash.Sum64String, nil)
 	l := algo.Limit{Kind: algo.FixedWindow, Limit: 3, Period: time.Minute}
 	then := time.Date(2015, 5, 17, 10, 5, 3, 0, time.UTC).UnixNano()
 	wall := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC).UnixNano()
@@ -274,16 +275,16 @@ func TestInstallKeepsCallerTime(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s.install(s.hash("k"), l, st, then, true, wall, false)
-	s.dropIdle(wall + int64(time.Second))
-	if got := s.len(); got != 1 {
+	s.Install(s.Hash("k"), l, st, then, true, wall, false)
+	s.DropIdle(wall + int64(time.Second))
+	if got := s.Len(); got != 1 {
 		t.Fatalf("keys after idle scan: got %d, want 1 (a caller-timestamped key is kept for a Period)", got)
 	}
-	d, err := s.take(s.hash("k"), l, 1, then+int64(time.Second), wall, nil)
+	d, err := s.Take(s.Hash("k"), l, 1, then+int64(time.Second), wall, nil)
 	if err != nil || !d.Allowed || d.Remaining != 0 {
 		t.Fatalf("third hit in the 2015 window: got %+v, %v; want allowed with 0 remaining", d, err)
 	}
-	d, _ = s.take(s.hash("k"), l, 1, then+int64(2*time.Second), wall, nil)
+	d, _ = s.Take(s.Hash("k"), l, 1, then+int64(2*time.Second), wall, nil)
 	if d.Allowed {
 		t.Fatal("fourth hit in the 2015 window allowed: the handed-off state was lost")
 	}

@@ -253,7 +253,7 @@ func TestReplicaOnlyFromOwner(t *testing.T) {
 	send := func(to, from *Node, key string) []uint64 {
 		t.Helper()
 		need, err := peerService{to}.Replicate(ctx, transport.TransferBatch{From: from.Name(), Sender: from.Name(), Replica: true,
-			States: []transport.KeyState{{KeyHash: to.owned.hash(key), Limit: l, State: st, LastNow: now}}})
+			States: []transport.KeyState{{KeyHash: to.owned.Hash(key), Limit: l, State: st, LastNow: now}}})
 		if err != nil {
 			t.Fatal(err)
 		}

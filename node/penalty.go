@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/transport"
 )
 
@@ -34,7 +35,7 @@ func (n *Node) AllowPenalized(ctx context.Context, key string, l algo.Limit, hit
 // so a penalized check is atomic with its algorithm decision. Keys checked
 // without a penalty never touch it.
 type penalties struct {
-	shards [numShards]penaltyShard
+	shards [store.NumShards]penaltyShard
 	// track lists changed ban states for replication (Config.Replication not
 	// off).
 	track bool
@@ -69,7 +70,7 @@ func (ps *penaltyState) touch(t int64) {
 // hits to the algorithm state (under the store's lock) and reports its
 // Decision.
 func (p *penalties) take(h uint64, key string, pen Penalty, hits, now int64, decide func(hits int64) (algo.Decision, error)) (algo.Decision, bool, error) {
-	sh := &p.shards[shardOf(h)]
+	sh := &p.shards[store.ShardOf(h)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	st := sh.m[key]
@@ -158,7 +159,7 @@ func (p *penalties) markWhere(pred func(key string) bool) {
 // changed again (their send failed).
 func (p *penalties) markKeys(keys []string, hs []uint64) {
 	for i, k := range keys {
-		sh := &p.shards[shardOf(hs[i])]
+		sh := &p.shards[store.ShardOf(hs[i])]
 		sh.mu.Lock()
 		if sh.m[k] != nil {
 			p.markDirty(sh, k)
@@ -192,7 +193,7 @@ func (p *penalties) takeDirty() []transport.PenaltyState {
 // holds the whole truth of it, so nothing is merged: merging would count the
 // same denials twice).
 func (p *penalties) replace(h uint64, s transport.PenaltyState) {
-	sh := &p.shards[shardOf(h)]
+	sh := &p.shards[store.ShardOf(h)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.m == nil {
@@ -219,19 +220,19 @@ func (sh *penaltyShard) sweep(now int64) {
 	sh.nextSweep = 2*len(sh.m) + 64
 }
 
-// extract applies act(key) to every ban state (see moveAction) and returns
+// extract applies act(key) to every ban state (see store.MoveAction) and returns
 // those to send.
-func (p *penalties) extract(act func(key string) moveAction) []transport.PenaltyState {
+func (p *penalties) extract(act func(key string) store.MoveAction) []transport.PenaltyState {
 	var out []transport.PenaltyState
 	for i := range p.shards {
 		sh := &p.shards[i]
 		sh.mu.Lock()
 		for k, st := range sh.m {
 			a := act(k)
-			if a == sendState || a == sendCopy {
+			if a == store.MoveSend || a == store.MoveSendCopy {
 				out = append(out, transport.PenaltyState{Key: k, BanUntil: st.banUntil, Denials: slices.Clone(st.denials), Expire: st.expire})
 			}
-			if a == sendState || a == dropState {
+			if a == store.MoveSend || a == store.MoveDrop {
 				delete(sh.m, k)
 				delete(sh.dirty, k)
 			}
@@ -244,7 +245,7 @@ func (p *penalties) extract(act func(key string) moveAction) []transport.Penalty
 // install merges a handed-off ban state: the later ban wins, and the denial
 // times are merged (the newest MaxPenaltyDenials kept, oldest first).
 func (p *penalties) install(h uint64, s transport.PenaltyState) {
-	sh := &p.shards[shardOf(h)]
+	sh := &p.shards[store.ShardOf(h)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.m == nil {

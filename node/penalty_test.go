@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/transport"
 )
 
@@ -90,7 +91,7 @@ func TestPenaltyStateMovesWithHandoff(t *testing.T) {
 	if d, _ := a.AllowPenalized(ctx, "k", l, 1, pen); !d.Banned {
 		t.Fatalf("got %+v, want banned", d)
 	}
-	moved := a.bans.extract(func(string) moveAction { return sendState })
+	moved := a.bans.extract(func(string) store.MoveAction { return store.MoveSend })
 	if len(moved) != 1 || moved[0].Key != "k" {
 		t.Fatalf("extracted %+v, want the state of k", moved)
 	}
@@ -145,7 +146,7 @@ func TestHandedOffBanNeverOutlastsTheRule(t *testing.T) {
 	if got := n.Stats().RefusedStates; got != 1 {
 		t.Errorf("denials in the future: %d states refused, want 1", got)
 	}
-	sh := &n.bans.shards[shardOf(n.owned.hash("other"))]
+	sh := &n.bans.shards[store.ShardOf(n.owned.Hash("other"))]
 	sh.mu.Lock()
 	held := sh.m["other"] != nil
 	sh.mu.Unlock()

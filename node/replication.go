@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/transport"
 )
@@ -123,8 +124,8 @@ func (b *replBackoff) failed(now time.Time, lag time.Duration) {
 // and an index per state and backup, grown by append) were most of the bytes
 // allocated per check in a replicated cluster.
 type replScratch struct {
-	ms    []movedState // the changed states taken from the store
-	buf   []byte       // their binary forms, back to back
+	ms    []store.Moved // the changed states taken from the store
+	buf   []byte        // their binary forms, back to back
 	dests map[string]*replDest
 }
 
@@ -188,10 +189,10 @@ func (sc *replScratch) dest(b ring.Member) *replDest {
 // whole with the next send: all of them when want is nil (the send failed or
 // was not tried), else those whose ring hash want holds (the backup asked for
 // them in need_full).
-func (d *replDest) resend(n *Node, ms []movedState, want map[uint64]bool) {
+func (d *replDest) resend(n *Node, ms []store.Moved, want map[uint64]bool) {
 	for _, j := range d.idx {
-		if m := &ms[j]; want == nil || want[m.h] {
-			n.owned.sendWhole(m.h, m.limit.Kind)
+		if m := &ms[j]; want == nil || want[m.H] {
+			n.owned.SendWhole(m.H, m.Limit.Kind)
 		}
 	}
 	var keys []string
@@ -245,11 +246,11 @@ func (n *Node) replicate() {
 		// No backup (one member, or replication off): forget the changes
 		// without copying them; a ring change that brings backups lists every
 		// owned key again (resync).
-		n.owned.clearDirty()
+		n.owned.ClearDirty()
 		return
 	}
 	sc := &r.scratch
-	sc.ms = n.owned.takeDirtyInto(n.clock(), sc.ms[:0])
+	sc.ms = n.owned.TakeDirtyInto(n.clock(), sc.ms[:0])
 	ms := sc.ms
 	pens := n.bans.takeDirty()
 	if len(ms) == 0 && len(pens) == 0 {
@@ -263,25 +264,25 @@ func (n *Node) replicate() {
 	buf := sc.buf[:0]
 	for i := range ms {
 		m := &ms[i]
-		owner, ok := rs.snap.OwnerOfHash(m.h)
+		owner, ok := rs.snap.OwnerOfHash(m.H)
 		if !ok || owner.Name != self || rs.leaving {
 			continue // a replica held here, or a key handed off meanwhile
 		}
-		b, ok := rs.backupOfHash(m.h)
+		b, ok := rs.backupOfHash(m.H)
 		if !ok {
 			continue
 		}
 		start := len(buf)
 		var err error
-		if buf, err = m.st.AppendBinary(buf); err != nil {
+		if buf, err = m.St.AppendBinary(buf); err != nil {
 			continue
 		}
 		st := buf[start:len(buf):len(buf)]
 		d := sc.dest(b)
 		d.idx = append(d.idx, int32(i))
 		d.states = append(d.states, transport.KeyState{
-			KeyHash: m.h, Limit: m.limit, State: st, LastNow: m.lastNow, CallerClock: m.callerClock,
-			LogDelta: m.delta, LogAfter: m.after, LogAfterCount: m.afterN,
+			KeyHash: m.H, Limit: m.Limit, State: st, LastNow: m.LastNow, CallerClock: m.CallerClock,
+			LogDelta: m.Delta, LogAfter: m.After, LogAfterCount: m.AfterN,
 		})
 	}
 	for _, ps := range pens {
@@ -426,20 +427,20 @@ func (n *Node) acceptReplica(b transport.TransferBatch, cb checkedBatch) (needFu
 	const prefetchAhead = 16
 	for i := range min(len(b.States), prefetchAhead) {
 		if ks := &b.States[i]; ks.Key == "" {
-			n.owned.prefetch(ks.KeyHash, ks.Limit.Kind)
+			n.owned.Prefetch(ks.KeyHash, ks.Limit.Kind)
 		}
 	}
 	for i := range b.States {
 		ks := &b.States[i]
 		if j := i + prefetchAhead; j < len(b.States) && b.States[j].Key == "" {
-			n.owned.prefetch(b.States[j].KeyHash, b.States[j].Limit.Kind)
+			n.owned.Prefetch(b.States[j].KeyHash, b.States[j].Limit.Kind)
 		}
 		if cb.refusedAt(i) {
 			continue
 		}
 		h := ks.KeyHash
 		if ks.Key != "" {
-			h = n.owned.hash(ks.Key)
+			h = n.owned.Hash(ks.Key)
 		}
 		owner, ok := rs.snap.OwnerOfHash(h)
 		bk, hasB := rs.backupOfHash(h)
@@ -454,11 +455,11 @@ func (n *Node) acceptReplica(b transport.TransferBatch, cb checkedBatch) (needFu
 			// is no longer the owner.
 			needFull = append(needFull, h)
 		case ks.LogDelta:
-			if !n.owned.appendLog(h, ks.Limit, states[i], ks.LogAfter, ks.LogAfterCount, ks.LastNow, ks.CallerClock, wall) {
+			if !n.owned.AppendLog(h, ks.Limit, states[i], ks.LogAfter, ks.LogAfterCount, ks.LastNow, ks.CallerClock, wall) {
 				needFull = append(needFull, h)
 			}
 		default:
-			n.owned.installScan(h, ks.Limit, states[i], ks.LastNow, ks.CallerClock, wall, false, &scanned)
+			n.owned.InstallScan(h, ks.Limit, states[i], ks.LastNow, ks.CallerClock, wall, false, &scanned)
 		}
 	}
 	for i, ps := range b.Penalties {
@@ -575,11 +576,11 @@ func (n *Node) decideAsBackup(ctx context.Context, c Check, h uint64) (algo.Deci
 		now = wall
 	}
 	if c.Penalty.IsZero() {
-		d, err := n.owned.take(h, c.Limit, c.Hits, now, wall, holds)
+		d, err := n.owned.Take(h, c.Limit, c.Hits, now, wall, holds)
 		return d, false, err
 	}
 	return n.bans.take(h, c.Key, c.Penalty, c.Hits, now, func(hits int64) (algo.Decision, error) {
-		return n.owned.take(h, c.Limit, hits, now, wall, holds)
+		return n.owned.Take(h, c.Limit, hits, now, wall, holds)
 	})
 }
 

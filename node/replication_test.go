@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/transport"
 )
@@ -31,7 +32,7 @@ func keyWith(t *testing.T, n, owner, backup *Node) string {
 func replica(t *testing.T, n *Node, key string, l algo.Limit) algo.Decision {
 	t.Helper()
 	now := n.clock()
-	d, err := n.owned.take(n.owned.hash(key), l, 0, now, now, nil)
+	d, err := n.owned.Take(n.owned.Hash(key), l, 0, now, now, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func replica(t *testing.T, n *Node, key string, l algo.Limit) algo.Decision {
 // waitBan polls (5 ms, 5 s deadline) until n holds a ban of key.
 func waitBan(t *testing.T, n *Node, key string) {
 	t.Helper()
-	sh := &n.bans.shards[shardOf(n.owned.hash(key))]
+	sh := &n.bans.shards[store.ShardOf(n.owned.Hash(key))]
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		sh.mu.Lock()
@@ -295,34 +296,34 @@ func TestCrashKeepsReplicatedState(t *testing.T) {
 // owner's log; a replica that cannot apply a delta gets the whole log next.
 func TestLogReplicationSendsDeltas(t *testing.T) {
 	t.Parallel()
-	owner := newStore(1000, func(k string) uint64 { return uint64(len(k)) * 0x9e3779b97f4a7c15 }, nil)
-	owner.track = true
-	owner.live.Store(true)
-	backup := newStore(1000, owner.hash, nil)
+	owner := store.New(1000, func(k string) uint64 { return uint64(len(k)) * 0x9e3779b97f4a7c15 }, nil)
+	owner.Track = true
+	owner.Live.Store(true)
+	backup := store.New(1000, owner.Hash, nil)
 	l := algo.Limit{Kind: algo.SlidingWindowLog, Limit: 1000, Period: time.Hour}
-	h := owner.hash("k")
+	h := owner.Hash("k")
 	now := int64(1_700_000_000_000_000_000)
 	take := func(hits int64) {
 		t.Helper()
 		now += int64(time.Millisecond)
-		if _, err := owner.take(h, l, hits, now, now, nil); err != nil {
+		if _, err := owner.Take(h, l, hits, now, now, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	send := func(wantDelta bool, wantEntries, wantSent int) {
 		t.Helper()
-		ms := owner.takeDirty(now)
+		ms := owner.TakeDirty(now)
 		if len(ms) != 1 {
 			t.Fatalf("takeDirty sent %d states, want 1", len(ms))
 		}
 		m := ms[0]
-		if m.delta != wantDelta {
-			t.Fatalf("delta %v, want %v", m.delta, wantDelta)
+		if m.Delta != wantDelta {
+			t.Fatalf("delta %v, want %v", m.Delta, wantDelta)
 		}
-		if tt, _ := m.st.LogTail(); tt == 0 && wantEntries > 0 {
+		if tt, _ := m.St.LogTail(); tt == 0 && wantEntries > 0 {
 			t.Fatal("empty log sent")
 		}
-		b, _ := m.st.MarshalBinary()
+		b, _ := m.St.MarshalBinary()
 		var got algo.State
 		if err := got.UnmarshalBinary(b); err != nil {
 			t.Fatal(err)
@@ -330,15 +331,15 @@ func TestLogReplicationSendsDeltas(t *testing.T) {
 		if d, _ := got.Take(now, 0, l); 1000-d.Remaining != int64(wantSent) {
 			t.Fatalf("%d log entries sent, want %d", 1000-d.Remaining, wantSent)
 		}
-		if m.delta {
-			if !backup.appendLog(m.h, m.limit, got, m.after, m.afterN, m.lastNow, false, now) {
+		if m.Delta {
+			if !backup.AppendLog(m.H, m.Limit, got, m.After, m.AfterN, m.LastNow, false, now) {
 				t.Fatal("the backup could not apply the delta")
 			}
 		} else {
-			backup.install(m.h, m.limit, got, m.lastNow, false, now, false)
+			backup.Install(m.H, m.Limit, got, m.LastNow, false, now, false)
 		}
-		for _, s := range []*store{owner, backup} {
-			d, err := s.take(h, l, 0, now, now, nil)
+		for _, s := range []*store.Store{owner, backup} {
+			d, err := s.Take(h, l, 0, now, now, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -353,18 +354,18 @@ func TestLogReplicationSendsDeltas(t *testing.T) {
 	take(2)
 	take(1)
 	send(true, 7, 3) // then the 3 new entries only
-	ms := owner.takeDirty(now)
+	ms := owner.TakeDirty(now)
 	if len(ms) != 0 {
 		t.Fatalf("nothing changed, but %d states were sent", len(ms))
 	}
 	take(5)
 	// The backup lost its replica (say it restarted): it asks for the whole log.
-	backup = newStore(1000, owner.hash, nil)
-	m := owner.takeDirty(now)[0]
-	if !m.delta || backup.appendLog(m.h, m.limit, m.st, m.after, m.afterN, m.lastNow, false, now) {
+	backup = store.New(1000, owner.Hash, nil)
+	m := owner.TakeDirty(now)[0]
+	if !m.Delta || backup.AppendLog(m.H, m.Limit, m.St, m.After, m.AfterN, m.LastNow, false, now) {
 		t.Fatal("a delta applied to a missing replica")
 	}
-	owner.sendWhole(m.h, m.limit.Kind)
+	owner.SendWhole(m.H, m.Limit.Kind)
 	take(1)
 	send(false, 13, 13)
 }
@@ -490,10 +491,8 @@ func TestNoBackupListsNothing(t *testing.T) {
 			t.Fatalf("key %d: got %+v, %v; want admitted", i, d, err)
 		}
 	}
-	for w := range a.owned.dirtyShards {
-		if bits := a.owned.dirtyShards[w].Load(); bits != 0 {
-			t.Fatalf("a node without a backup listed changed keys (dirty shard bits %#x)", bits)
-		}
+	if a.owned.AnyDirty() {
+		t.Fatal("a node without a backup listed changed keys")
 	}
 }
 
@@ -557,7 +556,7 @@ func TestReplicaNotPlacedIsAskedAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := z.owned.hash(key)
+	h := z.owned.Hash(key)
 	b := transport.TransferBatch{
 		From: x.Name(), Sender: x.Name(), Replica: true,
 		States:    []transport.KeyState{{KeyHash: h, Limit: l, State: bin, LastNow: now}},
@@ -573,80 +572,11 @@ func TestReplicaNotPlacedIsAskedAgain(t *testing.T) {
 	if got := replica(t, z, key, l).Remaining; got != 10 {
 		t.Errorf("a state z cannot place was installed: %d remaining, want 10", got)
 	}
-	sh := &z.bans.shards[shardOf(h)]
+	sh := &z.bans.shards[store.ShardOf(h)]
 	sh.mu.Lock()
 	_, banned := sh.m[key]
 	sh.mu.Unlock()
 	if banned {
 		t.Error("a ban state z cannot place was installed")
 	}
-}
-
-// A log delta can reach a replica that is packed (the backup got the log whole
-// while it had at most two entries) from an owner whose log is boxed: the
-// replica is unpacked, extended, and packed again or boxed when it outgrows
-// two entries, and answers as the owner does at every step.
-func TestLogDeltaOntoPackedReplica(t *testing.T) {
-	t.Parallel()
-	owner := newStore(1000, func(k string) uint64 { return uint64(len(k)) * 0x9e3779b97f4a7c15 }, nil)
-	owner.track = true
-	owner.live.Store(true)
-	backup := newStore(1000, owner.hash, nil)
-	l := algo.Limit{Kind: algo.SlidingWindowLog, Limit: 10, Period: 100 * time.Millisecond}
-	h := owner.hash("k")
-	now := int64(1_700_000_000_000_000_000)
-	take := func(hits int64) {
-		t.Helper()
-		if _, err := owner.take(h, l, hits, now, now, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	boxed := func(s *store) bool {
-		sh := &s.shards[shardOf(fold(h))]
-		i := sh.swl.find(fold(h))
-		if i < 0 {
-			t.Fatal("key not held")
-		}
-		return sh.swl.slots[i].words()[0] < 0
-	}
-	send := func(wantDelta, wantBackupBoxed bool) {
-		t.Helper()
-		ms := owner.takeDirty(now)
-		if len(ms) != 1 || ms[0].delta != wantDelta {
-			t.Fatalf("sent %+v, want one state, delta %v", ms, wantDelta)
-		}
-		m := ms[0]
-		if m.delta {
-			if !backup.appendLog(m.h, m.limit, m.st, m.after, m.afterN, m.lastNow, false, now) {
-				t.Fatal("the backup could not apply the delta")
-			}
-		} else {
-			backup.install(m.h, m.limit, m.st, m.lastNow, false, now, false)
-		}
-		if got := boxed(backup); got != wantBackupBoxed {
-			t.Fatalf("replica boxed %v, want %v", got, wantBackupBoxed)
-		}
-		for _, at := range []int64{now, now + int64(50*time.Millisecond), now + int64(99*time.Millisecond)} {
-			want, _ := owner.take(h, l, 0, at, at, nil)
-			if got, _ := backup.take(h, l, 0, at, at, nil); got != want {
-				t.Fatalf("at +%v: replica %+v, owner %+v", time.Duration(at-now), got, want)
-			}
-		}
-	}
-	take(3) // three entries: boxed on the owner
-	if !boxed(owner) {
-		t.Fatal("a log of three entries is not boxed")
-	}
-	send(false, true)
-	now += int64(200 * time.Millisecond) // all three expire
-	take(1)                              // one entry, still boxed on the owner
-	backup = newStore(1000, owner.hash, nil)
-	owner.sendWhole(h, l.Kind) // the restarted backup asks for the whole log
-	send(false, false)         // one entry: packed on the backup
-	now += int64(time.Millisecond)
-	take(1)
-	send(true, false) // a delta onto the packed replica: two entries, packed
-	now += int64(time.Millisecond)
-	take(1)
-	send(true, true) // three entries: the replica moves to a box
 }

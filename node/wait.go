@@ -224,7 +224,7 @@ func (n *Node) bookOwned(ctx context.Context, rs *ringState, c *Check, h uint64,
 	owns := func() bool { return n.owns(rs, h) }
 	if c.cancelAt != 0 {
 		r := algo.Reservation{OK: true, Hits: c.Hits, Delay: 1, At: c.cancelAt}
-		if err := n.owned.cancel(h, c.Limit, r, now, owns); err != nil {
+		if err := n.owned.Cancel(h, c.Limit, r, now, owns); err != nil {
 			return false, err
 		}
 		out.Decision = algo.Decision{Allowed: true}
@@ -243,7 +243,7 @@ func (n *Node) bookOwned(ctx context.Context, rs *ringState, c *Check, h uint64,
 			return false, err
 		}
 	}
-	take := func(hits int64) (algo.Decision, error) { return n.owned.take(h, l, hits, now, wall, owns) }
+	take := func(hits int64) (algo.Decision, error) { return n.owned.Take(h, l, hits, now, wall, owns) }
 	var d algo.Decision
 	if c.Penalty.IsZero() {
 		d, err = take(c.Hits)

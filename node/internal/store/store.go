@@ -1,6 +1,7 @@
-package node
+package store
 
 import (
+	"errors"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -8,10 +9,21 @@ import (
 	"github.com/ringlimit/ringlimit/algo"
 )
 
-// numShards is the number of independently locked shards of a store (a power of
+// NumShards is the number of independently locked shards of a store (a power of
 // two). 256 keeps lock contention negligible at 64 concurrent callers while a
 // whole-shard scan stays short (4k keys per shard at 1M keys).
-const numShards = 256
+const NumShards = 256
+
+// The store's errors. node re-exports ErrTooManyKeys under its own name, and
+// turns ErrNotOwner into a "not owner" answer (it never reaches a caller).
+var (
+	// ErrTooManyKeys is returned for a check that would create a new key on a
+	// store at its key bound (MaxKeys) after dropping idle keys.
+	ErrTooManyKeys = errors.New("node: too many keys")
+	// ErrNotOwner is returned by Take when its owns callback says the node no
+	// longer owns the key.
+	ErrNotOwner = errors.New("node: not owner")
+)
 
 // A store keeps no key strings. A key is stored under its 64-bit ring hash
 // (ring.Snapshot.Hash, xxhash64 of the key), its fingerprint:
@@ -101,7 +113,7 @@ type shard struct {
 	// (store.track only), each once: its slot has flagDirty.
 	dirty []dirtyRec
 	// dirtyBits is the store's dirtyShards.
-	dirtyBits *[numShards / 64]atomic.Uint64
+	dirtyBits *[NumShards / 64]atomic.Uint64
 	_         [64]byte // keep neighbouring shards' locks off this cache line
 }
 
@@ -111,60 +123,60 @@ type dirtyRec struct {
 	k algo.Kind
 }
 
-// store is the owner-side key space of a node (or its local fallback space).
-type store struct {
-	hash    func(string) uint64 // the ring's key hash: callers pass it to take
+// Store is the owner-side key space of a node (or its local fallback space).
+type Store struct {
+	Hash    func(string) uint64 // the ring's key hash: callers pass it to take
 	onEvict func(reason string) // Metrics.Eviction, or nil
-	shards  [numShards]shard
+	shards  [NumShards]shard
 	keys    atomic.Int64
 	maxKeys int64
 	// track lists changed keys in their shard's dirty list, for replication.
-	track bool
+	Track bool
 	// live is whether the keys have backups now (set by Node.publish): while
 	// not, a check does not list the key it changes (nothing would be sent;
 	// the list would only be cleared, a second cache miss on the key's slot
 	// per admitted check). A ring that brings backups lists every owned key
 	// again (Node.resync) after setting live.
-	live atomic.Bool
+	Live atomic.Bool
 	// dirtyShards has bit i set while shard i's dirty list may be non-empty,
 	// so a replication send visits only those shards.
-	dirtyShards [numShards / 64]atomic.Uint64
+	dirtyShards [NumShards / 64]atomic.Uint64
 }
 
-// newStore returns a store that holds at most maxKeys keys (see take), hashed
+// New returns a store that holds at most maxKeys keys (see take), hashed
 // by hash, and reports evictions to onEvict (nil: not reported).
-func newStore(maxKeys int, hash func(string) uint64, onEvict func(reason string)) *store {
-	s := &store{maxKeys: int64(maxKeys), hash: hash, onEvict: onEvict}
+func New(maxKeys int, hash func(string) uint64, onEvict func(reason string)) *Store {
+	s := &Store{maxKeys: int64(maxKeys), Hash: hash, onEvict: onEvict}
 	for i := range s.shards {
 		s.shards[i].dirtyBits = &s.dirtyShards
 	}
 	return s
 }
 
-// shardOf picks the shard of a key from its hash (s.hash(key)).
-func shardOf(h uint64) uint64 { return h & (numShards - 1) }
+// ShardOf picks the shard of a key from its hash (s.Hash(key)).
+func ShardOf(h uint64) uint64 { return h & (NumShards - 1) }
 
-// take applies one check of the key whose hash (s.hash) is h, under its shard's
+// Take applies one check of the key whose hash (s.Hash) is h, under its shard's
 // lock. owns, when not nil, is called under the lock and must report whether this
 // node still owns the key: it closes the race with a handoff that extracts the
-// shard's states after a ring change. It returns errNotOwner when owns says no,
+// shard's states after a ring change. It returns ErrNotOwner when owns says no,
 // ErrTooManyKeys at the key bound, or the algorithm's validation error.
-func (s *store) take(h uint64, l algo.Limit, hits, now, wall int64, owns func() bool) (algo.Decision, error) {
+func (s *Store) Take(h uint64, l algo.Limit, hits, now, wall int64, owns func() bool) (algo.Decision, error) {
 	var d algo.Decision
-	err := s.takeInto(&d, h, l, hits, now, wall, owns)
+	err := s.TakeInto(&d, h, l, hits, now, wall, owns)
 	return d, err
 }
 
-// takeInto is take writing its Decision to *out (left unchanged on error): the
+// TakeInto is take writing its Decision to *out (left unchanged on error): the
 // owner-local path passes the caller's Decision down instead of copying one up
 // through every call.
-func (s *store) takeInto(out *algo.Decision, h uint64, l algo.Limit, hits, now, wall int64, owns func() bool) error {
+func (s *Store) TakeInto(out *algo.Decision, h uint64, l algo.Limit, hits, now, wall int64, owns func() bool) error {
 	h = fold(h)
-	sh := &s.shards[shardOf(h)]
+	sh := &s.shards[ShardOf(h)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if owns != nil && !owns() {
-		return errNotOwner
+		return ErrNotOwner
 	}
 	var c check // filled field by field: no temporary to copy
 	c.s, c.sh, c.h, c.l, c.hits, c.now, c.wall = s, sh, h, l, hits, now, wall
@@ -187,7 +199,7 @@ func (s *store) takeInto(out *algo.Decision, h uint64, l algo.Limit, hits, now, 
 
 // check is one check in flight under a shard lock.
 type check struct {
-	s               *store
+	s               *Store
 	sh              *shard
 	h               uint64
 	l               algo.Limit
@@ -225,10 +237,10 @@ func takeIn[W words](out *algo.Decision, c *check, t *kindTable[W], owns func() 
 			// Drop idle keys everywhere: release this shard's lock so shard locks are
 			// never held two at a time, then look the key up again.
 			c.sh.mu.Unlock()
-			c.s.dropIdle(c.wall)
+			c.s.DropIdle(c.wall)
 			c.sh.mu.Lock()
 			if owns != nil && !owns() {
-				return errNotOwner
+				return ErrNotOwner
 			}
 			if i = t.find(c.h); i >= 0 {
 				return t.update(out, c, i)
@@ -262,30 +274,30 @@ func takeIn[W words](out *algo.Decision, c *check, t *kindTable[W], owns func() 
 type anyKindTable interface {
 	has(h uint64) bool
 	dropIdle(sh *shard, k algo.Kind, wall int64, dropped func())
-	extract(sh *shard, k algo.Kind, act func(h uint64) moveAction, wall int64, out []movedState) (_ []movedState, removed int)
-	install(sh *shard, m movedState, wall int64, track bool) bool
-	copyDirty(sh *shard, k algo.Kind, h uint64, wall int64) (movedState, bool)
+	extract(sh *shard, k algo.Kind, act func(h uint64) MoveAction, wall int64, out []Moved) (_ []Moved, removed int)
+	install(sh *shard, m Moved, wall int64, track bool) bool
+	copyDirty(sh *shard, k algo.Kind, h uint64, wall int64) (Moved, bool)
 	markWhere(sh *shard, k algo.Kind, pred func(h uint64) bool)
 	sendWhole(sh *shard, k algo.Kind, h uint64)
 	clearDirty(h uint64)
-	appendLog(sh *shard, m movedState, wall int64) bool
+	appendLog(sh *shard, m Moved, wall int64) bool
 }
 
-// moveAction is what a ring change does with one stored state (see
+// MoveAction is what a ring change does with one stored state (see
 // store.extract).
-type moveAction uint8
+type MoveAction uint8
 
 const (
-	// keepState: this node still owns the key, or holds its replica.
-	keepState moveAction = iota
-	// sendState: hand the state to the key's new owner and remove it here.
-	sendState
-	// sendCopy: hand the state to the key's new owner and keep a copy here as
+	// MoveKeep: this node still owns the key, or holds its replica.
+	MoveKeep MoveAction = iota
+	// MoveSend: hand the state to the key's new owner and remove it here.
+	MoveSend
+	// MoveSendCopy: hand the state to the key's new owner and keep a copy here as
 	// its replica (this node is the key's new backup).
-	sendCopy
-	// dropState: remove the state without sending it (a replica of a key this
+	MoveSendCopy
+	// MoveDrop: remove the state without sending it (a replica of a key this
 	// node is no longer the backup of).
-	dropState
+	MoveDrop
 )
 
 func (t *kindTable[W]) update(out *algo.Decision, c *check, i int) error {
@@ -359,7 +371,7 @@ func (t *kindTable[W]) taken(out *algo.Decision, c *check, sl *slot[W]) {
 // markDirty lists the key with hash h and slot flags *flags as changed, once,
 // when the store tracks changes.
 func (c *check) markDirty(h uint64, flags *uint32) {
-	if c.s.track && c.s.live.Load() {
+	if c.s.Track && c.s.Live.Load() {
 		c.sh.markDirty(c.l.Kind, h, flags)
 	}
 }
@@ -372,7 +384,7 @@ func (sh *shard) markDirty(k algo.Kind, h uint64, flags *uint32) {
 	}
 	*flags |= flagDirty
 	if len(sh.dirty) == 0 {
-		i := shardOf(h)
+		i := ShardOf(h)
 		sh.dirtyBits[i/64].Or(1 << (i % 64))
 	}
 	sh.dirty = append(sh.dirty, dirtyRec{h: h, k: k})
@@ -556,17 +568,17 @@ func (t *kindTable[W]) dropIdle(sh *shard, k algo.Kind, wall int64, dropped func
 	t.shrink()
 }
 
-func (t *kindTable[W]) extract(sh *shard, k algo.Kind, act func(h uint64) moveAction, wall int64, out []movedState) (_ []movedState, removed int) {
+func (t *kindTable[W]) extract(sh *shard, k algo.Kind, act func(h uint64) MoveAction, wall int64, out []Moved) (_ []Moved, removed int) {
 	t.scan(func(i int) {
 		sl := &t.slots[i]
 		a := act(sl.h)
-		if a == keepState {
+		if a == MoveKeep {
 			return
 		}
-		if a != dropState {
+		if a != MoveDrop {
 			out = append(out, t.copyAt(sh, k, sl, wall))
 		}
-		if a != sendCopy {
+		if a != MoveSendCopy {
 			t.removeAt(sh, k, i)
 			removed++
 		}
@@ -579,7 +591,7 @@ func (t *kindTable[W]) extract(sh *shard, k algo.Kind, act func(h uint64) moveAc
 // log or buckets keep changing in place after the shard lock is released, and
 // of a packed log or bucketed-window state, whose entries or buckets are
 // sh.logBuf or sh.bwBuf).
-func (t *kindTable[W]) copyAt(sh *shard, k algo.Kind, sl *slot[W], wall int64) movedState {
+func (t *kindTable[W]) copyAt(sh *shard, k algo.Kind, sl *slot[W], wall int64) Moved {
 	var scratch algo.State
 	st, boxed := sh.load(k, sl.words(), &scratch, 0)
 	if boxed || k.PackedWords() == 0 {
@@ -587,13 +599,13 @@ func (t *kindTable[W]) copyAt(sh *shard, k algo.Kind, sl *slot[W], wall int64) m
 		st = &c
 	}
 	lastNow, _ := t.lastNow(sl, wall)
-	return movedState{
-		h: sl.h, limit: sh.limits.at(sl.lim), st: *st,
-		lastNow: lastNow, callerClock: sl.flags&flagCaller != 0,
+	return Moved{
+		H: sl.h, Limit: sh.limits.at(sl.lim), St: *st,
+		LastNow: lastNow, CallerClock: sl.flags&flagCaller != 0,
 	}
 }
 
-// prefetch starts loading the home slot of the key with hash h (not folded)
+// Prefetch starts loading the home slot of the key with hash h (not folded)
 // in its table for algorithm k, without the shard lock (table.prefetchHome).
 // A batch calls it for every key before deciding the first. The boxed states
 // of a SlidingWindowLog key, or of a BucketedSlidingWindow key with hits in
@@ -602,18 +614,18 @@ func (t *kindTable[W]) copyAt(sh *shard, k algo.Kind, sl *slot[W], wall int64) m
 // Only a store of prefetchMinKeys keys or more prefetches: a smaller one's
 // slots stay in the CPU's caches, where a prefetch costs its calls and saves
 // nothing, so the check that keeps it out is one load of the key count.
-func (s *store) prefetch(h uint64, k algo.Kind) {
+func (s *Store) Prefetch(h uint64, k algo.Kind) {
 	if s.keys.Load() >= prefetchMinKeys {
-		s.prefetchLarge(h, k)
+		s.PrefetchLarge(h, k)
 	}
 }
 
-// prefetchLarge is store.prefetch past its key-count check (apart so that the
+// PrefetchLarge is store.prefetch past its key-count check (apart so that the
 // check is inlined into the callers). h may be folded already (fold is
 // idempotent).
-func (s *store) prefetchLarge(h uint64, k algo.Kind) {
+func (s *Store) PrefetchLarge(h uint64, k algo.Kind) {
 	h = fold(h)
-	sh := &s.shards[shardOf(h)]
+	sh := &s.shards[ShardOf(h)]
 	switch k {
 	case algo.GCRA:
 		sh.gcra.prefetchHome(h)
@@ -636,17 +648,17 @@ func (s *store) prefetchLarge(h uint64, k algo.Kind) {
 // (BenchmarkForwardBatchKeys, BenchmarkAllowLocalKeys).
 const prefetchMinKeys = 1 << 17
 
-// prefetchDirty starts loading the slot of every key in the dirty lists, a
+// PrefetchDirty starts loading the slot of every key in the dirty lists, a
 // shard lock at a time (store.prefetch), so that takeDirtyInto's copies, which
 // follow, find them loaded: at a million keys each is a cache miss (the check
 // that listed it was ReplicationLag ago), and misses started together overlap.
-func (s *store) prefetchDirty() {
+func (s *Store) PrefetchDirty() {
 	for w := range s.dirtyShards {
 		for bitsSet := s.dirtyShards[w].Load(); bitsSet != 0; bitsSet &= bitsSet - 1 {
 			sh := &s.shards[w*64+bits.TrailingZeros64(bitsSet)]
 			sh.mu.Lock()
 			for _, r := range sh.dirty {
-				s.prefetchLarge(r.h, r.k)
+				s.PrefetchLarge(r.h, r.k)
 			}
 			sh.mu.Unlock()
 		}
@@ -655,10 +667,10 @@ func (s *store) prefetchDirty() {
 
 // copyDirty returns a copy of the state of the key with hash h and clears its
 // dirty flag; false if the key is gone or was sent already.
-func (t *kindTable[W]) copyDirty(sh *shard, k algo.Kind, h uint64, wall int64) (movedState, bool) {
+func (t *kindTable[W]) copyDirty(sh *shard, k algo.Kind, h uint64, wall int64) (Moved, bool) {
 	i := t.find(h)
 	if i < 0 || t.slots[i].flags&flagDirty == 0 {
-		return movedState{}, false
+		return Moved{}, false
 	}
 	sl := &t.slots[i]
 	sl.flags &^= flagDirty
@@ -672,12 +684,12 @@ func (t *kindTable[W]) copyDirty(sh *shard, k algo.Kind, h uint64, wall int64) (
 	// A boxed log: send the entries appended since the tail last sent when the
 	// replica holds that tail, the whole log otherwise.
 	st, mark := sh.logs.at(box), &sh.logs.sent[box]
-	var m movedState
+	var m Moved
 	if delta, ok := st.LogSince(mark.t, int64(mark.n)); mark.valid && ok {
 		lastNow, _ := t.lastNow(sl, wall)
-		m = movedState{
-			h: sl.h, limit: sh.limits.at(sl.lim), st: delta, lastNow: lastNow,
-			callerClock: sl.flags&flagCaller != 0, delta: true, after: mark.t, afterN: int64(mark.n),
+		m = Moved{
+			H: sl.h, Limit: sh.limits.at(sl.lim), St: delta, LastNow: lastNow,
+			CallerClock: sl.flags&flagCaller != 0, Delta: true, After: mark.t, AfterN: int64(mark.n),
 		}
 	} else {
 		m = t.copyAt(sh, k, sl, wall)
@@ -724,27 +736,27 @@ func (t *kindTable[W]) markWhere(sh *shard, k algo.Kind, pred func(h uint64) boo
 
 // appendLog applies a replicated log delta m to the replica of its key; false
 // if the key is not held or the delta does not extend it (algo.State.AppendLog).
-func (t *kindTable[W]) appendLog(sh *shard, m movedState, wall int64) bool {
-	i := t.find(m.h)
+func (t *kindTable[W]) appendLog(sh *shard, m Moved, wall int64) bool {
+	i := t.find(m.H)
 	if i < 0 {
 		return false
 	}
 	sl := &t.slots[i]
 	var scratch algo.State
 	st, boxed := sh.load(algo.SlidingWindowLog, sl.words(), &scratch, sh.limits.ls[sl.lim].t)
-	if !st.AppendLog(m.after, m.afterN, &m.st, m.limit) {
+	if !st.AppendLog(m.After, m.AfterN, &m.St, m.Limit) {
 		return false
 	}
 	if !boxed {
 		sh.repack(algo.SlidingWindowLog, st, sl.words())
 	}
-	if cur := sh.limits.at(sl.lim); cur != m.limit {
+	if cur := sh.limits.at(sl.lim); cur != m.Limit {
 		sh.limits.unref(sl.lim)
-		sl.lim = sh.limits.ref(m.limit)
+		sl.lim = sh.limits.ref(m.Limit)
 	}
 	last, _ := t.lastNow(sl, wall)
-	cc := sl.flags&flagCaller != 0 || m.callerClock
-	setClock(t, sl, peerLastNow(max(last, m.lastNow), wall, cc), wall, cc)
+	cc := sl.flags&flagCaller != 0 || m.CallerClock
+	setClock(t, sl, peerLastNow(max(last, m.LastNow), wall, cc), wall, cc)
 	return true
 }
 
@@ -753,29 +765,29 @@ func (t *kindTable[W]) has(h uint64) bool { return t.find(h) >= 0 }
 
 // install merges m into t; it reports whether it added a key. With track, the
 // key is listed as dirty (its backup must get the merged state).
-func (t *kindTable[W]) install(sh *shard, m movedState, wall int64, track bool) bool {
-	k := m.limit.Kind
-	if i := t.find(m.h); i >= 0 {
+func (t *kindTable[W]) install(sh *shard, m Moved, wall int64, track bool) bool {
+	k := m.Limit.Kind
+	if i := t.find(m.H); i >= 0 {
 		sl := &t.slots[i]
 		var scratch algo.State
 		st, boxed := sh.load(k, sl.words(), &scratch, 0)
 		last, _ := t.lastNow(sl, wall)
-		at := max(last, m.lastNow)
-		st.Merge(&m.st, at, m.limit)
+		at := max(last, m.LastNow)
+		st.Merge(&m.St, at, m.Limit)
 		if !boxed {
 			sh.repack(k, st, sl.words())
 		}
-		cc := sl.flags&flagCaller != 0 || m.callerClock
+		cc := sl.flags&flagCaller != 0 || m.CallerClock
 		setClock(t, sl, peerLastNow(at, wall, cc), wall, cc)
 		if track {
 			sh.markDirty(k, sl.h, &sl.flags)
 		}
 		return false
 	}
-	sl := &t.slots[t.insert(m.h)]
-	sl.lim = sh.limits.ref(m.limit)
-	sh.save(k, &m.st, sl.words())
-	setClock(t, sl, peerLastNow(m.lastNow, wall, m.callerClock), wall, m.callerClock)
+	sl := &t.slots[t.insert(m.H)]
+	sl.lim = sh.limits.ref(m.Limit)
+	sh.save(k, &m.St, sl.words())
+	setClock(t, sl, peerLastNow(m.LastNow, wall, m.CallerClock), wall, m.CallerClock)
 	if track {
 		sh.markDirty(k, sl.h, &sl.flags)
 	}
@@ -811,7 +823,7 @@ func (sh *shard) table(k algo.Kind) anyKindTable {
 
 // dropIdleLocked removes the shard's states that are back to full capacity at
 // the time they have aged to (see clockRec).
-func (s *store) dropIdleLocked(sh *shard, wall int64) {
+func (s *Store) dropIdleLocked(sh *shard, wall int64) {
 	for _, kt := range sh.tables() {
 		kt.t.dropIdle(sh, kt.k, wall, func() {
 			s.keys.Add(-1)
@@ -822,8 +834,8 @@ func (s *store) dropIdleLocked(sh *shard, wall int64) {
 	}
 }
 
-// dropIdle scans every shard once, one lock at a time.
-func (s *store) dropIdle(wall int64) {
+// DropIdle scans every shard once, one lock at a time.
+func (s *Store) DropIdle(wall int64) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
@@ -832,11 +844,11 @@ func (s *store) dropIdle(wall int64) {
 	}
 }
 
-// extract applies act(hash) to every state, one shard lock at a time, and
-// returns the states to send (sendState, sendCopy); wall is the owner clock,
+// Extract applies act(hash) to every state, one shard lock at a time, and
+// returns the states to send (MoveSend, MoveSendCopy); wall is the owner clock,
 // the last check time reported for keys checked on it.
-func (s *store) extract(act func(h uint64) moveAction, wall int64) []movedState {
-	var out []movedState
+func (s *Store) Extract(act func(h uint64) MoveAction, wall int64) []Moved {
+	var out []Moved
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
@@ -850,16 +862,16 @@ func (s *store) extract(act func(h uint64) moveAction, wall int64) []movedState 
 	return out
 }
 
-// takeDirty returns copies of the states changed since the last call (those
+// TakeDirty returns copies of the states changed since the last call (those
 // listed dirty) and clears the list, one shard lock at a time.
-func (s *store) takeDirty(wall int64) []movedState {
-	return s.takeDirtyInto(wall, nil)
+func (s *Store) TakeDirty(wall int64) []Moved {
+	return s.TakeDirtyInto(wall, nil)
 }
 
-// takeDirtyInto is takeDirty appending to out.
-func (s *store) takeDirtyInto(wall int64, out []movedState) []movedState {
+// TakeDirtyInto is takeDirty appending to out.
+func (s *Store) TakeDirtyInto(wall int64, out []Moved) []Moved {
 	if s.keys.Load() >= prefetchMinKeys {
-		s.prefetchDirty() // a shard listed after it is copied all the same
+		s.PrefetchDirty() // a shard listed after it is copied all the same
 	}
 	for w := range s.dirtyShards {
 		bitsSet := s.dirtyShards[w].Swap(0)
@@ -872,9 +884,9 @@ func (s *store) takeDirtyInto(wall int64, out []movedState) []movedState {
 	return out
 }
 
-// clearDirty empties every dirty list and clears the keys' dirty flags,
+// ClearDirty empties every dirty list and clears the keys' dirty flags,
 // copying nothing.
-func (s *store) clearDirty() {
+func (s *Store) ClearDirty() {
 	for w := range s.dirtyShards {
 		bitsSet := s.dirtyShards[w].Swap(0)
 		for bitsSet != 0 {
@@ -895,7 +907,7 @@ func (s *store) clearDirty() {
 
 // takeDirtyShard appends copies of shard sh's changed states to out and
 // clears its dirty list.
-func (s *store) takeDirtyShard(sh *shard, wall int64, out []movedState) []movedState {
+func (s *Store) takeDirtyShard(sh *shard, wall int64, out []Moved) []Moved {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for _, r := range sh.dirty {
@@ -913,10 +925,10 @@ func (s *store) takeDirtyShard(sh *shard, wall int64, out []movedState) []movedS
 	return out
 }
 
-// markWhere lists as dirty every key whose hash satisfies pred (a ring change
+// MarkWhere lists as dirty every key whose hash satisfies pred (a ring change
 // gave these keys a new backup), one shard lock at a time.
-func (s *store) markWhere(pred func(h uint64) bool) {
-	if !s.track {
+func (s *Store) MarkWhere(pred func(h uint64) bool) {
+	if !s.Track {
 		return
 	}
 	for i := range s.shards {
@@ -929,10 +941,10 @@ func (s *store) markWhere(pred func(h uint64) bool) {
 	}
 }
 
-// sendWhole lists the key with (folded) hash h and algorithm k as changed, to
+// SendWhole lists the key with (folded) hash h and algorithm k as changed, to
 // be sent whole by the next replication send.
-func (s *store) sendWhole(h uint64, k algo.Kind) {
-	sh := &s.shards[shardOf(h)]
+func (s *Store) SendWhole(h uint64, k algo.Kind) {
+	sh := &s.shards[ShardOf(h)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if t := sh.table(k); t != nil {
@@ -940,11 +952,11 @@ func (s *store) sendWhole(h uint64, k algo.Kind) {
 	}
 }
 
-// appendLog applies the replicated log delta of the key whose hash is h (see
+// AppendLog applies the replicated log delta of the key whose hash is h (see
 // kindTable.appendLog); false if it could not.
-func (s *store) appendLog(h uint64, l algo.Limit, delta algo.State, after, afterN, lastNow int64, callerClock bool, wall int64) bool {
+func (s *Store) AppendLog(h uint64, l algo.Limit, delta algo.State, after, afterN, lastNow int64, callerClock bool, wall int64) bool {
 	h = fold(h)
-	sh := &s.shards[shardOf(h)]
+	sh := &s.shards[ShardOf(h)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if l.Kind != algo.SlidingWindowLog {
@@ -953,24 +965,24 @@ func (s *store) appendLog(h uint64, l algo.Limit, delta algo.State, after, after
 	if lastNow == 0 {
 		lastNow = wall
 	}
-	return sh.swl.appendLog(sh, movedState{h: h, limit: l, st: delta, lastNow: lastNow, callerClock: callerClock, after: after, afterN: afterN}, wall)
+	return sh.swl.appendLog(sh, Moved{H: h, Limit: l, St: delta, LastNow: lastNow, CallerClock: callerClock, After: after, AfterN: afterN}, wall)
 }
 
-// movedState is a state taken out of a store for a handoff or a replication
+// Moved is a state taken out of a store for a handoff or a replication
 // send.
-type movedState struct {
-	h           uint64 // the key's hash (folded)
-	limit       algo.Limit
-	st          algo.State
-	lastNow     int64
-	callerClock bool
-	// delta: st holds only the log entries appended since the tail
-	// (after, afterN) last sent (replication of a SlidingWindowLog key).
-	delta         bool
-	after, afterN int64
+type Moved struct {
+	H           uint64 // the key's hash (folded)
+	Limit       algo.Limit
+	St          algo.State
+	LastNow     int64 // Unix ns: the caller's time when CallerClock
+	CallerClock bool
+	// Delta: St holds only the log entries appended since the tail
+	// (After, AfterN) last sent (replication of a SlidingWindowLog key).
+	Delta         bool
+	After, AfterN int64
 }
 
-// install merges a handed-off or replicated state of the key whose hash is h,
+// Install merges a handed-off or replicated state of the key whose hash is h,
 // last checked at lastNow (Unix ns; the caller's time when callerClock, 0 if
 // unknown) under l, which the caller validated: an existing state for the key
 // keeps the more restrictive of the two, compared at the later of the two last
@@ -979,20 +991,20 @@ type movedState struct {
 // install reports false and it is counted as Eviction("refused") (a peer's
 // Transfers cannot grow the store past its bound). With mark (and a tracking
 // store) the key is listed as changed, so that its backup gets the result.
-func (s *store) install(h uint64, l algo.Limit, st algo.State, lastNow int64, callerClock bool, wall int64, mark bool) bool {
-	return s.installScan(h, l, st, lastNow, callerClock, wall, mark, nil)
+func (s *Store) Install(h uint64, l algo.Limit, st algo.State, lastNow int64, callerClock bool, wall int64, mark bool) bool {
+	return s.InstallScan(h, l, st, lastNow, callerClock, wall, mark, nil)
 }
 
-// installScan is install; a non-nil scanned bounds the scans for idle keys
+// InstallScan is install; a non-nil scanned bounds the scans for idle keys
 // at the bound to one per batch of installs: once *scanned is true, a new key
 // at the bound is refused without scanning (a peer's batch of new keys at the
 // bound would otherwise scan every shard once per state).
-func (s *store) installScan(h uint64, l algo.Limit, st algo.State, lastNow int64, callerClock bool, wall int64, mark bool, scanned *bool) bool {
+func (s *Store) InstallScan(h uint64, l algo.Limit, st algo.State, lastNow int64, callerClock bool, wall int64, mark bool, scanned *bool) bool {
 	if lastNow == 0 {
 		lastNow = wall
 	}
 	h = fold(h)
-	sh := &s.shards[shardOf(h)]
+	sh := &s.shards[ShardOf(h)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	t := sh.table(l.Kind)
@@ -1006,7 +1018,7 @@ func (s *store) installScan(h uint64, l algo.Limit, st algo.State, lastNow int64
 			}
 			// As takeIn: one shard lock at a time.
 			sh.mu.Unlock()
-			s.dropIdle(wall)
+			s.DropIdle(wall)
 			sh.mu.Lock()
 		}
 		if !t.has(h) && s.keys.Load() >= s.maxKeys {
@@ -1016,17 +1028,29 @@ func (s *store) installScan(h uint64, l algo.Limit, st algo.State, lastNow int64
 			return false
 		}
 	}
-	if t.install(sh, movedState{h: h, limit: l, st: st, lastNow: lastNow, callerClock: callerClock}, wall, s.track && mark) {
+	if t.install(sh, Moved{H: h, Limit: l, St: st, LastNow: lastNow, CallerClock: callerClock}, wall, s.Track && mark) {
 		s.keys.Add(1)
 	}
 	return true
 }
 
-func (s *store) len() int { return int(s.keys.Load()) }
+// AnyDirty reports whether any shard may list a changed key (for tests: a
+// store whose keys have no backup lists none).
+func (s *Store) AnyDirty() bool {
+	for w := range s.dirtyShards {
+		if s.dirtyShards[w].Load() != 0 {
+			return true
+		}
+	}
+	return false
+}
 
-// count returns the number of stored states whose hash satisfies pred, one
+// Len returns the number of keys held.
+func (s *Store) Len() int { return int(s.keys.Load()) }
+
+// Count returns the number of stored states whose hash satisfies pred, one
 // shard lock at a time (for Stats and tests: it scans every slot).
-func (s *store) count(pred func(h uint64) bool) int {
+func (s *Store) Count(pred func(h uint64) bool) int {
 	n := 0
 	for i := range s.shards {
 		sh := &s.shards[i]

@@ -1,4 +1,4 @@
-package node
+package store
 
 import (
 	"encoding/binary"
@@ -77,13 +77,13 @@ func TestTableMatchesMap(t *testing.T) {
 // A key whose hash is the empty marker is still stored (as foldedHash).
 func TestStoreKeepsTheKeyWithHashZero(t *testing.T) {
 	t.Parallel()
-	s := newStore(10, xxhash.Sum64String, nil)
+	s := New(10, xxhash.Sum64String, nil)
 	l := algo.Limit{Kind: algo.GCRA, Limit: 1, Period: time.Hour}
 	now := int64(time.Hour)
-	if d, err := s.take(0, l, 1, now, now, nil); err != nil || !d.Allowed {
+	if d, err := s.Take(0, l, 1, now, now, nil); err != nil || !d.Allowed {
 		t.Fatalf("first hit: got %+v, %v; want allowed", d, err)
 	}
-	if d, _ := s.take(0, l, 1, now, now, nil); d.Allowed {
+	if d, _ := s.Take(0, l, 1, now, now, nil); d.Allowed {
 		t.Fatal("second hit on hash 0 allowed: its state was not kept")
 	}
 }
@@ -93,21 +93,21 @@ func TestStoreKeepsTheKeyWithHashZero(t *testing.T) {
 // another Limit leaves it, an admitted one sets it.
 func TestStoreInternsLimits(t *testing.T) {
 	t.Parallel()
-	s := newStore(100, xxhash.Sum64String, nil)
+	s := New(100, xxhash.Sum64String, nil)
 	now := int64(time.Hour)
 	h := uint64(7) // shard 7
-	sh := &s.shards[shardOf(h)]
+	sh := &s.shards[ShardOf(h)]
 	a := algo.Limit{Kind: algo.GCRA, Limit: 10, Period: time.Second}
 	b := algo.Limit{Kind: algo.GCRA, Limit: 20, Period: time.Second}
 	for i := range uint64(5) {
-		if _, err := s.take(h+i*numShards, a, 1, now, now, nil); err != nil {
+		if _, err := s.Take(h+i*NumShards, a, 1, now, now, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if got := len(sh.limits.idx); got != 1 {
 		t.Fatalf("distinct limits after 5 keys of one limit: got %d, want 1", got)
 	}
-	if d, err := s.take(h, b, 1, now, now, nil); err != nil || d.Allowed {
+	if d, err := s.Take(h, b, 1, now, now, nil); err != nil || d.Allowed {
 		t.Fatalf("a second hit within a's interval: %+v, %v; want denied", d, err)
 	}
 	i := sh.gcra.find(h)
@@ -115,7 +115,7 @@ func TestStoreInternsLimits(t *testing.T) {
 		t.Fatalf("limit of the key after a denied check with b: got %+v, want %+v", got, a)
 	}
 	now += int64(time.Second)
-	if d, err := s.take(h, b, 1, now, now, nil); err != nil || !d.Allowed {
+	if d, err := s.Take(h, b, 1, now, now, nil); err != nil || !d.Allowed {
 		t.Fatalf("a hit a second later: %+v, %v; want allowed", d, err)
 	}
 	if got := sh.limits.at(sh.gcra.slots[i].lim); got != b {
@@ -124,8 +124,8 @@ func TestStoreInternsLimits(t *testing.T) {
 	if got := len(sh.limits.idx); got != 2 {
 		t.Fatalf("distinct limits: got %d, want 2", got)
 	}
-	s.dropIdle(now + int64(time.Hour))
-	if got, n := len(sh.limits.idx), s.len(); got != 0 || n != 0 {
+	s.DropIdle(now + int64(time.Hour))
+	if got, n := len(sh.limits.idx), s.Len(); got != 0 || n != 0 {
 		t.Fatalf("after every key went idle: %d limits, %d keys; want 0, 0", got, n)
 	}
 }
@@ -136,9 +136,9 @@ func TestStoreInternsLimits(t *testing.T) {
 func TestStoreExtractInstallRoundTrip(t *testing.T) {
 	t.Parallel()
 	now := int64(time.Hour)
-	from := newStore(1000, xxhash.Sum64String, nil)
-	to := newStore(1000, xxhash.Sum64String, nil)
-	ref := newStore(1000, xxhash.Sum64String, nil) // never moved
+	from := New(1000, xxhash.Sum64String, nil)
+	to := New(1000, xxhash.Sum64String, nil)
+	ref := New(1000, xxhash.Sum64String, nil) // never moved
 	rng := rand.New(rand.NewPCG(3, 4))
 	type key struct {
 		h uint64
@@ -154,27 +154,27 @@ func TestStoreExtractInstallRoundTrip(t *testing.T) {
 	for step := range 400 {
 		k := keys[rng.IntN(len(keys))]
 		at := now + int64(step)*int64(10*time.Millisecond)
-		d1, err1 := from.take(k.h, k.l, 1, at, at, nil)
-		d2, err2 := ref.take(k.h, k.l, 1, at, at, nil)
+		d1, err1 := from.Take(k.h, k.l, 1, at, at, nil)
+		d2, err2 := ref.Take(k.h, k.l, 1, at, at, nil)
 		if d1 != d2 || err1 != nil || err2 != nil {
 			t.Fatalf("step %d: stores disagree before the move: %+v %v / %+v %v", step, d1, err1, d2, err2)
 		}
 	}
-	held := from.len()
-	moved := from.extract(func(h uint64) moveAction {
+	held := from.Len()
+	moved := from.Extract(func(h uint64) MoveAction {
 		if h%2 == 0 {
-			return sendState
+			return MoveSend
 		}
-		return keepState
+		return MoveKeep
 	}, now)
 	for _, m := range moved {
-		if m.h%2 != 0 {
-			t.Fatalf("extracted hash %x, move said no", m.h)
+		if m.H%2 != 0 {
+			t.Fatalf("extracted hash %x, move said no", m.H)
 		}
-		to.install(m.h, m.limit, m.st, m.lastNow, m.callerClock, now, false)
+		to.Install(m.H, m.Limit, m.St, m.LastNow, m.CallerClock, now, false)
 	}
-	if from.len()+to.len() != held {
-		t.Fatalf("keys after the move: %d + %d, want %d", from.len(), to.len(), held)
+	if from.Len()+to.Len() != held {
+		t.Fatalf("keys after the move: %d + %d, want %d", from.Len(), to.Len(), held)
 	}
 	later := now + int64(5*time.Second)
 	for _, k := range keys {
@@ -182,8 +182,8 @@ func TestStoreExtractInstallRoundTrip(t *testing.T) {
 		if k.h%2 == 0 {
 			s = to
 		}
-		d1, _ := s.take(k.h, k.l, 1, later, later, nil)
-		d2, _ := ref.take(k.h, k.l, 1, later, later, nil)
+		d1, _ := s.Take(k.h, k.l, 1, later, later, nil)
+		d2, _ := ref.Take(k.h, k.l, 1, later, later, nil)
 		if d1 != d2 {
 			t.Fatalf("%v key %x after the move: got %+v, want %+v", k.l.Kind, k.h, d1, d2)
 		}
@@ -216,12 +216,12 @@ func TestStoreInstallFromPeerKeepsNoClock(t *testing.T) {
 		{"caller timestamp", last, true, true},
 		{"peer clock ahead of ours", wall + int64(time.Millisecond), false, true},
 	} {
-		s := newStore(10, xxhash.Sum64String, nil)
+		s := New(10, xxhash.Sum64String, nil)
 		h := fold(xxhash.Sum64String(c.name))
-		s.install(h, l, st, c.lastNow, c.caller, wall, false)
+		s.Install(h, l, st, c.lastNow, c.caller, wall, false)
 		// Installed again (the next replication send): merged, same outcome.
-		s.install(h, l, st, c.lastNow, c.caller, wall+1, false)
-		sh := &s.shards[shardOf(h)]
+		s.Install(h, l, st, c.lastNow, c.caller, wall+1, false)
+		sh := &s.shards[ShardOf(h)]
 		i := sh.gcra.find(h)
 		if i < 0 {
 			t.Fatalf("%s: state not installed", c.name)
@@ -235,17 +235,17 @@ func TestStoreInstallFromPeerKeepsNoClock(t *testing.T) {
 
 	// Idle by our clock: the state (TAT = last + 100 ms) is kept just before
 	// its TAT and dropped at it, as its owner would drop it.
-	s := newStore(10, xxhash.Sum64String, nil)
+	s := New(10, xxhash.Sum64String, nil)
 	h := fold(xxhash.Sum64String("idle"))
-	s.install(h, l, st, last, false, wall, false)
+	s.Install(h, l, st, last, false, wall, false)
 	tat := last + int64(100*time.Millisecond)
-	s.dropIdle(tat - 1)
-	if s.len() != 1 {
-		t.Fatalf("dropped at TAT-1 ns: got %d keys, want 1", s.len())
+	s.DropIdle(tat - 1)
+	if s.Len() != 1 {
+		t.Fatalf("dropped at TAT-1 ns: got %d keys, want 1", s.Len())
 	}
-	s.dropIdle(tat)
-	if s.len() != 0 {
-		t.Fatalf("kept at its TAT: got %d keys, want 0 (idle at our clock)", s.len())
+	s.DropIdle(tat)
+	if s.Len() != 0 {
+		t.Fatalf("kept at its TAT: got %d keys, want 0 (idle at our clock)", s.Len())
 	}
 }
 
@@ -288,12 +288,12 @@ func TestTablePublishesSlotsForPrefetch(t *testing.T) {
 // stay exact.
 func TestPrefetchDuringGrowthIsRaceFree(t *testing.T) {
 	t.Parallel()
-	s := newStore(1<<20, xxhash.Sum64String, nil)
+	s := New(1<<20, xxhash.Sum64String, nil)
 	l := algo.Limit{Kind: algo.FixedWindow, Limit: 2, Period: time.Hour}
 	now := int64(1_700_000_000) * int64(time.Second)
 	hashOf := func(i uint64) uint64 { return xxhash.Sum64(binary.LittleEndian.AppendUint64(nil, i)) }
 	for i := range uint64(prefetchMinKeys) {
-		if _, err := s.take(hashOf(i), l, 1, now, now, nil); err != nil {
+		if _, err := s.Take(hashOf(i), l, 1, now, now, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -308,7 +308,7 @@ func TestPrefetchDuringGrowthIsRaceFree(t *testing.T) {
 				return
 			default:
 			}
-			s.prefetch(hashOf(x%(2*prefetchMinKeys)), l.Kind)
+			s.Prefetch(hashOf(x%(2*prefetchMinKeys)), l.Kind)
 			n++
 		}
 	}()
@@ -316,7 +316,7 @@ func TestPrefetchDuringGrowthIsRaceFree(t *testing.T) {
 	// admitted and its third denied, as a fixed window of 2 must.
 	for i := uint64(prefetchMinKeys); i < prefetchMinKeys+20_000; i++ {
 		for hit, want := range []bool{true, true, false} {
-			d, err := s.take(hashOf(i), l, 1, now, now, nil)
+			d, err := s.Take(hashOf(i), l, 1, now, now, nil)
 			if err != nil || d.Allowed != want {
 				t.Fatalf("key %d hit %d: got %+v, %v; want allowed=%v", i, hit+1, d, err, want)
 			}
@@ -335,7 +335,7 @@ func TestPrefetchDuringGrowthIsRaceFree(t *testing.T) {
 // every bucketed key was boxed).
 func TestOnlyLogBoxesKeepSentMarks(t *testing.T) {
 	t.Parallel()
-	s := newStore(10_000, xxhash.Sum64String, nil)
+	s := New(10_000, xxhash.Sum64String, nil)
 	now := time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC).UnixNano()
 	logL := algo.Limit{Kind: algo.SlidingWindowLog, Limit: 5, Period: time.Minute}
 	bktL := algo.Limit{Kind: algo.BucketedSlidingWindow, Limit: 5, Period: time.Minute}
@@ -344,7 +344,7 @@ func TestOnlyLogBoxesKeepSentMarks(t *testing.T) {
 		// Three log entries, and bucketed hits a bucket apart: both boxed.
 		for j, l := range []algo.Limit{logL, logL, logL, bktL, bktL} {
 			at := now + int64(j)*int64(5*time.Second)
-			if d, err := s.take(xxhash.Sum64String(fmt.Sprint(l.Kind, i)), l, 1, at, at, nil); err != nil || !d.Allowed {
+			if d, err := s.Take(xxhash.Sum64String(fmt.Sprint(l.Kind, i)), l, 1, at, at, nil); err != nil || !d.Allowed {
 				t.Fatalf("key %d %v: %+v, %v", i, l.Kind, d, err)
 			}
 		}
@@ -381,12 +381,12 @@ func TestSmallLogAndBucketedKeysArePacked(t *testing.T) {
 	for _, kind := range []algo.Kind{algo.SlidingWindowLog, algo.BucketedSlidingWindow} {
 		t.Run(kind.String(), func(t *testing.T) {
 			t.Parallel()
-			s := newStore(10_000, xxhash.Sum64String, nil)
+			s := New(10_000, xxhash.Sum64String, nil)
 			rng := rand.New(rand.NewPCG(31, uint64(kind)))
 			const keys = 64
 			refs := make([]algo.State, keys)
 			lims := make([]algo.Limit, keys)
-			hash := func(i int) uint64 { return uint64(i)*numShards + 5 } // every key in shard 5
+			hash := func(i int) uint64 { return uint64(i)*NumShards + 5 } // every key in shard 5
 			newLimit := func() algo.Limit {
 				return algo.Limit{Kind: kind, Limit: 1 + rng.Int64N(8), Period: time.Duration(16 + rng.Int64N(1600))}
 			}
@@ -413,7 +413,7 @@ func TestSmallLogAndBucketedKeysArePacked(t *testing.T) {
 					*l = newLimit()
 				}
 				hits := rng.Int64N(3)
-				got, err1 := s.take(hash(i), *l, hits, now, now, nil)
+				got, err1 := s.Take(hash(i), *l, hits, now, now, nil)
 				want, err2 := refs[i].Take(now, hits, *l)
 				if got != want || (err1 == nil) != (err2 == nil) {
 					t.Fatalf("step %d key %d %+v: store %+v %v, state %+v %v", step, i, *l, got, err1, want, err2)
@@ -430,18 +430,18 @@ func TestSmallLogAndBucketedKeysArePacked(t *testing.T) {
 				if step%50 == 0 {
 					// A copy of this key, then checks on the others: the copy is unchanged.
 					m := tbl.copyAt(sh, kind, &tbl.slots[j], now)
-					before := mustMarshalState(t, &m.st)
+					before := mustMarshalState(t, &m.St)
 					if want := mustMarshalState(t, &refs[i]); string(before) != string(want) {
 						t.Fatalf("step %d: key %d copied as %x, holds %x", step, i, before, want)
 					}
 					for k := range keys {
 						if k != i {
-							if _, err := s.take(hash(k), lims[k], 0, now, now, nil); err != nil {
+							if _, err := s.Take(hash(k), lims[k], 0, now, now, nil); err != nil {
 								t.Fatal(err)
 							}
 						}
 					}
-					if after := mustMarshalState(t, &m.st); string(after) != string(before) {
+					if after := mustMarshalState(t, &m.St); string(after) != string(before) {
 						t.Fatalf("step %d: a copy of key %d changed from %x to %x while other keys were checked", step, i, before, after)
 					}
 				}
@@ -450,8 +450,8 @@ func TestSmallLogAndBucketedKeysArePacked(t *testing.T) {
 				t.Fatalf("%d packed and %d boxed observations: both forms must occur", packed, boxed)
 			}
 			// Every key idle: each is dropped, and every box is free again.
-			s.dropIdle(now + int64(time.Hour))
-			if n := s.len(); n != 0 {
+			s.DropIdle(now + int64(time.Hour))
+			if n := s.Len(); n != 0 {
 				t.Fatalf("%d keys left after they all went idle", n)
 			}
 			if live := len(bx.st) - len(bx.spare); live != 0 {

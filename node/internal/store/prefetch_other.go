@@ -1,6 +1,6 @@
 //go:build !amd64 && !arm64
 
-package node
+package store
 
 // prefetch does nothing on this architecture (see prefetch.go).
 func prefetch(uintptr) {}

@@ -1,4 +1,4 @@
-package node
+package store
 
 import (
 	"fmt"
@@ -71,7 +71,7 @@ func BenchmarkShardExecutors(b *testing.B) {
 	}
 	l := algo.Limit{Kind: algo.GCRA, Burst: 1 << 20, Limit: 1 << 20, Period: time.Second}
 	b.Run("lock-per-shard", func(b *testing.B) {
-		s := newStore(1<<20, xxhash.Sum64String, nil)
+		s := New(1<<20, xxhash.Sum64String, nil)
 		var seq atomic.Int64
 		b.SetParallelism(32)
 		b.ReportAllocs()
@@ -80,7 +80,7 @@ func BenchmarkShardExecutors(b *testing.B) {
 			for pb.Next() {
 				i++
 				k := keys[i%len(keys)]
-				s.take(s.hash(k), l, 1, int64(i), int64(i), nil)
+				s.Take(s.Hash(k), l, 1, int64(i), int64(i), nil)
 			}
 		})
 	})

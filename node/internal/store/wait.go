@@ -1,19 +1,19 @@
-package node
+package store
 
 import "github.com/ringlimit/ringlimit/algo"
 
-// cancel gives back, on the owner, what the booking r of the key whose hash
+// Cancel gives back, on the owner, what the booking r of the key whose hash
 // is h booked under l and has not used (algo.State.Cancel), under the
 // key's shard lock, at now (owner clock). A key this store does not hold
-// has nothing to give back. It returns errNotOwner when owns says no, or
+// has nothing to give back. It returns ErrNotOwner when owns says no, or
 // algo's error (algo.ErrReserveUnsupported for the window algorithms).
-func (s *store) cancel(h uint64, l algo.Limit, r algo.Reservation, now int64, owns func() bool) error {
+func (s *Store) Cancel(h uint64, l algo.Limit, r algo.Reservation, now int64, owns func() bool) error {
 	h = fold(h)
-	sh := &s.shards[shardOf(h)]
+	sh := &s.shards[ShardOf(h)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if owns != nil && !owns() {
-		return errNotOwner
+		return ErrNotOwner
 	}
 	switch l.Kind {
 	case algo.GCRA:
@@ -26,8 +26,8 @@ func (s *store) cancel(h uint64, l algo.Limit, r algo.Reservation, now int64, ow
 	return err
 }
 
-// cancelIn is cancel on the table of l.Kind; the shard lock is held.
-func cancelIn[W words](s *store, sh *shard, t *kindTable[W], h uint64, l algo.Limit, r algo.Reservation, now int64) error {
+// cancelIn is Cancel on the table of l.Kind; the shard lock is held.
+func cancelIn[W words](s *Store, sh *shard, t *kindTable[W], h uint64, l algo.Limit, r algo.Reservation, now int64) error {
 	i := t.find(h)
 	if i < 0 {
 		return nil
@@ -42,7 +42,7 @@ func cancelIn[W words](s *store, sh *shard, t *kindTable[W], h uint64, l algo.Li
 	if !boxed {
 		sh.repack(l.Kind, st, sl.words())
 	}
-	if s.track && s.live.Load() {
+	if s.Track && s.Live.Load() {
 		sh.markDirty(l.Kind, sl.h, &sl.flags) // the backup learns of the refund
 	}
 	return nil

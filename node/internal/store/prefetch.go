@@ -1,6 +1,6 @@
 //go:build amd64 || arm64
 
-package node
+package store
 
 // prefetch asks the CPU to bring the cache line at address p into its caches
 // and returns at once (amd64 PREFETCHT0, arm64 PRFM PLDL1KEEP). It reads
