@@ -19,7 +19,7 @@ func TestLoadRefusesNonRegular(t *testing.T) {
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "fifo.yaml")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Skipf("mkfifo: %v", err)
+		t.Skipf("cannot make a FIFO to test the regular-file check with (mkfifo: %v)", err)
 	}
 	for _, path := range []string{fifo, dir} {
 		done := make(chan error, 1)

@@ -69,7 +69,7 @@ func fdBudget(t *testing.T) int {
 	t.Helper()
 	var r syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
-		t.Skipf("getrlimit: %v", err)
+		t.Skipf("cannot read the file-descriptor limit the flood is sized by (getrlimit: %v)", err)
 	}
 	if r.Cur < r.Max {
 		r.Cur = r.Max

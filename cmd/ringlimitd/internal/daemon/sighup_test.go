@@ -73,7 +73,7 @@ func TestFIFOPolicySIGHUPThenSIGTERM(t *testing.T) {
 	waitUntil(t, 10*time.Second, "started log line", func() bool { return strings.Contains(stderr.String(), `"msg":"started"`) })
 	fifo := filepath.Join(dir, "fifo")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Skipf("mkfifo: %v", err)
+		t.Skipf("cannot make a FIFO to replace the policy file with (mkfifo: %v)", err)
 	}
 	if err := os.Rename(fifo, path); err != nil {
 		t.Fatal(err)
