@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/transport"
@@ -481,157 +479,6 @@ func (n *Node) acceptReplica(b transport.TransferBatch, cb checkedBatch) (needFu
 	return needFull
 }
 
-// share returns this node's share of l when the members of the ring fall back
-// on local limiters together: Limit (and Burst, or GCRA's capacity Burst+1)
-// divided by members, rounded up, so that members nodes admit about l in all
-// (at most l plus members-1 hits per period).
-func share(l algo.Limit, members int) algo.Limit {
-	if members <= 1 {
-		return l
-	}
-	m := int64(members)
-	div := func(v int64) int64 { return (v + m - 1) / m }
-	s := l
-	s.Limit = div(l.Limit)
-	switch l.Kind {
-	case algo.GCRA:
-		s.Burst = div(l.Burst+1) - 1
-	case algo.TokenBucket:
-		s.Burst = div(l.Burst)
-	}
-	return s
-}
-
 // errNoBackup is returned by decideViaBackup when the key has no backup
 // reachable: the OwnerUnreachable policy decides.
 var errNoBackup = errors.New("node: no backup reachable")
-
-// decideViaBackup sends c, whose owner (in ring state rs) cannot be reached, to
-// the key's backup; when this node is the backup it decides c itself.
-// errNoBackup: no backup, or it cannot be reached either; errNotOwner: the
-// backup does not see itself as the key's backup (rings disagree for a moment).
-func (n *Node) decideViaBackup(ctx context.Context, rs *ringState, c Check, h uint64, owner ring.Member) (Decision, error) {
-	b, ok := rs.backupOfHash(h)
-	if !ok {
-		return Decision{}, errNoBackup
-	}
-	if b.Name == n.cfg.Name {
-		d, ban, err := n.decideAsBackup(ctx, c, h)
-		if err != nil {
-			return Decision{}, err
-		}
-		n.observe(c.Limit.Kind, RouteBackup, d.Allowed)
-		return Decision{Decision: d, Route: RouteBackup, Owner: n.cfg.Name, Banned: ban}, nil
-	}
-	if n.breakers.Skip(b.Name) {
-		return Decision{}, errNoBackup
-	}
-	res, err := n.peers.Forward(ctx, b.Addr, c.wire(true))
-	switch {
-	case err != nil && ctx.Err() != nil:
-		return Decision{}, ctx.Err()
-	case err != nil:
-		n.breakers.Fail(b.Name)
-		return Decision{}, errNoBackup
-	case res.Code == transport.CodeOK:
-		n.breakers.Reset(b.Name)
-		route := RouteForwarded // the backup reached the owner itself
-		if res.Route == transport.RouteBackup {
-			route = RouteBackup
-		}
-		n.observe(c.Limit.Kind, route, res.Decision.Allowed)
-		return Decision{Decision: res.Decision, Route: route, Owner: res.Owner, Banned: res.Banned}, nil
-	case res.Code == transport.CodeInvalidArgument:
-		return Decision{}, refusedByPeer(b.Name, res.Message)
-	case res.Code == transport.CodeNotOwner:
-		return Decision{}, errNotOwner
-	}
-	return Decision{}, errNoBackup
-}
-
-// decideAsBackup decides c on this node's replica of its key, whose owner
-// cannot be reached. It returns errNotOwner if this node is neither the key's
-// backup nor its owner (any more) in its current ring.
-func (n *Node) decideAsBackup(ctx context.Context, c Check, h uint64) (algo.Decision, bool, error) {
-	self := n.cfg.Name
-	holds := func() bool {
-		rs := n.rs.Load()
-		if rs.leaving {
-			return false
-		}
-		if o, ok := rs.snap.OwnerOfHash(h); ok && o.Name == self {
-			return true
-		}
-		b, ok := rs.backupOfHash(h)
-		return ok && b.Name == self
-	}
-	if c.cancelAt != 0 {
-		// A cancel reaches the replica only while the owner is unreachable:
-		// nothing is given back (the owner's state keeps the booking).
-		return algo.Decision{Allowed: true}, false, nil
-	}
-	wall := n.clock()
-	now := c.CreatedAt
-	if now == 0 {
-		now = wall
-	}
-	if c.Penalty.IsZero() {
-		d, err := n.owned.Take(h, c.Limit, c.Hits, now, wall, holds)
-		return d, false, err
-	}
-	return n.bans.take(h, c.Key, c.Penalty, c.Hits, now, func(hits int64) (algo.Decision, error) {
-		return n.owned.Take(h, c.Limit, hits, now, wall, holds)
-	})
-}
-
-// forwardAsBackup answers a check sent to this node as the key's backup
-// (transport.Check.AsBackup). If this node owns the key now, it decides as
-// owner. If it is the key's backup, it first asks the owner itself (unless its
-// own breaker skips the owner): the sender may be cut off from an owner that
-// is alive, and only the owner's decision is exact. If the owner cannot be
-// reached from here either, it decides on its replica (RouteBackup).
-func (n *Node) forwardAsBackup(ctx context.Context, c transport.Check) transport.Result {
-	c.AsBackup = false
-	rs := n.rs.Load()
-	h := rs.snap.Hash(c.Key)
-	owner, ok := rs.snap.OwnerOfHash(h)
-	if ok && owner.Name == n.cfg.Name && !rs.leaving {
-		return n.ownerResult(ctx, rs, checkFromWire(&c), h)
-	}
-	if b, isB := rs.backupOfHash(h); !ok || !isB || b.Name != n.cfg.Name || rs.leaving {
-		return transport.Result{Code: transport.CodeNotOwner, Message: "not the key's backup"}
-	}
-	if !n.breakers.Skip(owner.Name) {
-		// At most half of what the sender left us (and of ForwardTimeout): an
-		// owner that is gone without a reset (a killed container, a cut cable)
-		// must not make the sender's forward to this backup time out too,
-		// which would send the check to the local fallback.
-		wait := n.cfg.ForwardTimeout / 2
-		if dl, ok := ctx.Deadline(); ok {
-			wait = min(wait, time.Until(dl)/2)
-		}
-		octx, cancel := context.WithTimeout(ctx, wait)
-		// The key is the inbound batch's, whose bytes the server reuses once
-		// Forward returns (see transport.PeerHandler); a forward that gives up
-		// at octx's end may still be sent later, so it gets a copy.
-		c.Key = strings.Clone(c.Key)
-		res, err := n.peers.Forward(octx, owner.Addr, c)
-		cancel()
-		switch {
-		case err == nil && (res.Code == transport.CodeOK || res.Code == transport.CodeInvalidArgument):
-			n.breakers.Reset(owner.Name)
-			return res
-		case err == nil && res.Code == transport.CodeNotOwner:
-			return res // the rings disagree: the sender routes again
-		case err != nil && ctx.Err() != nil:
-			return transport.Result{Code: transport.CodeUnavailable, Message: ctx.Err().Error()}
-		case err != nil:
-			n.breakers.Fail(owner.Name)
-		}
-	}
-	d, ban, err := n.decideAsBackup(ctx, checkFromWire(&c), h)
-	if err != nil {
-		return errorResult(err)
-	}
-	return transport.Result{Decision: d, Route: transport.RouteBackup, Owner: n.cfg.Name, Code: transport.CodeOK, Banned: ban}
-}

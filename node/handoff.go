@@ -1,0 +1,238 @@
+// Handoff: what a ring change does with the states this node holds, and the
+// markers that open a new owner's gate.
+
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ringlimit/ringlimit/node/internal/store"
+	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/transport"
+)
+
+// moveOf says what the ring change from old to ns does with the state this
+// node holds of the key with ring hash h: keep it (owned, or still its
+// replica), hand it to the new owner (and keep a copy where this node is the
+// key's new backup, or the new owner is a restarted member it backs up), or,
+// for a state that is neither, stray (stale replica or handed to it by
+// mistake): stray, store.MoveSend or store.MoveDrop.
+func (n *Node) moveOf(ns *ringState, old *ring.Snapshot, restarted map[string]bool, h uint64, stray store.MoveAction) store.MoveAction {
+	self := n.cfg.Name
+	m, ok := ns.snap.OwnerOfHash(h)
+	switch {
+	case !ok || ns.leaving:
+		return store.MoveSend
+	case m.Name == self:
+		return store.MoveKeep
+	}
+	wasOwner := old.Len() == 0
+	if !wasOwner {
+		o, _ := old.OwnerOfHash(h)
+		wasOwner = o.Name == self
+	}
+	if b, ok := ns.backupOfHash(h); ok && b.Name == self {
+		if wasOwner || restarted[m.Name] {
+			return store.MoveSendCopy
+		}
+		return store.MoveKeep // still its replica
+	}
+	if wasOwner {
+		return store.MoveSend
+	}
+	return stray
+}
+
+// restartedMembers returns the names of the members of cur that are also in
+// old under another instance id: processes restarted under the same name.
+func restartedMembers(old, cur *ring.Snapshot) map[string]bool {
+	var out map[string]bool
+	ids := make(map[string]string, old.Len())
+	for _, m := range old.Members() {
+		ids[m.Name] = m.ID
+	}
+	for _, m := range cur.Members() {
+		if id, ok := ids[m.Name]; ok && id != m.ID {
+			if out == nil {
+				out = make(map[string]bool)
+			}
+			out[m.Name] = true
+		}
+	}
+	return out
+}
+
+// resync lists as changed the states of the keys this node owns under ns
+// whose backup differs from old's (or restarted), so that the next
+// replication send gives the new backup every one of them.
+func (n *Node) resync(old, ns *ringState, restarted map[string]bool) {
+	if ns.backups == nil || ns.leaving || !n.owned.Track {
+		return
+	}
+	self := n.cfg.Name
+	snap := ns.snap
+	parts := make([]bool, snap.PartitionCount())
+	any := false
+	for p := range parts {
+		if snap.PartitionOwner(p).Name != self {
+			continue
+		}
+		b := ns.backups.of(p).Name
+		prevOwner, prevBackup := "", ""
+		if old.snap.Len() > 0 && old.snap.PartitionCount() == len(parts) {
+			prevOwner = old.snap.PartitionOwner(p).Name
+		}
+		if old.backups != nil && old.backups.partitions() == len(parts) {
+			prevBackup = old.backups.of(p).Name
+		}
+		if prevOwner != self || prevBackup != b || restarted[b] {
+			parts[p] = true
+			any = true
+		}
+	}
+	if any {
+		n.owned.MarkWhere(func(h uint64) bool { return parts[snap.PartitionOfHash(h)] })
+		n.bans.markWhere(func(key string) bool { return parts[snap.Partition(key)] })
+	}
+}
+
+// handoff moves the states of keys this node no longer owns under ns to their
+// new owners, then tells every member that gained partitions in this change
+// (from this node or another) that its handoff for this ring is complete. This
+// node keeps a copy of what it hands off where it is the key's new backup,
+// keeps the replicas it is still the backup of, and hands a restarted member
+// (restarted) the replicas of its keys.
+func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]bool) {
+	self := n.cfg.Name
+	snap := ns.snap
+	moved := n.owned.Extract(func(h uint64) store.MoveAction {
+		return n.moveOf(ns, old, restarted, h, store.MoveSend)
+	}, n.clock())
+	// Ban states move as key states do, except that a replica this node no
+	// longer backs up is dropped: its owner holds the whole of it, and a
+	// handed-off ban state is merged (its denials would count twice).
+	movedBans := n.bans.extract(func(key string) store.MoveAction {
+		return n.moveOf(ns, old, restarted, snap.Hash(key), store.MoveDrop)
+	})
+	byOwner := make(map[string][]transport.KeyState)
+	bansByOwner := make(map[string][]transport.PenaltyState)
+	addrs := make(map[string]string)
+	for p := 0; p < snap.PartitionCount(); p++ {
+		m := snap.PartitionOwner(p)
+		// Every member that gained a partition gets this node's marker, not
+		// only those that gained it from this node: the new owner gates the
+		// partition on its own previous ring's owner, and when the two nodes
+		// came through different rings (a change one of them coalesced or
+		// saw later) that may be this node, which then never owned it and
+		// had nothing to send; without a marker the gate waited out
+		// HandoffTimeout. A marker says only that this node holds nothing
+		// more of the new owner's partitions, which is true of every one.
+		gained := old.Len() > 0 && old.PartitionOwner(p).Name != m.Name && m.Name != self && m.Name != ""
+		// A restarted member waits for a marker from the owner each of its
+		// partitions would have without it: its backup.
+		gained = gained || restarted[m.Name] && ns.backups != nil && ns.backups.of(p).Name == self
+		if gained {
+			addrs[m.Name] = m.Addr
+			if _, ok := byOwner[m.Name]; !ok {
+				byOwner[m.Name] = nil
+			}
+		}
+	}
+	lost := 0
+	for _, ms := range moved {
+		m, ok := snap.OwnerOfHash(ms.H)
+		if !ok {
+			lost++
+			continue
+		}
+		b, err := ms.St.MarshalBinary()
+		if err != nil {
+			lost++
+			continue
+		}
+		addrs[m.Name] = m.Addr
+		byOwner[m.Name] = append(byOwner[m.Name], transport.KeyState{
+			KeyHash: ms.H, Limit: ms.Limit, State: b, LastNow: ms.LastNow, CallerClock: ms.CallerClock,
+		})
+	}
+	for _, ps := range movedBans {
+		m, ok := snap.Owner(ps.Key)
+		if !ok {
+			lost++
+			continue
+		}
+		addrs[m.Name] = m.Addr
+		if _, ok := byOwner[m.Name]; !ok {
+			byOwner[m.Name] = nil
+		}
+		bansByOwner[m.Name] = append(bansByOwner[m.Name], ps)
+	}
+	if len(byOwner) == 0 {
+		if lost > 0 {
+			// The whole cluster is stopping (or this was its last member): there is
+			// no one to take these states. Expected, so INFO, but said.
+			n.log.Info("handoff: no member left to take the keys; their state ends with this node", "keys", lost)
+		}
+		return
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.HandoffTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for name, states := range byOwner {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := n.peers.Handoff(ctx, addrs[name], transport.TransferBatch{
+				From: self, RingDigest: snap.Digest(), States: states, Done: true, Penalties: bansByOwner[name],
+			})
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("to %s (%d keys): %w", name, len(states), err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	err := errors.Join(errs...)
+	if n.cfg.Metrics != nil {
+		n.cfg.Metrics.Handoff(len(moved), time.Since(start), err)
+	}
+	if err != nil || lost > 0 {
+		n.log.Warn("handoff incomplete", "keys", len(moved), "lost", lost, "err", err)
+		return
+	}
+	n.log.Info("handoff", "keys", len(moved), "to", len(byOwner), "took", time.Since(start))
+}
+
+// markHandoffDone records that from finished handing off for the ring with the
+// given digest, and opens the partitions waiting for it. A marker for the
+// current ring opens its gate and is not kept; one for another ring is kept
+// for the rebuild that publishes that ring, which uses it only if it arrived
+// within HandoffTimeout. A ring's digest is a function of the member names
+// alone, so the same digest comes back whenever a member restarts under its
+// name: a marker kept for good would open the gate of a later change whose
+// handoff has not arrived, and its new owner would decide on no state.
+func (n *Node) markHandoffDone(from string, digest uint64) {
+	n.marksMu.Lock()
+	defer n.marksMu.Unlock()
+	rs := n.rs.Load()
+	if rs.snap.Digest() != digest {
+		n.marks[from] = handoffMark{digest: digest, at: time.Now()}
+		return
+	}
+	delete(n.marks, from)
+	if g := rs.pending[from]; g != nil {
+		select {
+		case <-g:
+		default:
+			close(g)
+		}
+	}
+}

@@ -1,0 +1,311 @@
+// A node's life: New starts it, Close leaves the cluster gracefully, Abort
+// stops it at once.
+
+package node
+
+import (
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/ringlimit/ringlimit/internal/breaker"
+	"github.com/ringlimit/ringlimit/node/internal/store"
+	"github.com/ringlimit/ringlimit/ring"
+	"github.com/ringlimit/ringlimit/transport"
+	"github.com/ringlimit/ringlimit/transport/pki"
+	"google.golang.org/grpc"
+)
+
+// New validates cfg, starts the gRPC services and gossip, joins the seeds in
+// cfg.Join and builds the first ring. It returns an error wrapping
+// ErrInvalidConfig for a bad Config, or the error of a listener that could not
+// start; it never panics. The caller must Close the Node.
+func New(cfg Config) (*Node, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	r, err := ring.New(cfg.Ring)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Ring: %w", ErrInvalidConfig, err)
+	}
+	n := &Node{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		clockFn:   cfg.Clock,
+		id:        newInstanceID(),
+		ring:      r,
+		bans:      &penalties{track: cfg.Replication != ReplicationOff},
+		memberSig: make(chan struct{}, 1),
+		members:   make(map[string]Member),
+		admit:     make(map[string]*admission),
+		certsSeen: make(map[string]string),
+		departed:  make(map[string]time.Time),
+		secure:    !cfg.Insecure,
+		marks:     make(map[string]handoffMark),
+		stop:      make(chan struct{}),
+	}
+	n.owned = store.New(cfg.MaxKeys, r.Snapshot().Hash, n.onEvict)
+	n.owned.Track = cfg.Replication != ReplicationOff
+	n.repl = newReplicator()
+	n.breakers = breaker.NewSet(cfg.BreakerCooldown)
+	n.fallback = store.New(cfg.MaxKeys, r.Snapshot().Hash, n.onEvict)
+	if n.log == nil {
+		n.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	n.log = n.log.With("node", cfg.Name)
+	n.start = time.Now()
+	n.base = n.start.UnixNano()
+	rs0 := &ringState{snap: r.Snapshot(), next: make(chan struct{})}
+	rs0.setMine(cfg.Name)
+	n.rs.Store(rs0)
+
+	if sm, ok := cfg.Metrics.(SecurityMetrics); ok {
+		n.smetrics = sm
+	}
+	var serverTLS, clientTLS *tls.Config
+	var gate transport.PeerGate
+	if n.secure {
+		serverTLS, clientTLS, err = peerTLS(cfg)
+		if err != nil {
+			return nil, err
+		}
+		dl, err := n.loadDenyList()
+		if err != nil {
+			return nil, err
+		}
+		n.deny.Store(dl)
+		n.gateTLS(serverTLS, clientTLS)
+		gate = n.peerAllowed
+	} else {
+		n.log.Warn("running INSECURE: the peer listener has no TLS and no authentication; anyone who reaches it can forward checks and hand off key states",
+			"gossip_encrypted", len(cfg.SecretKey) > 0)
+	}
+	if cfg.peerNet == nil {
+		pool, err := transport.NewPool(transport.ClientConfig{
+			TLS:            clientTLS,
+			ExpectMember:   n.memberAt,
+			BatchMaxItems:  cfg.BatchMaxItems,
+			BatchMaxWait:   cfg.BatchMaxWait,
+			ForwardTimeout: cfg.ForwardTimeout,
+			OnBatch:        n.onBatch,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("node: peer pool: %w", err)
+		}
+		n.peers = pool
+	}
+	closePeers := func() {
+		if n.peers != nil {
+			n.peers.Close()
+		}
+	}
+
+	n.grpcLis, err = net.Listen("tcp", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.PeerPort)))
+	if err != nil {
+		closePeers()
+		return nil, fmt.Errorf("node: peer listen: %w", err)
+	}
+	host, err := advertiseHost(cfg)
+	if err != nil {
+		n.grpcLis.Close()
+		closePeers()
+		return nil, err
+	}
+	n.grpcAddr = net.JoinHostPort(host, strconv.Itoa(n.grpcLis.Addr().(*net.TCPAddr).Port))
+	if cfg.peerNet != nil {
+		n.peers = cfg.peerNet.attach(n)
+	}
+	n.grpcSrv = transport.NewPeerServer(transport.ServerConfig{TLS: serverTLS, MaxKeyLen: cfg.MaxKeyLen, PeerGate: gate}, peerService{n})
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := n.grpcSrv.Serve(n.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			n.log.Error("grpc serve", "err", err)
+		}
+	}()
+
+	if err := n.startGossip(host); err != nil {
+		n.grpcSrv.Stop()
+		closePeers()
+		n.wg.Wait()
+		return nil, err
+	}
+	n.admitNow()
+	if other := n.nameConflict(); other != "" {
+		_ = n.ml.Shutdown()
+		n.grpcSrv.Stop()
+		closePeers()
+		n.wg.Wait()
+		return nil, fmt.Errorf("%w: %q is a live member at %s; pick another Config.Name (or stop that member first)", ErrDuplicateName, cfg.Name, other)
+	}
+	n.rebuild()
+	n.ready.Store(true)
+	n.wg.Add(4)
+	go n.membershipLoop()
+	go n.rejoinLoop()
+	go n.idleLoop()
+	go n.replicationLoop()
+	if n.secure && cfg.PeerDenyFile != "" {
+		if err := n.watchDenyList(); err != nil {
+			_ = n.Abort()
+			return nil, err
+		}
+	}
+	n.log.Info("node started", "peer", n.grpcAddr, "gossip", n.GossipAddr(), "members", n.rs.Load().snap.Len(), "secure", n.secure)
+	return n, nil
+}
+
+// peerTLS builds the two halves of mutual TLS from cfg's material and checks
+// that the certificate names cfg.Name.
+func peerTLS(cfg Config) (server, client *tls.Config, err error) {
+	caPEM, certPEM, keyPEM, err := cfg.tlsMaterial(os.ReadFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	server, client, err = pki.PeerTLS(caPEM, certPEM, keyPEM)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: TLS: %w", ErrInvalidConfig, err)
+	}
+	leaf := server.Certificates[0].Leaf
+	if name, _ := pki.MemberName(leaf); name != cfg.Name && !cfg.anyCertName {
+		return nil, nil, fmt.Errorf("%w: TLS certificate names member %q, but Name is %q", ErrInvalidConfig, name, cfg.Name)
+	}
+	return server, client, nil
+}
+
+func newInstanceID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Close leaves the cluster gracefully: it stops owning keys, hands every state to
+// its new owner, leaves the gossip cluster, waits until peers stop forwarding to it
+// (bounded), then stops the gRPC server and all goroutines. The whole sequence is
+// bounded by Config.CloseTimeout. It is safe to call more than once; later calls
+// return the first call's result.
+func (n *Node) Close() error {
+	n.closeMu.Lock()
+	defer n.closeMu.Unlock()
+	if n.closed {
+		return n.closeErr
+	}
+	n.closed = true
+	deadline := time.Now().Add(n.cfg.CloseTimeout)
+	var errs []error
+
+	n.leaving.Store(true)
+	n.rebuild() // a ring without this node: every key is handed off
+	if err := n.leave(time.Until(deadline) / 2); err != nil {
+		errs = append(errs, fmt.Errorf("leave: %w", err))
+	}
+	// Keep answering "not owner" until the peers' rings drop us: stop once no
+	// forward arrived for a few gossip rounds, or at the deadline.
+	quiet := 5 * n.cfg.Gossip.GossipInterval
+	if quiet < 50*time.Millisecond {
+		quiet = 50 * time.Millisecond
+	}
+	tick := time.NewTicker(quiet)
+	for last := n.inbound.Load(); time.Now().Add(quiet).Before(deadline); {
+		<-tick.C
+		cur := n.inbound.Load()
+		if cur == last {
+			break
+		}
+		last = cur
+	}
+	tick.Stop()
+	n.stopping.Store(true)
+	errs = append(errs, n.shutdown(deadline)...)
+	n.closeErr = errors.Join(errs...)
+	return n.closeErr
+}
+
+// leave broadcasts this node's leave and waits, at most timeout, until it has been
+// gossiped. memberlist's Leave waits for the broadcast to be sent to live
+// members; when the whole cluster stops together, the others leave first and
+// nobody remains to send it to, so it would wait out its timeout and fail. leave
+// therefore returns as soon as no other member is alive (checked every gossip
+// interval): that is an ordinary end, logged at INFO, not an error. A Leave that
+// times out while members are still alive is an error.
+func (n *Node) leave(timeout time.Duration) error {
+	done := make(chan error, 1) // Leave returns within timeout; the buffer lets it finish alone
+	go func() { done <- n.ml.Leave(timeout) }()
+	t := time.NewTicker(n.cfg.Gossip.GossipInterval)
+	defer t.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil && n.othersAlive() == 0 {
+				n.log.Info("left: no other member is alive to hear it")
+				return nil
+			}
+			return err
+		case <-t.C:
+			if n.othersAlive() == 0 {
+				n.log.Info("left: no other member is alive to hear it")
+				return nil
+			}
+		}
+	}
+}
+
+// othersAlive counts the members other than this node that gossip sees alive
+// (not dead, not left).
+func (n *Node) othersAlive() int {
+	alive := 0
+	for _, m := range n.ml.Members() {
+		if m.Name != n.cfg.Name && m.State == memberlist.StateAlive {
+			alive++
+		}
+	}
+	return alive
+}
+
+// Abort stops the node at once, as a crash would: no leave, no handoff. Peers
+// detect the failure by gossip. For tests of failure handling, and for processes
+// that must exit now. Safe to call more than once, and after Close.
+func (n *Node) Abort() error {
+	n.closeMu.Lock()
+	defer n.closeMu.Unlock()
+	if n.closed {
+		return n.closeErr
+	}
+	n.closed = true
+	n.stopping.Store(true)
+	n.closeErr = errors.Join(n.shutdown(time.Now())...)
+	return n.closeErr
+}
+
+func (n *Node) shutdown(deadline time.Time) []error {
+	var errs []error
+	close(n.stop)
+	if err := n.ml.Shutdown(); err != nil {
+		errs = append(errs, fmt.Errorf("gossip shutdown: %w", err))
+	}
+	done := make(chan struct{})
+	go func() { n.grpcSrv.GracefulStop(); close(done) }()
+	t := time.NewTimer(time.Until(deadline))
+	select {
+	case <-done:
+	case <-t.C:
+		n.grpcSrv.Stop()
+		<-done
+	}
+	t.Stop()
+	if err := n.peers.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("peers: %w", err))
+	}
+	n.wg.Wait()
+	n.log.Info("node stopped")
+	return errs
+}
