@@ -1,5 +1,9 @@
 package node
 
+// This file is over 600 lines because Config documents each of its fields
+// (default, unit, effect) where a user reads them; the code is DefaultConfig,
+// FastGossip, validation and the TLS material.
+
 import (
 	"context"
 	"errors"
