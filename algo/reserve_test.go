@@ -223,3 +223,20 @@ func reserveBound(t *testing.T, l Limit, seed int64) {
 		}
 	}
 }
+
+// FuzzReserveBound runs TestReserveBound's property on fuzzed limits and
+// sequences.
+func FuzzReserveBound(f *testing.F) {
+	f.Add(int64(1), true, int64(10), int64(3))
+	f.Add(int64(2), false, int64(7), int64(2))
+	f.Fuzz(func(t *testing.T, seed int64, gcra bool, limit, burst int64) {
+		if limit < 1 || limit > 1000 || burst < 0 || burst > 20 {
+			return
+		}
+		l := Limit{Kind: TokenBucket, Limit: limit, Period: time.Second, Burst: max(burst, 1)}
+		if gcra {
+			l = Limit{Kind: GCRA, Limit: limit, Period: time.Second, Burst: burst}
+		}
+		reserveBound(t, l, seed)
+	})
+}

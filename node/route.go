@@ -85,7 +85,9 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 					return err
 				}
 			}
-			n.observe(c.Limit.Kind, RouteOwner, out.Allowed)
+			if c.cancelAt == 0 { // a cancel is not a check
+				n.observe(c.Limit.Kind, RouteOwner, out.Allowed)
+			}
 			if ban {
 				out.Banned = true
 			}
@@ -107,7 +109,9 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 			switch {
 			case err == nil && res.Code == transport.CodeOK:
 				n.breakers.Reset(owner.Name)
-				n.observe(c.Limit.Kind, RouteForwarded, res.Decision.Allowed)
+				if c.cancelAt == 0 {
+					n.observe(c.Limit.Kind, RouteForwarded, res.Decision.Allowed)
+				}
 				*out = Decision{Decision: res.Decision, Route: RouteForwarded, Owner: owner.Name, Banned: res.Banned, Delay: res.Delay, at: res.At}
 				return nil
 			case err == nil && res.Code == transport.CodeInvalidArgument:

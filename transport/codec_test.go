@@ -51,6 +51,9 @@ func randChecks(r *rand.Rand, n int) []Check {
 			checks[i] = validCheck(fmt.Sprint("valid-", i), int64(i))
 		}
 		checks[i].AsBackup = r.IntN(2) == 0 // peer-only field 11
+		if r.IntN(3) == 0 {
+			checks[i].MaxWait, checks[i].CancelAt = time.Duration(randInt64(r)), randInt64(r) // fields 12, 13
+		}
 	}
 	return checks
 }
@@ -66,6 +69,9 @@ func randResults(r *rand.Rand, n int) []Result {
 			Code:   Code(r.IntN(4)),
 			Owner:  owners[r.IntN(len(owners))],
 			Banned: r.IntN(2) == 0,
+		}
+		if r.IntN(3) == 0 {
+			out[i].Delay, out[i].At = time.Duration(randInt64(r)), randInt64(r) // Decision fields 9, 10
 		}
 		if out[i].Code != CodeOK {
 			out[i].Message = fmt.Sprint("message ", i)
