@@ -185,7 +185,7 @@ func TestThrottleErrors(t *testing.T) {
 		{[]any{"CL.THROTTLE", "k", "1", "5", "60", "-2"}, "Cell error: Store error: field quantity value -2: must be in 0..2147483648"},
 		{[]any{"CL.THROTTLE", strings.Repeat("k", 1025), "1", "5", "60"}, "Cell error: Store error: field key value 1025 bytes: must be 1..1024 bytes"},
 		{[]any{"RL.CHECK", "k", "leaky", "5", "1s"}, `ERR field algorithm value "leaky": must be one of ` + algo.KindNames(", ")},
-		{[]any{"RL.CHECK", "k", "gcra", "5"}, "ERR Usage: rl.check <key> <algorithm> <limit> <period> [<burst> [<hits>]]"},
+		{[]any{"RL.CHECK", "k", "gcra", "5"}, "ERR Usage: rl.check <key> <algorithm> <limit> <period> [<burst> [<hits>]] [MAXWAIT <max_wait>]"},
 		{[]any{"RL.CHECK", "k", "gcra", "5", "soon"}, `ERR period "soon": want a duration such as 1m or 250ms, or an integer of ms`},
 		{[]any{"NOSUCH", "a"}, "ERR unknown command 'NOSUCH', with args beginning with: 'a' "},
 		{[]any{"SELECT", "1"}, "ERR DB index is out of range"},
