@@ -16,6 +16,7 @@ import (
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/transport"
+	"github.com/ringlimit/ringlimit/transport/rotate"
 )
 
 // ErrInvalidConfig is returned by New, wrapped with the offending field and value,
@@ -234,6 +235,27 @@ type Config struct {
 	// every copy of one config belongs to one cluster whatever Name it is
 	// given. Default: nil.
 	IssueCert func(member string) (caPEM, certPEM, keyPEM []byte, err error)
+	// TLSSource, instead of the TLS*File and TLS*PEM fields, gives this
+	// member's TLS material at every handshake: a Go service that rotates
+	// its certificates itself (or uses rotate.NewFiles with files of its
+	// choosing) passes its own. Its certificate must name Name and chain to
+	// its bundle at New. With the TLS*File fields the node makes its own
+	// source, watches the files' directories (cert-manager's ..data swap
+	// works) and reloads them on change and on ReloadTLS; PEM fields never
+	// change. Default nil.
+	TLSSource rotate.Source
+	// TLSSweepInterval is how often the node closes the peer connections
+	// whose TLS material is no longer trusted (the remote's or this node's
+	// certificate no longer chains to the current CA bundle, or expired),
+	// besides the sweep right after each reload of the TLS*File material:
+	// the bound for a TLSSource that is not a rotate.Notifier and for
+	// expiry. Default (0) 1 min.
+	TLSSweepInterval time.Duration
+	// CertExpiryWarning is how long before the earliest expiry of this
+	// member's certificate or of a CA of its bundle the node logs a WARN
+	// (checked at every sweep, logged at most once an hour). Default (0)
+	// 14 days; negative: never.
+	CertExpiryWarning time.Duration
 	// Insecure runs the peer listener without TLS: anyone who reaches the peer
 	// port can forward checks under limits of their choice and install key
 	// states (validated against their limit, but chosen by them), and anyone who
@@ -516,6 +538,8 @@ func (c *Config) validate() error {
 		return bad("HandoffTimeout", c.HandoffTimeout)
 	case c.CloseTimeout <= 0:
 		return bad("CloseTimeout", c.CloseTimeout)
+	case c.TLSSweepInterval < 0:
+		return bad("TLSSweepInterval", c.TLSSweepInterval)
 	case c.RejoinInterval < 0:
 		return bad("RejoinInterval", c.RejoinInterval)
 	case c.Gossip.ProbeInterval <= 0:
@@ -558,6 +582,14 @@ func (c *Config) validateSecurity() error {
 		{"TLSCAFile/TLSCAPEM", c.TLSCAFile, c.TLSCAPEM},
 		{"TLSCertFile/TLSCertPEM", c.TLSCertFile, c.TLSCertPEM},
 		{"TLSKeyFile/TLSKeyPEM", c.TLSKeyFile, c.TLSKeyPEM},
+	}
+	if c.TLSSource != nil {
+		for i, it := range items {
+			if it.file != "" || len(it.pem) > 0 {
+				return fmt.Errorf("%w: TLSSource is set together with %s (drop one or the other)", ErrInvalidConfig, it.name)
+			}
+			items[i].pem = []byte("from TLSSource")
+		}
 	}
 	if c.IssueCert != nil && !c.Insecure {
 		// New asks IssueCert for this member's certificate and key.

@@ -12,7 +12,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"strconv"
 	"time"
 
@@ -21,7 +20,7 @@ import (
 	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/transport"
-	"github.com/ringlimit/ringlimit/transport/pki"
+	"github.com/ringlimit/ringlimit/transport/rotate"
 	"google.golang.org/grpc"
 )
 
@@ -74,10 +73,15 @@ func New(cfg Config) (*Node, error) {
 	var serverTLS, clientTLS *tls.Config
 	var gate transport.PeerGate
 	if n.secure {
-		serverTLS, clientTLS, err = peerTLS(cfg)
-		if err != nil {
+		if n.tlsSrc, err = n.openTLS(); err != nil {
 			return nil, err
 		}
+		serverTLS, clientTLS = rotate.PeerTLS(n.tlsSrc)
+		n.tracker = rotate.NewTracker()
+		// The dialling member retires a connection gracefully when its own
+		// material changes; a forward lasts ForwardTimeout at most.
+		n.tracker.Grace = cfg.ForwardTimeout
+		n.tracker.Track(serverTLS)
 		dl, err := n.loadDenyList()
 		if err != nil {
 			return nil, err
@@ -128,7 +132,11 @@ func New(cfg Config) (*Node, error) {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		if err := n.grpcSrv.Serve(n.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		lis := n.grpcLis
+		if n.tracker != nil {
+			lis = n.tracker.Listener(lis)
+		}
+		if err := n.grpcSrv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			n.log.Error("grpc serve", "err", err)
 		}
 	}()
@@ -154,6 +162,12 @@ func New(cfg Config) (*Node, error) {
 	go n.rejoinLoop()
 	go n.idleLoop()
 	go n.replicationLoop()
+	if n.secure {
+		if err := n.watchTLS(); err != nil {
+			_ = n.Abort()
+			return nil, err
+		}
+	}
 	if n.secure && cfg.PeerDenyFile != "" {
 		if err := n.watchDenyList(); err != nil {
 			_ = n.Abort()
@@ -162,24 +176,6 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.log.Info("node started", "peer", n.grpcAddr, "gossip", n.GossipAddr(), "members", n.rs.Load().snap.Len(), "secure", n.secure)
 	return n, nil
-}
-
-// peerTLS builds the two halves of mutual TLS from cfg's material and checks
-// that the certificate names cfg.Name.
-func peerTLS(cfg Config) (server, client *tls.Config, err error) {
-	caPEM, certPEM, keyPEM, err := cfg.tlsMaterial(os.ReadFile)
-	if err != nil {
-		return nil, nil, err
-	}
-	server, client, err = pki.PeerTLS(caPEM, certPEM, keyPEM)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: TLS: %w", ErrInvalidConfig, err)
-	}
-	leaf := server.Certificates[0].Leaf
-	if name, _ := pki.MemberName(leaf); name != cfg.Name && !cfg.anyCertName {
-		return nil, nil, fmt.Errorf("%w: TLS certificate names member %q, but Name is %q", ErrInvalidConfig, name, cfg.Name)
-	}
-	return server, client, nil
 }
 
 func newInstanceID() string {

@@ -33,6 +33,7 @@ import (
 	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/transport"
+	"github.com/ringlimit/ringlimit/transport/rotate"
 )
 
 // Named errors of the node package. Being over the limit is a Decision, never an
@@ -123,6 +124,16 @@ type Stats struct {
 	// off or replicated that this node refused since New (each one alone: the
 	// rest of its batch is kept), see Transfer.
 	RefusedStates uint64
+	// TLSNotAfter is the earliest expiry of this member's certificate and of
+	// the CAs of its bundle (zero when insecure).
+	TLSNotAfter time.Time
+	// TLSReloads and TLSReloadFailures count the reloads of the TLS*File
+	// material that changed it, and those refused (the previous material
+	// stayed), since New.
+	TLSReloads, TLSReloadFailures uint64
+	// TLSConnsClosed counts the accepted peer connections closed because the
+	// material they were authenticated with is no longer trusted.
+	TLSConnsClosed uint64
 }
 
 // Node is one member of a ringlimit cluster. Create it with New; its methods are
@@ -152,6 +163,14 @@ type Node struct {
 	ml       *memberlist.Memberlist
 	secure   bool
 	smetrics SecurityMetrics // nil: Config.Metrics does not implement it
+	// tlsSrc is this member's TLS material (nil when insecure); tlsFiles the
+	// same when it comes from the TLS*File fields; tracker the accepted peer
+	// connections; expiryWarned when the expiry WARN was last logged (sweep
+	// loop only). See tlsrotate.go.
+	tlsSrc       rotate.Source
+	tlsFiles     *rotate.Files
+	tracker      *rotate.Tracker
+	expiryWarned time.Time
 	// refusedStates counts the peers' states refused (Stats.RefusedStates);
 	// refusedLog and replFailLog hold back repeated log lines.
 	refusedStates atomic.Uint64
@@ -262,8 +281,10 @@ func (n *Node) OwnedKeys() int {
 
 // Stats returns the node's key and member counts.
 func (n *Node) Stats() Stats {
-	return Stats{Keys: n.owned.Len(), FallbackKeys: n.fallback.Len(), Members: n.rs.Load().snap.Len(), Refused: n.refusedCount(), Insecure: !n.secure,
+	s := Stats{Keys: n.owned.Len(), FallbackKeys: n.fallback.Len(), Members: n.rs.Load().snap.Len(), Refused: n.refusedCount(), Insecure: !n.secure,
 		Rebuilds: n.rebuilds.Load(), RebuildTime: time.Duration(n.rebuildNs.Load()), RefusedStates: n.refusedStates.Load()}
+	n.tlsStats(&s)
+	return s
 }
 
 // RingDigest returns a digest of this node's partition table: nodes that agree on

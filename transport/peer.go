@@ -615,6 +615,23 @@ func (pe *peer) runUnary(b *batch) {
 	pe.sendAll(s, out)
 }
 
+// retire closes the peer once no batch is open, queued or in flight, or
+// after max, polling every few milliseconds (a connection being replaced
+// lives no longer than that).
+func (pe *peer) retire(max time.Duration) {
+	deadline := time.Now().Add(max)
+	for time.Now().Before(deadline) {
+		pe.mu.Lock()
+		idle := pe.cur == nil && pe.live.head == nil && pe.idleLocked()
+		pe.mu.Unlock()
+		if idle {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	pe.close(fmt.Errorf("%w: forward to %s: connection retired (TLS material changed)", ErrUnavailable, pe.addr))
+}
+
 // close fails every batch not yet done with err, ends the streams and closes
 // the connection, which fails the unary RPCs in flight.
 func (pe *peer) close(err error) {

@@ -393,6 +393,26 @@ func (p *Pool) Drop(addr string) {
 	}
 }
 
+// RetireAll replaces every peer connection without failing a check: later
+// calls dial anew (so a new TLS handshake uses the material current then),
+// and each old connection is closed once nothing is queued or in flight on
+// it, or ForwardTimeout after RetireAll at the latest (what is still in
+// flight then fails as with Drop). The node calls it when its TLS material
+// changes. It returns at once.
+func (p *Pool) RetireAll() {
+	p.mu.Lock()
+	var peers []*peer
+	p.peers.Range(func(k, v any) bool {
+		peers = append(peers, v.(*peer))
+		p.peers.Delete(k)
+		return true
+	})
+	p.mu.Unlock()
+	for _, pe := range peers {
+		go pe.retire(p.cfg.ForwardTimeout)
+	}
+}
+
 // Close closes every peer connection and stream; waiting and in-flight checks
 // fail at once with errors wrapping ErrUnavailable, and later calls fail the
 // same way. It is safe to call more than once and always returns nil.

@@ -162,7 +162,7 @@ func run(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	if err != nil {
 		return &exitError{ExitUsage, err}
 	}
-	// SIGHUP reloads --policy-file. Registered before Start, so a SIGHUP that
+	// SIGHUP reloads --policy-file and the TLS files. Registered before Start, so a SIGHUP that
 	// arrives once the daemon has logged "started" never takes the default
 	// action (exit).
 	hup := make(chan os.Signal, 1)
@@ -184,6 +184,7 @@ func run(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	go func() {
 		for range reload {
 			_ = d.ReloadPolicy() // a failure is logged and counted; the old policy stays
+			_ = d.node.ReloadTLS() // likewise: the old TLS material stays
 		}
 	}()
 	var serveErr error

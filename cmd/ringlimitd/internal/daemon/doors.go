@@ -32,6 +32,7 @@ import (
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/node/policy"
 	"github.com/ringlimit/ringlimit/transport"
+	"github.com/ringlimit/ringlimit/transport/rotate"
 )
 
 // Names of the doors: log fields, the "door" label of the door metrics, the
@@ -130,6 +131,11 @@ type wiring struct {
 // doors' pools and the metrics.
 func (d *Daemon) wire(sec config.Security, nc node.Config) (*wiring, error) {
 	w := &wiring{d: d, sec: sec, nc: nc}
+	if src := d.node.TLSSource(); src != nil && sec.TLS != nil {
+		// The client ports follow the node's material: a renewed certificate
+		// or CA bundle applies to the next handshake.
+		w.sec.TLS = rotate.ServerTLS(src, "h2", "http/1.1")
+	}
 	n := d.node
 	scopes := scope.Default()
 	if d.cfg.ClientScopesFile != "" {
