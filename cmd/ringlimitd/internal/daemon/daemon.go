@@ -183,7 +183,7 @@ func run(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	defer close(reload)
 	go func() {
 		for range reload {
-			_ = d.ReloadPolicy() // a failure is logged and counted; the old policy stays
+			_ = d.ReloadPolicy()   // a failure is logged and counted; the old policy stays
 			_ = d.node.ReloadTLS() // likewise: the old TLS material stays
 		}
 	}()
