@@ -253,8 +253,9 @@ type Config struct {
 	TLSSweepInterval time.Duration
 	// CertExpiryWarning is how long before the earliest expiry of this
 	// member's certificate or of a CA of its bundle the node logs a WARN
-	// (checked at every sweep, logged at most once an hour). Default (0)
-	// 14 days; negative: never.
+	// (checked at every sweep, logged at most once an hour), unless that
+	// certificate is still in the first half of its lifetime (a short-lived
+	// certificate is not late). Default (0) 14 days; negative: never.
 	CertExpiryWarning time.Duration
 	// Insecure runs the peer listener without TLS: anyone who reaches the peer
 	// port can forward checks under limits of their choice and install key

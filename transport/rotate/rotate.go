@@ -81,14 +81,20 @@ func NewMaterial(caPEM, certPEM, keyPEM []byte) (*Material, error) {
 
 // NotAfter returns the earliest expiry of the certificate and of the CAs of
 // the bundle: the moment something stops working unless it is renewed.
-func (m *Material) NotAfter() time.Time {
-	t := m.Cert.Leaf.NotAfter
+func (m *Material) NotAfter() time.Time { return m.earliest().NotAfter }
+
+// NotBefore returns the start of validity of the certificate or CA that
+// expires first (NotAfter): with NotAfter, its lifetime.
+func (m *Material) NotBefore() time.Time { return m.earliest().NotBefore }
+
+func (m *Material) earliest() *x509.Certificate {
+	e := m.Cert.Leaf
 	for _, c := range m.CAs {
-		if c.NotAfter.Before(t) {
-			t = c.NotAfter
+		if c.NotAfter.Before(e.NotAfter) {
+			e = c
 		}
 	}
-	return t
+	return e
 }
 
 // Trusted reports whether chain (leaf first) chains to a CA of the bundle

@@ -89,7 +89,14 @@ func TestRemovedCAClosesConnections(t *testing.T) {
 			if err != nil {
 				return
 			}
-			go func() { _ = c.(*tls.Conn).Handshake(); buf := make([]byte, 1); c.Read(buf); c.Close() }()
+			go func() {
+				defer c.Close()
+				if c.(*tls.Conn).Handshake() != nil {
+					return
+				}
+				c.Write([]byte{1}) // the handshake is complete on this side
+				c.Read(make([]byte, 1))
+			}()
 		}
 	}()
 	clientM, err := NewMaterial(append(append([]byte{}, ca1...), ca2...), cert2, key2)
@@ -102,6 +109,9 @@ func TestRemovedCAClosesConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
+	if _, err := conn.Read(make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(5 * time.Second)
 	for tr.Len() != 1 || tr.Sweep(src.Material(), time.Now()) != 0 {
 		if time.Now().After(deadline) {

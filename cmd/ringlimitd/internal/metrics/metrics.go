@@ -59,6 +59,19 @@ const (
 	// AuthFailuresTotal counts callers refused on the client ports, by listener
 	// ("grpc", "http").
 	AuthFailuresTotal = "ringlimit_auth_failures_total"
+	// TLSExpirySeconds is the time left until the earliest expiry of this
+	// member's certificate and the CAs of its bundle, in seconds (negative once
+	// expired; 0 with --insecure). Alert well before 0.
+	TLSExpirySeconds = "ringlimit_tls_expiry_seconds"
+	// TLSReloadsTotal counts reloads of the TLS files that changed the
+	// material; TLSReloadFailuresTotal those refused (unreadable, bad PEM, a
+	// key that does not match, a certificate that does not name the member or
+	// chain to the bundle): the previous material stays.
+	TLSReloadsTotal        = "ringlimit_tls_reloads_total"
+	TLSReloadFailuresTotal = "ringlimit_tls_reload_failures_total"
+	// TLSConnsClosedTotal counts accepted peer connections closed because the
+	// material they were authenticated with is no longer trusted.
+	TLSConnsClosedTotal = "ringlimit_tls_connections_closed_total"
 	// ReplicationSendsTotal counts replication sends to backups by result
 	// ("ok", "error"); a failed send is retried with the next one.
 	ReplicationSendsTotal = "ringlimit_replication_sends_total"
@@ -172,6 +185,28 @@ func New(stats func() node.Stats) *Metrics {
 		Name: MembersRefused,
 		Help: "Gossip members that failed the admission handshake and own no key.",
 	}, func() float64 { return float64(stats().Refused) })
+	tlsExpiry := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: TLSExpirySeconds,
+		Help: "Seconds until the earliest expiry of this member's certificate and its CA bundle (0 when insecure).",
+	}, func() float64 {
+		if t := stats().TLSNotAfter; !t.IsZero() {
+			return time.Until(t).Seconds()
+		}
+		return 0
+	})
+	tlsReloads := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: TLSReloadsTotal,
+		Help: "Reloads of the TLS files that changed the material.",
+	}, func() float64 { return float64(stats().TLSReloads) })
+	tlsFailures := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: TLSReloadFailuresTotal,
+		Help: "Reloads of the TLS files refused; the previous material stayed.",
+	}, func() float64 { return float64(stats().TLSReloadFailures) })
+	tlsClosed := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: TLSConnsClosedTotal,
+		Help: "Accepted peer connections closed because their TLS material is no longer trusted.",
+	}, func() float64 { return float64(stats().TLSConnsClosed) })
+	m.reg.MustRegister(tlsExpiry, tlsReloads, tlsFailures, tlsClosed)
 	m.reg.MustRegister(m.checks, m.forward, m.batchSize, m.handoffs, m.handoffKeys, m.handoffTime, m.evictions, keys, fallbackKeys, members,
 		insecure, refused, m.peerRefused, m.authFailures, m.replSends, m.replStates,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
