@@ -38,6 +38,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -187,7 +188,7 @@ func (t *Tokens) Lookup(tok string) (string, bool) {
 
 // Authenticator decides who a caller is. It is safe for concurrent use.
 type Authenticator struct {
-	tokens *Tokens
+	tokens atomic.Pointer[Tokens]
 	hooks  Hooks
 }
 
@@ -213,8 +214,18 @@ func New(tokens *Tokens, hooks Hooks) *Authenticator {
 	if hooks.Refused == nil {
 		hooks.Refused = func(string, string, error) {}
 	}
-	return &Authenticator{tokens: tokens, hooks: hooks}
+	a := &Authenticator{hooks: hooks}
+	a.tokens.Store(tokens)
+	return a
 }
+
+// SetTokens replaces the accepted tokens (nil: none) for every request that
+// authenticates from now on: a token file reloaded without a restart.
+func (a *Authenticator) SetTokens(t *Tokens) { a.tokens.Store(t) }
+
+// Lookup returns the name of tok and true if the current tokens list it (see
+// Tokens.Lookup).
+func (a *Authenticator) Lookup(tok string) (string, bool) { return a.tokens.Load().Lookup(tok) }
 
 // Authenticate returns the caller's Identity from the TLS state of its
 // connection (nil for plaintext) and the value of its Authorization header or
@@ -243,7 +254,7 @@ func (a *Authenticator) Authenticate(cs *tls.ConnectionState, authorization stri
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
 		return Identity{}, refused(`authorization is not "Bearer <token>"`)
 	}
-	name, found := a.tokens.Lookup(strings.TrimSpace(tok))
+	name, found := a.Lookup(strings.TrimSpace(tok))
 	if !found {
 		return Identity{}, refused("unknown bearer token")
 	}

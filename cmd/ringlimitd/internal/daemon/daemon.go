@@ -41,12 +41,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/auth"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/config"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/door"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/httpapi"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/metrics"
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/policyfile"
 	"github.com/ringlimit/ringlimit/node"
+	"github.com/ringlimit/ringlimit/transport/rotate"
 )
 
 // Exit statuses of Main.
@@ -162,7 +164,7 @@ func run(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 	if err != nil {
 		return &exitError{ExitUsage, err}
 	}
-	// SIGHUP reloads --policy-file and the TLS files. Registered before Start, so a SIGHUP that
+	// SIGHUP reloads --policy-file, the TLS files and --client-token-file. Registered before Start, so a SIGHUP that
 	// arrives once the daemon has logged "started" never takes the default
 	// action (exit).
 	hup := make(chan os.Signal, 1)
@@ -185,6 +187,7 @@ func run(ctx context.Context, cfg config.Config, stderr io.Writer) error {
 		for range reload {
 			_ = d.ReloadPolicy()   // a failure is logged and counted; the old policy stays
 			_ = d.node.ReloadTLS() // likewise: the old TLS material stays
+			_ = d.ReloadTokens()   // likewise: the old tokens stay
 		}
 	}()
 	var serveErr error
@@ -241,6 +244,11 @@ type Daemon struct {
 	health                 *healthService
 	healthStop, healthDone chan struct{}
 	healthOnce             sync.Once
+	// authn authenticates the client ports' callers (nil when insecure);
+	// watchStop ends the watch of --client-token-file.
+	authn     *auth.Authenticator
+	watchStop chan struct{}
+	watchOnce sync.Once
 }
 
 // Start starts a node configured by cfg (which must have passed Validate) and
@@ -299,6 +307,7 @@ func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 	}
 	d.node = n
 	fail := func(err error) (*Daemon, error) {
+		d.stopWatch()
 		d.stopHealth()
 		closeAll()
 		n.Abort()
@@ -307,6 +316,12 @@ func Start(cfg config.Config, logger *slog.Logger) (*Daemon, error) {
 	w, err := d.wire(sec, nc)
 	if err != nil {
 		return fail(err)
+	}
+	d.authn, d.watchStop = w.authn, make(chan struct{})
+	if d.authn != nil && cfg.ClientTokenFile != "" {
+		if err := rotate.Watch([]string{cfg.ClientTokenFile}, d.watchStop, logger, func() { _ = d.ReloadTokens() }); err != nil {
+			return fail(fmt.Errorf("--client-token-file: %w", err))
+		}
 	}
 	for _, fd := range d.doors {
 		if fd.ln == nil {
@@ -395,6 +410,36 @@ func (d *Daemon) ReloadPolicy() error {
 	return d.policy.Reload()
 }
 
+// ReloadTokens reads --client-token-file again (what a change of the file
+// and SIGHUP do): its tokens replace the previous ones for every request
+// authenticated from then on (a Redis-protocol connection keeps the AUTH it
+// made). A file that fails to load (auth.LoadTokens: unreadable, invalid,
+// empty) keeps the previous tokens, is logged at ERROR, counted
+// (ringlimit_token_reloads_total{result="error"}) and returned. Without a
+// token file or in insecure mode it does nothing.
+func (d *Daemon) ReloadTokens() error {
+	if d.authn == nil || d.cfg.ClientTokenFile == "" {
+		return nil
+	}
+	t, err := auth.LoadTokens(d.cfg.ClientTokenFile)
+	d.metrics.TokenReload(err)
+	if err != nil {
+		d.log.Error("client token file reload failed, keeping the previous tokens", "file", d.cfg.ClientTokenFile, "error", err)
+		return err
+	}
+	d.authn.SetTokens(t)
+	d.log.Info("client tokens reloaded", "file", d.cfg.ClientTokenFile, "tokens", t.Len())
+	return nil
+}
+
+func (d *Daemon) stopWatch() {
+	d.watchOnce.Do(func() {
+		if d.watchStop != nil {
+			close(d.watchStop)
+		}
+	})
+}
+
 // Policy returns the --policy-file watcher, nil without one.
 func (d *Daemon) Policy() *policyfile.Watcher { return d.policy }
 
@@ -419,6 +464,7 @@ func (d *Daemon) Err() <-chan error { return d.errc }
 // or ctx ends, whichever is first; in the latter case the node may still be
 // closing. Safe to call twice.
 func (d *Daemon) Shutdown(ctx context.Context) error {
+	d.stopWatch()
 	d.stopHealth()
 	if d.policy != nil {
 		_ = d.policy.Close()

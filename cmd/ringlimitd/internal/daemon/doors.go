@@ -215,7 +215,7 @@ func openRedis(w *wiring, ln *door.Listener) (server, error) {
 		authLog := d.log.With("component", "auth")
 		rc.TLS = w.sec.TLS
 		rc.Authenticate = func(_, password string) (string, bool) {
-			return w.sec.Tokens.Lookup(password)
+			return w.authn.Lookup(password)
 		}
 		rc.CallerContext = func(ctx context.Context, caller string) context.Context {
 			return auth.WithIdentity(ctx, auth.Identity{Name: caller, Method: auth.MethodToken})

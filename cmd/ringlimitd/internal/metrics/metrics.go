@@ -72,6 +72,9 @@ const (
 	// TLSConnsClosedTotal counts accepted peer connections closed because the
 	// material they were authenticated with is no longer trusted.
 	TLSConnsClosedTotal = "ringlimit_tls_connections_closed_total"
+	// TokenReloadsTotal counts reloads of --client-token-file by result
+	// ("ok", "error": the previous tokens stay).
+	TokenReloadsTotal = "ringlimit_token_reloads_total"
 	// ReplicationSendsTotal counts replication sends to backups by result
 	// ("ok", "error"); a failed send is retried with the next one.
 	ReplicationSendsTotal = "ringlimit_replication_sends_total"
@@ -92,6 +95,7 @@ type Metrics struct {
 	evictions    *prometheus.CounterVec
 	peerRefused  *prometheus.CounterVec
 	authFailures *prometheus.CounterVec
+	tokenReloads *prometheus.CounterVec
 	replSends    *prometheus.CounterVec
 	replStates   prometheus.Counter
 	checkCounter [2][5][7]prometheus.Counter // [allowed][route][kind], resolved once
@@ -206,7 +210,11 @@ func New(stats func() node.Stats) *Metrics {
 		Name: TLSConnsClosedTotal,
 		Help: "Accepted peer connections closed because their TLS material is no longer trusted.",
 	}, func() float64 { return float64(stats().TLSConnsClosed) })
-	m.reg.MustRegister(tlsExpiry, tlsReloads, tlsFailures, tlsClosed)
+	m.tokenReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: TokenReloadsTotal,
+		Help: "Reloads of the client token file by result (ok, error: the previous tokens stay).",
+	}, []string{"result"})
+	m.reg.MustRegister(tlsExpiry, tlsReloads, tlsFailures, tlsClosed, m.tokenReloads)
 	m.reg.MustRegister(m.checks, m.forward, m.batchSize, m.handoffs, m.handoffKeys, m.handoffTime, m.evictions, keys, fallbackKeys, members,
 		insecure, refused, m.peerRefused, m.authFailures, m.replSends, m.replStates,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -287,6 +295,16 @@ func (m *Metrics) Eviction(reason string) {
 
 // PeerRefused implements node.SecurityMetrics.
 func (m *Metrics) PeerRefused(what string) { m.peerRefused.WithLabelValues(what).Inc() }
+
+// TokenReload counts a reload of the client token file: ok, or refused (err
+// non-nil; the previous tokens stay).
+func (m *Metrics) TokenReload(err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.tokenReloads.WithLabelValues(result).Inc()
+}
 
 // AuthFailure counts a caller refused on listener ("grpc" or "http").
 func (m *Metrics) AuthFailure(listener string) { m.authFailures.WithLabelValues(listener).Inc() }
