@@ -76,7 +76,9 @@ func (c *Check) Validate(maxKeyLen int) error {
 // Route says which path decided a check: RouteOwner (this node owns the key),
 // RouteForwarded (its owner decided), RouteBackup (the owner was unreachable
 // and the key's backup decided on its replica, see Config.Replication) or
-// RouteFallback (neither was reachable and Config.OwnerUnreachable decided).
+// RouteFallback (neither was reachable and Config.OwnerUnreachable decided)
+// or RouteCachedDenial (this node answered from a denial the owner gave it
+// earlier, see Config.DeniedCacheSize).
 type Route uint8
 
 // The routes a Decision reports.
@@ -92,9 +94,16 @@ const (
 	// RouteBackup: the owner was unreachable and the key's backup decided it
 	// on its replica.
 	RouteBackup
+	// RouteCachedDenial: the check was denied by this node, without a
+	// forward, from a denial the key's owner gave it earlier for the same key
+	// and limit, which still holds (Config.DeniedCacheSize). The Decision is
+	// the owner's with RetryAfter and ResetAfter counted down, Owner the
+	// member that gave the denial.
+	RouteCachedDenial
 )
 
-// String returns "owner", "forwarded", "fallback", "backup" or "unknown", the
+// String returns "owner", "forwarded", "fallback", "backup", "cached_denial"
+// or "unknown", the
 // names used in metrics, logs and the doors' answers.
 func (r Route) String() string {
 	switch r {
@@ -106,6 +115,8 @@ func (r Route) String() string {
 		return "fallback"
 	case RouteBackup:
 		return "backup"
+	case RouteCachedDenial:
+		return "cached_denial"
 	}
 	return "unknown"
 }

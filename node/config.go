@@ -355,6 +355,18 @@ type Config struct {
 	// it reaches BatchMaxItems. Default 200 µs. Longer waits batch more under load
 	// but add up to that much latency.
 	BatchMaxWait time.Duration
+	// DeniedCacheSize is the number of denials a member remembers to answer
+	// further checks of the same key and limit itself, without a forward,
+	// until the denial's RetryAfter (or ban) ends (RouteCachedDenial). The
+	// cache is exact: it denies only what the owner would deny (see
+	// node/denials.go). A fixed-size direct-mapped cache of about 120 bytes
+	// per entry (rounded up to a power of two). Default 4096; 0 turns it off.
+	DeniedCacheSize int
+	// DeniedCacheMaxTTL bounds how long a cached denial is used, whatever
+	// its RetryAfter: the safety net should a member miss the invalidation a
+	// reset or an unban sends. Default 10 s; must be > 0 when DeniedCacheSize
+	// is.
+	DeniedCacheMaxTTL time.Duration
 	// ForwardTimeout bounds every forward to an owner, including retries after a
 	// "not owner" answer, after which OwnerUnreachable decides. Default 1 s.
 	ForwardTimeout time.Duration
@@ -453,6 +465,8 @@ func DefaultConfig() Config {
 		BatchMaxItems:      500,
 		BatchMaxWait:       200 * time.Microsecond,
 		ForwardTimeout:     time.Second,
+		DeniedCacheSize:    4096,
+		DeniedCacheMaxTTL:  10 * time.Second,
 		HandoffTimeout:     2 * time.Second,
 		ReplicationLag:     5 * time.Millisecond,
 		BreakerCooldown:    time.Second,
@@ -535,6 +549,10 @@ func (c *Config) validate() error {
 		return bad("BatchMaxWait", c.BatchMaxWait)
 	case c.ForwardTimeout <= 0:
 		return bad("ForwardTimeout", c.ForwardTimeout)
+	case c.DeniedCacheSize < 0 || c.DeniedCacheSize > 1<<24:
+		return bad("DeniedCacheSize", c.DeniedCacheSize)
+	case c.DeniedCacheSize > 0 && c.DeniedCacheMaxTTL <= 0:
+		return bad("DeniedCacheMaxTTL", c.DeniedCacheMaxTTL)
 	case c.HandoffTimeout <= 0:
 		return bad("HandoffTimeout", c.HandoffTimeout)
 	case c.CloseTimeout <= 0:

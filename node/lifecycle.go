@@ -43,6 +43,7 @@ func New(cfg Config) (*Node, error) {
 		id:        newInstanceID(),
 		ring:      r,
 		bans:      &penalties{track: cfg.Replication != ReplicationOff},
+		denied:    newDeniedCache(cfg.DeniedCacheSize, cfg.DeniedCacheMaxTTL),
 		memberSig: make(chan struct{}, 1),
 		members:   make(map[string]Member),
 		admit:     make(map[string]*admission),

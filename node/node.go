@@ -124,6 +124,9 @@ type Stats struct {
 	// off or replicated that this node refused since New (each one alone: the
 	// rest of its batch is kept), see Transfer.
 	RefusedStates uint64
+	// CachedDenials is the number of checks this node denied from a cached
+	// denial, without a forward (RouteCachedDenial), since New.
+	CachedDenials uint64
 	// TLSNotAfter is the earliest expiry of this member's certificate and of
 	// the CAs of its bundle (zero when insecure).
 	TLSNotAfter time.Time
@@ -153,6 +156,9 @@ type Node struct {
 	owned    *store.Store
 	fallback *store.Store
 	peers    peerClient
+
+	// denied caches owners' denials (denials.go); nil when off.
+	denied *deniedCache
 
 	// bans holds the ban states of keys checked with a penalty (see penalty.go).
 	bans *penalties
@@ -282,7 +288,7 @@ func (n *Node) OwnedKeys() int {
 // Stats returns the node's key and member counts.
 func (n *Node) Stats() Stats {
 	s := Stats{Keys: n.owned.Len(), FallbackKeys: n.fallback.Len(), Members: n.rs.Load().snap.Len(), Refused: n.refusedCount(), Insecure: !n.secure,
-		Rebuilds: n.rebuilds.Load(), RebuildTime: time.Duration(n.rebuildNs.Load()), RefusedStates: n.refusedStates.Load()}
+		Rebuilds: n.rebuilds.Load(), RebuildTime: time.Duration(n.rebuildNs.Load()), RefusedStates: n.refusedStates.Load(), CachedDenials: n.cachedDenials()}
 	n.tlsStats(&s)
 	return s
 }

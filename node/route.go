@@ -100,6 +100,17 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 			res transport.Result
 			err error
 		)
+		var sent int64
+		var epoch uint64
+		cache := n.denied != nil && c.cacheable()
+		if cache {
+			sent = n.clock()
+			if n.denied.answer(c, h, sent, out) {
+				n.observe(c.Limit.Kind, RouteCachedDenial, false)
+				return nil
+			}
+			epoch = n.denied.epoch.Load()
+		}
 		viaBackup := n.breakers.Skip(owner.Name)
 		if !viaBackup {
 			res, err = n.peers.Forward(ctx, owner.Addr, c.wire(false))
@@ -113,6 +124,9 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 					n.observe(c.Limit.Kind, RouteForwarded, res.Decision.Allowed)
 				}
 				*out = Decision{Decision: res.Decision, Route: RouteForwarded, Owner: owner.Name, Banned: res.Banned, Delay: res.Delay, at: res.At}
+				if cache && !out.Allowed {
+					n.denied.store(c, h, sent, epoch, out)
+				}
 				return nil
 			case err == nil && res.Code == transport.CodeInvalidArgument:
 				return refusedByPeer(owner.Name, res.Message)

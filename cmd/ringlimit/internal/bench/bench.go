@@ -322,7 +322,7 @@ func (r *Report) Write(w io.Writer) error {
 			fmt.Fprintf(tw, "  \t%s\n", ev)
 		}
 	}
-	fmt.Fprintf(tw, "routes\towner %d, forwarded %d, backup %d, fallback %d\n", r.Routes[node.RouteOwner], r.Routes[node.RouteForwarded], r.Routes[node.RouteBackup], r.Routes[node.RouteFallback])
+	fmt.Fprintf(tw, "routes\towner %d, forwarded %d, cached denial %d, backup %d, fallback %d\n", r.Routes[node.RouteOwner], r.Routes[node.RouteForwarded], r.Routes[node.RouteCachedDenial], r.Routes[node.RouteBackup], r.Routes[node.RouteFallback])
 	if h := r.Latency; h.TotalCount() > 0 {
 		p := func(q float64) time.Duration { return time.Duration(h.ValueAtQuantile(q)) }
 		fmt.Fprintf(tw, "latency\tp50 %v  p90 %v  p99 %v  p99.9 %v  max %v\n",
