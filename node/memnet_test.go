@@ -154,6 +154,14 @@ func (c *memClient) Forward(ctx context.Context, addr string, chk transport.Chec
 	return out[0], nil
 }
 
+func (c *memClient) KeyOp(ctx context.Context, addr string, r transport.KeyOpRequest) (transport.KeyOpResult, error) {
+	t, err := c.target(addr)
+	if err != nil {
+		return transport.KeyOpResult{}, err
+	}
+	return peerService{t}.KeyOp(ctx, r)
+}
+
 func (c *memClient) Handoff(ctx context.Context, addr string, b transport.TransferBatch) error {
 	t, err := c.target(addr)
 	if err != nil {
@@ -287,8 +295,8 @@ func TestMemNetClusterIsExact(t *testing.T) {
 				}
 				if d.Route == RouteForwarded {
 					forwarded.Add(1)
-				} else if d.Route != RouteOwner {
-					errs <- fmt.Errorf("key %d decided by %v, want owner or forwarded", k, d.Route)
+				} else if d.Route == RouteCachedDenial && d.Allowed || d.Route != RouteOwner && d.Route != RouteCachedDenial {
+					errs <- fmt.Errorf("key %d decided by %v (allowed %v), want owner, forwarded or a cached denial", k, d.Route, d.Allowed)
 					return
 				}
 			}

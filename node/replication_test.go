@@ -374,7 +374,8 @@ func TestLogReplicationSendsDeltas(t *testing.T) {
 // crashes, its backup, now the owner, still bans the key.
 func TestCrashKeepsBan(t *testing.T) {
 	t.Parallel()
-	_, nodes := memCluster(t, 3, nil)
+	// No cached denials: the check after the crash must reach the backup.
+	_, nodes := memCluster(t, 3, func(c *Config) { c.DeniedCacheSize = 0 })
 	sender, owner, backup := nodes[0], nodes[1], nodes[2]
 	key := keyWith(t, sender, owner, backup)
 	l := algo.Limit{Kind: algo.GCRA, Burst: 0, Limit: 1, Period: 24 * time.Hour}
