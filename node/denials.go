@@ -23,7 +23,8 @@ import (
 // expire early (then the next check is forwarded again), never deny what
 // the owner would admit. A denial of h hits says nothing of fewer hits: the
 // cache answers only checks of at least the smallest denied hits, and never
-// a peek (hits 0). A different limit or penalty rule is a different entry.
+// a peek (hits 0); a ban denies every check of at least one hit. A
+// different limit or penalty rule is a different entry.
 // Only three things free capacity early, and each invalidates the cached
 // denials on every member: a reset and an unban (Node.ResetKey,
 // Node.UnbanKey: the owner sends an invalidation of the key to every member
@@ -132,14 +133,18 @@ func (dc *deniedCache) store(c *Check, h uint64, sent int64, epoch uint64, d *De
 		s.mu.Unlock()
 		return
 	}
+	hits := c.Hits
+	if d.Banned {
+		hits = 1 // a ban denies every check, whatever its hits
+	}
 	e := &s.e
-	if e.h == h && e.limit == c.Limit && e.pen == c.Penalty && e.until > sent && e.hits < c.Hits {
+	if e.h == h && e.limit == c.Limit && e.pen == c.Penalty && e.until > sent && e.hits < hits {
 		// A denial of fewer hits still holds and answers more checks (a
 		// denial of h hits says nothing of fewer): keep it.
 		s.mu.Unlock()
 		return
 	}
-	*e = deniedEntry{h: h, limit: c.Limit, pen: c.Penalty, hits: c.Hits, until: sent + ttl,
+	*e = deniedEntry{h: h, limit: c.Limit, pen: c.Penalty, hits: hits, until: sent + ttl,
 		resetAt: sent + min(int64(d.ResetAfter), math.MaxInt64-sent), capac: d.Limit, remain: d.Remaining,
 		banned: d.Banned, owner: d.Owner}
 	s.mu.Unlock()

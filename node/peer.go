@@ -22,6 +22,7 @@ type peerClient interface {
 	Handoff(ctx context.Context, addr string, b transport.TransferBatch) error
 	Replicate(ctx context.Context, addr string, b transport.TransferBatch) ([]uint64, error)
 	Hello(ctx context.Context, addr string, h transport.Hello) (transport.Hello, string, error)
+	KeyOp(ctx context.Context, addr string, r transport.KeyOpRequest) (transport.KeyOpResult, error)
 	Drop(addr string)
 	Close() error
 }

@@ -220,6 +220,73 @@ func (Code) EnumDescriptor() ([]byte, []int) {
 	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{2}
 }
 
+// KeyOp is an operation on one key, sent to its owner (or, for
+// KEY_OP_INVALIDATE, by the owner to every member).
+type KeyOp int32
+
+const (
+	KeyOp_KEY_OP_UNSPECIFIED KeyOp = 0
+	// Inspect answers the key's state under the limit (a peek: nothing taken)
+	// and its ban, without creating a state.
+	KeyOp_KEY_OP_INSPECT KeyOp = 1
+	// Reset drops the key's state under the limit's algorithm (back to full
+	// capacity) on its owner and backup.
+	KeyOp_KEY_OP_RESET KeyOp = 2
+	// Unban lifts the key's penalty ban on its owner and backup.
+	KeyOp_KEY_OP_UNBAN KeyOp = 3
+	// Invalidate drops the receiver's cached denials of the key.
+	KeyOp_KEY_OP_INVALIDATE KeyOp = 4
+	// InspectReplica answers the receiver's replica of the key, as Inspect.
+	KeyOp_KEY_OP_INSPECT_REPLICA KeyOp = 5
+)
+
+// Enum value maps for KeyOp.
+var (
+	KeyOp_name = map[int32]string{
+		0: "KEY_OP_UNSPECIFIED",
+		1: "KEY_OP_INSPECT",
+		2: "KEY_OP_RESET",
+		3: "KEY_OP_UNBAN",
+		4: "KEY_OP_INVALIDATE",
+		5: "KEY_OP_INSPECT_REPLICA",
+	}
+	KeyOp_value = map[string]int32{
+		"KEY_OP_UNSPECIFIED":     0,
+		"KEY_OP_INSPECT":         1,
+		"KEY_OP_RESET":           2,
+		"KEY_OP_UNBAN":           3,
+		"KEY_OP_INVALIDATE":      4,
+		"KEY_OP_INSPECT_REPLICA": 5,
+	}
+)
+
+func (x KeyOp) Enum() *KeyOp {
+	p := new(KeyOp)
+	*p = x
+	return p
+}
+
+func (x KeyOp) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (KeyOp) Descriptor() protoreflect.EnumDescriptor {
+	return file_ringlimit_v1_ringlimit_proto_enumTypes[3].Descriptor()
+}
+
+func (KeyOp) Type() protoreflect.EnumType {
+	return &file_ringlimit_v1_ringlimit_proto_enumTypes[3]
+}
+
+func (x KeyOp) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use KeyOp.Descriptor instead.
+func (KeyOp) EnumDescriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{3}
+}
+
 // Check is one rate-limit check: take hits from key under a limit.
 type Check struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1701,6 +1768,173 @@ func (x *HelloResponse) GetInstanceId() string {
 	return ""
 }
 
+type KeyOpRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Op    KeyOp                  `protobuf:"varint,1,opt,name=op,proto3,enum=ringlimit.v1.KeyOp" json:"op,omitempty"`
+	Key   []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// The limit (Inspect, InspectReplica, Reset; Reset uses only the algorithm).
+	Algorithm     Algorithm `protobuf:"varint,3,opt,name=algorithm,proto3,enum=ringlimit.v1.Algorithm" json:"algorithm,omitempty"`
+	Limit         int64     `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	PeriodNs      int64     `protobuf:"varint,5,opt,name=period_ns,json=periodNs,proto3" json:"period_ns,omitempty"`
+	Burst         int64     `protobuf:"varint,6,opt,name=burst,proto3" json:"burst,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyOpRequest) Reset() {
+	*x = KeyOpRequest{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyOpRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyOpRequest) ProtoMessage() {}
+
+func (x *KeyOpRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyOpRequest.ProtoReflect.Descriptor instead.
+func (*KeyOpRequest) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *KeyOpRequest) GetOp() KeyOp {
+	if x != nil {
+		return x.Op
+	}
+	return KeyOp_KEY_OP_UNSPECIFIED
+}
+
+func (x *KeyOpRequest) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *KeyOpRequest) GetAlgorithm() Algorithm {
+	if x != nil {
+		return x.Algorithm
+	}
+	return Algorithm_ALGORITHM_UNSPECIFIED
+}
+
+func (x *KeyOpRequest) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *KeyOpRequest) GetPeriodNs() int64 {
+	if x != nil {
+		return x.PeriodNs
+	}
+	return 0
+}
+
+func (x *KeyOpRequest) GetBurst() int64 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+type KeyOpResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// CODE_OK, CODE_NOT_OWNER (the receiver does not own the key),
+	// CODE_INVALID_ARGUMENT or CODE_UNAVAILABLE; message says why.
+	Code    Code   `protobuf:"varint,1,opt,name=code,proto3,enum=ringlimit.v1.Code" json:"code,omitempty"`
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// Whether the receiver holds a state of the key under the algorithm
+	// (Inspect), or dropped one (Reset), or lifted a ban (Unban).
+	Found bool `protobuf:"varint,3,opt,name=found,proto3" json:"found,omitempty"`
+	// Inspect: the state as a peek would decide it.
+	Decision *Decision `protobuf:"bytes,4,opt,name=decision,proto3" json:"decision,omitempty"`
+	// Inspect: the key is banned until this time (Unix ns); 0 = not banned.
+	BanUntilUnixNs int64 `protobuf:"varint,5,opt,name=ban_until_unix_ns,json=banUntilUnixNs,proto3" json:"ban_until_unix_ns,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *KeyOpResponse) Reset() {
+	*x = KeyOpResponse{}
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyOpResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyOpResponse) ProtoMessage() {}
+
+func (x *KeyOpResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ringlimit_v1_ringlimit_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyOpResponse.ProtoReflect.Descriptor instead.
+func (*KeyOpResponse) Descriptor() ([]byte, []int) {
+	return file_ringlimit_v1_ringlimit_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *KeyOpResponse) GetCode() Code {
+	if x != nil {
+		return x.Code
+	}
+	return Code_CODE_OK
+}
+
+func (x *KeyOpResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *KeyOpResponse) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *KeyOpResponse) GetDecision() *Decision {
+	if x != nil {
+		return x.Decision
+	}
+	return nil
+}
+
+func (x *KeyOpResponse) GetBanUntilUnixNs() int64 {
+	if x != nil {
+		return x.BanUntilUnixNs
+	}
+	return 0
+}
+
 var File_ringlimit_v1_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
@@ -1818,7 +2052,20 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x06member\x18\x02 \x01(\tR\x06member\x12)\n" +
 	"\x10protocol_version\x18\x03 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
 	"\vinstance_id\x18\x04 \x01(\tR\n" +
-	"instanceId*\xe1\x01\n" +
+	"instanceId\"\xc5\x01\n" +
+	"\fKeyOpRequest\x12#\n" +
+	"\x02op\x18\x01 \x01(\x0e2\x13.ringlimit.v1.KeyOpR\x02op\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x125\n" +
+	"\talgorithm\x18\x03 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12\x1b\n" +
+	"\tperiod_ns\x18\x05 \x01(\x03R\bperiodNs\x12\x14\n" +
+	"\x05burst\x18\x06 \x01(\x03R\x05burst\"\xc6\x01\n" +
+	"\rKeyOpResponse\x12&\n" +
+	"\x04code\x18\x01 \x01(\x0e2\x12.ringlimit.v1.CodeR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
+	"\x05found\x18\x03 \x01(\bR\x05found\x122\n" +
+	"\bdecision\x18\x04 \x01(\v2\x16.ringlimit.v1.DecisionR\bdecision\x12)\n" +
+	"\x11ban_until_unix_ns\x18\x05 \x01(\x03R\x0ebanUntilUnixNs*\xe1\x01\n" +
 	"\tAlgorithm\x12\x19\n" +
 	"\x15ALGORITHM_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cALGORITHM_SLIDING_WINDOW_LOG\x10\x01\x12$\n" +
@@ -1837,18 +2084,26 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\aCODE_OK\x10\x00\x12\x12\n" +
 	"\x0eCODE_NOT_OWNER\x10\x01\x12\x19\n" +
 	"\x15CODE_INVALID_ARGUMENT\x10\x02\x12\x14\n" +
-	"\x10CODE_UNAVAILABLE\x10\x032\xff\x01\n" +
+	"\x10CODE_UNAVAILABLE\x10\x03*\x8a\x01\n" +
+	"\x05KeyOp\x12\x16\n" +
+	"\x12KEY_OP_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eKEY_OP_INSPECT\x10\x01\x12\x10\n" +
+	"\fKEY_OP_RESET\x10\x02\x12\x10\n" +
+	"\fKEY_OP_UNBAN\x10\x03\x12\x15\n" +
+	"\x11KEY_OP_INVALIDATE\x10\x04\x12\x1a\n" +
+	"\x16KEY_OP_INSPECT_REPLICA\x10\x052\xff\x01\n" +
 	"\aLimiter\x12@\n" +
 	"\x05Check\x12\x1a.ringlimit.v1.CheckRequest\x1a\x1b.ringlimit.v1.CheckResponse\x12O\n" +
 	"\n" +
 	"CheckBatch\x12\x1f.ringlimit.v1.CheckBatchRequest\x1a .ringlimit.v1.CheckBatchResponse\x12a\n" +
-	"\x10CheckDescriptors\x12%.ringlimit.v1.CheckDescriptorsRequest\x1a&.ringlimit.v1.CheckDescriptorsResponse2\x83\x03\n" +
+	"\x10CheckDescriptors\x12%.ringlimit.v1.CheckDescriptorsRequest\x1a&.ringlimit.v1.CheckDescriptorsResponse2\xc5\x03\n" +
 	"\x04Peer\x12F\n" +
 	"\aForward\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse\x12P\n" +
 	"\rForwardStream\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse(\x010\x01\x12I\n" +
 	"\bTransfer\x12\x1d.ringlimit.v1.TransferRequest\x1a\x1e.ringlimit.v1.TransferResponse\x12T\n" +
 	"\x0fReplicateStream\x12\x1d.ringlimit.v1.TransferRequest\x1a\x1e.ringlimit.v1.TransferResponse(\x010\x01\x12@\n" +
-	"\x05Hello\x12\x1a.ringlimit.v1.HelloRequest\x1a\x1b.ringlimit.v1.HelloResponseBBZ@github.com/ringlimit/ringlimit/transport/ringlimitv1;ringlimitv1b\x06proto3"
+	"\x05Hello\x12\x1a.ringlimit.v1.HelloRequest\x1a\x1b.ringlimit.v1.HelloResponse\x12@\n" +
+	"\x05KeyOp\x12\x1a.ringlimit.v1.KeyOpRequest\x1a\x1b.ringlimit.v1.KeyOpResponseBBZ@github.com/ringlimit/ringlimit/transport/ringlimitv1;ringlimitv1b\x06proto3"
 
 var (
 	file_ringlimit_v1_ringlimit_proto_rawDescOnce sync.Once
@@ -1862,73 +2117,82 @@ func file_ringlimit_v1_ringlimit_proto_rawDescGZIP() []byte {
 	return file_ringlimit_v1_ringlimit_proto_rawDescData
 }
 
-var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_ringlimit_v1_ringlimit_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_ringlimit_v1_ringlimit_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_ringlimit_v1_ringlimit_proto_goTypes = []any{
 	(Algorithm)(0),                   // 0: ringlimit.v1.Algorithm
 	(Route)(0),                       // 1: ringlimit.v1.Route
 	(Code)(0),                        // 2: ringlimit.v1.Code
-	(*Check)(nil),                    // 3: ringlimit.v1.Check
-	(*Decision)(nil),                 // 4: ringlimit.v1.Decision
-	(*Result)(nil),                   // 5: ringlimit.v1.Result
-	(*CheckRequest)(nil),             // 6: ringlimit.v1.CheckRequest
-	(*CheckResponse)(nil),            // 7: ringlimit.v1.CheckResponse
-	(*CheckBatchRequest)(nil),        // 8: ringlimit.v1.CheckBatchRequest
-	(*CheckBatchResponse)(nil),       // 9: ringlimit.v1.CheckBatchResponse
-	(*DescriptorEntry)(nil),          // 10: ringlimit.v1.DescriptorEntry
-	(*RateLimitDescriptor)(nil),      // 11: ringlimit.v1.RateLimitDescriptor
-	(*CheckDescriptorsRequest)(nil),  // 12: ringlimit.v1.CheckDescriptorsRequest
-	(*DescriptorStatus)(nil),         // 13: ringlimit.v1.DescriptorStatus
-	(*CheckDescriptorsResponse)(nil), // 14: ringlimit.v1.CheckDescriptorsResponse
-	(*ForwardRequest)(nil),           // 15: ringlimit.v1.ForwardRequest
-	(*ForwardResponse)(nil),          // 16: ringlimit.v1.ForwardResponse
-	(*KeyState)(nil),                 // 17: ringlimit.v1.KeyState
-	(*TransferRequest)(nil),          // 18: ringlimit.v1.TransferRequest
-	(*PenaltyState)(nil),             // 19: ringlimit.v1.PenaltyState
-	(*TransferResponse)(nil),         // 20: ringlimit.v1.TransferResponse
-	(*HelloRequest)(nil),             // 21: ringlimit.v1.HelloRequest
-	(*HelloResponse)(nil),            // 22: ringlimit.v1.HelloResponse
+	(KeyOp)(0),                       // 3: ringlimit.v1.KeyOp
+	(*Check)(nil),                    // 4: ringlimit.v1.Check
+	(*Decision)(nil),                 // 5: ringlimit.v1.Decision
+	(*Result)(nil),                   // 6: ringlimit.v1.Result
+	(*CheckRequest)(nil),             // 7: ringlimit.v1.CheckRequest
+	(*CheckResponse)(nil),            // 8: ringlimit.v1.CheckResponse
+	(*CheckBatchRequest)(nil),        // 9: ringlimit.v1.CheckBatchRequest
+	(*CheckBatchResponse)(nil),       // 10: ringlimit.v1.CheckBatchResponse
+	(*DescriptorEntry)(nil),          // 11: ringlimit.v1.DescriptorEntry
+	(*RateLimitDescriptor)(nil),      // 12: ringlimit.v1.RateLimitDescriptor
+	(*CheckDescriptorsRequest)(nil),  // 13: ringlimit.v1.CheckDescriptorsRequest
+	(*DescriptorStatus)(nil),         // 14: ringlimit.v1.DescriptorStatus
+	(*CheckDescriptorsResponse)(nil), // 15: ringlimit.v1.CheckDescriptorsResponse
+	(*ForwardRequest)(nil),           // 16: ringlimit.v1.ForwardRequest
+	(*ForwardResponse)(nil),          // 17: ringlimit.v1.ForwardResponse
+	(*KeyState)(nil),                 // 18: ringlimit.v1.KeyState
+	(*TransferRequest)(nil),          // 19: ringlimit.v1.TransferRequest
+	(*PenaltyState)(nil),             // 20: ringlimit.v1.PenaltyState
+	(*TransferResponse)(nil),         // 21: ringlimit.v1.TransferResponse
+	(*HelloRequest)(nil),             // 22: ringlimit.v1.HelloRequest
+	(*HelloResponse)(nil),            // 23: ringlimit.v1.HelloResponse
+	(*KeyOpRequest)(nil),             // 24: ringlimit.v1.KeyOpRequest
+	(*KeyOpResponse)(nil),            // 25: ringlimit.v1.KeyOpResponse
 }
 var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	0,  // 0: ringlimit.v1.Check.algorithm:type_name -> ringlimit.v1.Algorithm
 	1,  // 1: ringlimit.v1.Decision.route:type_name -> ringlimit.v1.Route
 	2,  // 2: ringlimit.v1.Result.code:type_name -> ringlimit.v1.Code
-	4,  // 3: ringlimit.v1.Result.decision:type_name -> ringlimit.v1.Decision
-	3,  // 4: ringlimit.v1.CheckRequest.check:type_name -> ringlimit.v1.Check
-	4,  // 5: ringlimit.v1.CheckResponse.decision:type_name -> ringlimit.v1.Decision
-	3,  // 6: ringlimit.v1.CheckBatchRequest.checks:type_name -> ringlimit.v1.Check
-	5,  // 7: ringlimit.v1.CheckBatchResponse.results:type_name -> ringlimit.v1.Result
-	10, // 8: ringlimit.v1.RateLimitDescriptor.entries:type_name -> ringlimit.v1.DescriptorEntry
-	11, // 9: ringlimit.v1.CheckDescriptorsRequest.descriptors:type_name -> ringlimit.v1.RateLimitDescriptor
-	4,  // 10: ringlimit.v1.DescriptorStatus.decision:type_name -> ringlimit.v1.Decision
-	13, // 11: ringlimit.v1.CheckDescriptorsResponse.statuses:type_name -> ringlimit.v1.DescriptorStatus
-	3,  // 12: ringlimit.v1.ForwardRequest.checks:type_name -> ringlimit.v1.Check
-	5,  // 13: ringlimit.v1.ForwardResponse.results:type_name -> ringlimit.v1.Result
+	5,  // 3: ringlimit.v1.Result.decision:type_name -> ringlimit.v1.Decision
+	4,  // 4: ringlimit.v1.CheckRequest.check:type_name -> ringlimit.v1.Check
+	5,  // 5: ringlimit.v1.CheckResponse.decision:type_name -> ringlimit.v1.Decision
+	4,  // 6: ringlimit.v1.CheckBatchRequest.checks:type_name -> ringlimit.v1.Check
+	6,  // 7: ringlimit.v1.CheckBatchResponse.results:type_name -> ringlimit.v1.Result
+	11, // 8: ringlimit.v1.RateLimitDescriptor.entries:type_name -> ringlimit.v1.DescriptorEntry
+	12, // 9: ringlimit.v1.CheckDescriptorsRequest.descriptors:type_name -> ringlimit.v1.RateLimitDescriptor
+	5,  // 10: ringlimit.v1.DescriptorStatus.decision:type_name -> ringlimit.v1.Decision
+	14, // 11: ringlimit.v1.CheckDescriptorsResponse.statuses:type_name -> ringlimit.v1.DescriptorStatus
+	4,  // 12: ringlimit.v1.ForwardRequest.checks:type_name -> ringlimit.v1.Check
+	6,  // 13: ringlimit.v1.ForwardResponse.results:type_name -> ringlimit.v1.Result
 	2,  // 14: ringlimit.v1.ForwardResponse.code:type_name -> ringlimit.v1.Code
 	0,  // 15: ringlimit.v1.KeyState.algorithm:type_name -> ringlimit.v1.Algorithm
-	17, // 16: ringlimit.v1.TransferRequest.states:type_name -> ringlimit.v1.KeyState
-	19, // 17: ringlimit.v1.TransferRequest.penalties:type_name -> ringlimit.v1.PenaltyState
-	6,  // 18: ringlimit.v1.Limiter.Check:input_type -> ringlimit.v1.CheckRequest
-	8,  // 19: ringlimit.v1.Limiter.CheckBatch:input_type -> ringlimit.v1.CheckBatchRequest
-	12, // 20: ringlimit.v1.Limiter.CheckDescriptors:input_type -> ringlimit.v1.CheckDescriptorsRequest
-	15, // 21: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
-	15, // 22: ringlimit.v1.Peer.ForwardStream:input_type -> ringlimit.v1.ForwardRequest
-	18, // 23: ringlimit.v1.Peer.Transfer:input_type -> ringlimit.v1.TransferRequest
-	18, // 24: ringlimit.v1.Peer.ReplicateStream:input_type -> ringlimit.v1.TransferRequest
-	21, // 25: ringlimit.v1.Peer.Hello:input_type -> ringlimit.v1.HelloRequest
-	7,  // 26: ringlimit.v1.Limiter.Check:output_type -> ringlimit.v1.CheckResponse
-	9,  // 27: ringlimit.v1.Limiter.CheckBatch:output_type -> ringlimit.v1.CheckBatchResponse
-	14, // 28: ringlimit.v1.Limiter.CheckDescriptors:output_type -> ringlimit.v1.CheckDescriptorsResponse
-	16, // 29: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
-	16, // 30: ringlimit.v1.Peer.ForwardStream:output_type -> ringlimit.v1.ForwardResponse
-	20, // 31: ringlimit.v1.Peer.Transfer:output_type -> ringlimit.v1.TransferResponse
-	20, // 32: ringlimit.v1.Peer.ReplicateStream:output_type -> ringlimit.v1.TransferResponse
-	22, // 33: ringlimit.v1.Peer.Hello:output_type -> ringlimit.v1.HelloResponse
-	26, // [26:34] is the sub-list for method output_type
-	18, // [18:26] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	18, // 16: ringlimit.v1.TransferRequest.states:type_name -> ringlimit.v1.KeyState
+	20, // 17: ringlimit.v1.TransferRequest.penalties:type_name -> ringlimit.v1.PenaltyState
+	3,  // 18: ringlimit.v1.KeyOpRequest.op:type_name -> ringlimit.v1.KeyOp
+	0,  // 19: ringlimit.v1.KeyOpRequest.algorithm:type_name -> ringlimit.v1.Algorithm
+	2,  // 20: ringlimit.v1.KeyOpResponse.code:type_name -> ringlimit.v1.Code
+	5,  // 21: ringlimit.v1.KeyOpResponse.decision:type_name -> ringlimit.v1.Decision
+	7,  // 22: ringlimit.v1.Limiter.Check:input_type -> ringlimit.v1.CheckRequest
+	9,  // 23: ringlimit.v1.Limiter.CheckBatch:input_type -> ringlimit.v1.CheckBatchRequest
+	13, // 24: ringlimit.v1.Limiter.CheckDescriptors:input_type -> ringlimit.v1.CheckDescriptorsRequest
+	16, // 25: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
+	16, // 26: ringlimit.v1.Peer.ForwardStream:input_type -> ringlimit.v1.ForwardRequest
+	19, // 27: ringlimit.v1.Peer.Transfer:input_type -> ringlimit.v1.TransferRequest
+	19, // 28: ringlimit.v1.Peer.ReplicateStream:input_type -> ringlimit.v1.TransferRequest
+	22, // 29: ringlimit.v1.Peer.Hello:input_type -> ringlimit.v1.HelloRequest
+	24, // 30: ringlimit.v1.Peer.KeyOp:input_type -> ringlimit.v1.KeyOpRequest
+	8,  // 31: ringlimit.v1.Limiter.Check:output_type -> ringlimit.v1.CheckResponse
+	10, // 32: ringlimit.v1.Limiter.CheckBatch:output_type -> ringlimit.v1.CheckBatchResponse
+	15, // 33: ringlimit.v1.Limiter.CheckDescriptors:output_type -> ringlimit.v1.CheckDescriptorsResponse
+	17, // 34: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
+	17, // 35: ringlimit.v1.Peer.ForwardStream:output_type -> ringlimit.v1.ForwardResponse
+	21, // 36: ringlimit.v1.Peer.Transfer:output_type -> ringlimit.v1.TransferResponse
+	21, // 37: ringlimit.v1.Peer.ReplicateStream:output_type -> ringlimit.v1.TransferResponse
+	23, // 38: ringlimit.v1.Peer.Hello:output_type -> ringlimit.v1.HelloResponse
+	25, // 39: ringlimit.v1.Peer.KeyOp:output_type -> ringlimit.v1.KeyOpResponse
+	31, // [31:40] is the sub-list for method output_type
+	22, // [22:31] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_ringlimit_v1_ringlimit_proto_init() }
@@ -1943,8 +2207,8 @@ func file_ringlimit_v1_ringlimit_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ringlimit_v1_ringlimit_proto_rawDesc), len(file_ringlimit_v1_ringlimit_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   20,
+			NumEnums:      4,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

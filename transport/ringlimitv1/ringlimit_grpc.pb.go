@@ -229,6 +229,7 @@ const (
 	Peer_Transfer_FullMethodName        = "/ringlimit.v1.Peer/Transfer"
 	Peer_ReplicateStream_FullMethodName = "/ringlimit.v1.Peer/ReplicateStream"
 	Peer_Hello_FullMethodName           = "/ringlimit.v1.Peer/Hello"
+	Peer_KeyOp_FullMethodName           = "/ringlimit.v1.Peer/KeyOp"
 )
 
 // PeerClient is the client API for Peer service.
@@ -266,6 +267,9 @@ type PeerClient interface {
 	// when they do not match, PERMISSION_DENIED when the name is not the
 	// certificate's.
 	Hello(ctx context.Context, in *HelloRequest, opts ...grpc.CallOption) (*HelloResponse, error)
+	// KeyOp inspects, resets or unbans a key on its owner, or invalidates a
+	// member's cached denials of it; members only, as Transfer.
+	KeyOp(ctx context.Context, in *KeyOpRequest, opts ...grpc.CallOption) (*KeyOpResponse, error)
 }
 
 type peerClient struct {
@@ -332,6 +336,16 @@ func (c *peerClient) Hello(ctx context.Context, in *HelloRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *peerClient) KeyOp(ctx context.Context, in *KeyOpRequest, opts ...grpc.CallOption) (*KeyOpResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KeyOpResponse)
+	err := c.cc.Invoke(ctx, Peer_KeyOp_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -367,6 +381,9 @@ type PeerServer interface {
 	// when they do not match, PERMISSION_DENIED when the name is not the
 	// certificate's.
 	Hello(context.Context, *HelloRequest) (*HelloResponse, error)
+	// KeyOp inspects, resets or unbans a key on its owner, or invalidates a
+	// member's cached denials of it; members only, as Transfer.
+	KeyOp(context.Context, *KeyOpRequest) (*KeyOpResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -391,6 +408,9 @@ func (UnimplementedPeerServer) ReplicateStream(grpc.BidiStreamingServer[Transfer
 }
 func (UnimplementedPeerServer) Hello(context.Context, *HelloRequest) (*HelloResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Hello not implemented")
+}
+func (UnimplementedPeerServer) KeyOp(context.Context, *KeyOpRequest) (*KeyOpResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method KeyOp not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -481,6 +501,24 @@ func _Peer_Hello_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_KeyOp_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KeyOpRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).KeyOp(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_KeyOp_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).KeyOp(ctx, req.(*KeyOpRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -499,6 +537,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Hello",
 			Handler:    _Peer_Hello_Handler,
+		},
+		{
+			MethodName: "KeyOp",
+			Handler:    _Peer_KeyOp_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -273,6 +273,7 @@ func takeIn[W words](out *algo.Decision, c *check, t *kindTable[W], owns func() 
 // kindTable, whatever its word count.
 type anyKindTable interface {
 	has(h uint64) bool
+	removeHash(sh *shard, k algo.Kind, h uint64) bool
 	dropIdle(sh *shard, k algo.Kind, wall int64, dropped func())
 	extract(sh *shard, k algo.Kind, act func(h uint64) MoveAction, wall int64, out []Moved) (_ []Moved, removed int)
 	install(sh *shard, m Moved, wall int64, track bool) bool

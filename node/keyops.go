@@ -1,0 +1,288 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node/internal/store"
+	"github.com/ringlimit/ringlimit/transport"
+)
+
+// This file is operating one key: inspect it, reset it, lift its ban. Each
+// operation is routed to the key's owner like a check (the KeyOp peer RPC).
+// A reset or an unban frees capacity early, so the owner then sends an
+// invalidation of the key to every member (the same RPC): each drops its
+// cached denials of the key (see denials.go) and, as the key's backup, its
+// replica of what was reset. The owner answers only when every member
+// acknowledged, or ForwardTimeout passed (then the answer is an error
+// wrapping ErrInvalidationIncomplete, and Config.DeniedCacheMaxTTL bounds
+// what a member that missed it may still deny).
+
+// ErrInvalidationIncomplete is wrapped by ResetKey and UnbanKey when the
+// key was reset (or unbanned) but some member did not acknowledge the
+// invalidation of its cached denials in time: it may deny the key from its
+// cache for up to Config.DeniedCacheMaxTTL.
+var ErrInvalidationIncomplete = errors.New("node: invalidation not acknowledged by every member")
+
+// KeyInfo is what InspectKey reports of a key under a limit.
+type KeyInfo struct {
+	// Found: the owner holds a state of the key under the limit's
+	// algorithm (none = full capacity).
+	Found bool
+	// Decision is the owner's state as a peek (0 hits) decides it:
+	// Remaining, ResetAfter (ns), Limit (capacity). Zero when not Found.
+	Decision algo.Decision
+	// BanRemaining is how long the key's penalty ban still lasts (ns); 0 =
+	// not banned.
+	BanRemaining time.Duration
+	// Owner and Backup name the key's owner and backup in the ring of the
+	// node asked (Backup "" without replication or a second member).
+	Owner, Backup string
+	// ReplicaFound: the backup holds a replica of the state; ReplicaAgrees:
+	// its peek answers the owner's Remaining (always false when Found and
+	// ReplicaFound differ; replication is asynchronous, so a replica may be
+	// behind by Config.ReplicationLag).
+	ReplicaFound, ReplicaAgrees bool
+}
+
+// InspectKey reports key's state under l on its owner (nothing taken,
+// nothing created), its ban, its owner and backup, and whether the backup's
+// replica agrees. Errors: an *InputError for a bad key or limit, an error
+// wrapping ErrUnavailable when the owner cannot be reached, ErrStopped,
+// ctx's error.
+func (n *Node) InspectKey(ctx context.Context, key string, l algo.Limit) (KeyInfo, error) {
+	if err := n.validKeyOp(key, l, true); err != nil {
+		return KeyInfo{}, err
+	}
+	r := transport.KeyOpRequest{Op: transport.KeyOpInspect, Key: key, Limit: l}
+	res, owner, err := n.routeKeyOp(ctx, r)
+	if err != nil {
+		return KeyInfo{}, err
+	}
+	ki := KeyInfo{Found: res.Found, Decision: res.Decision, Owner: owner}
+	if res.BanUntil != 0 {
+		ki.BanRemaining = max(0, time.Duration(res.BanUntil-n.clock()))
+	}
+	if b, ok := n.Backup(key); ok {
+		ki.Backup = b.Name
+		r.Op = transport.KeyOpInspectReplica
+		var rr transport.KeyOpResult
+		if b.Self {
+			rr, err = n.keyOpHere(ctx, r)
+		} else {
+			rr, err = n.peers.KeyOp(ctx, b.Addr, r)
+		}
+		if err == nil && rr.Code == transport.CodeOK {
+			ki.ReplicaFound = rr.Found
+			ki.ReplicaAgrees = rr.Found == res.Found && rr.Decision.Remaining == res.Decision.Remaining
+		}
+	}
+	return ki, nil
+}
+
+// ResetKey drops key's state under l's algorithm on its owner and backup:
+// the key is back to full capacity under l. It reports whether there was a
+// state. Errors as InspectKey, plus one wrapping ErrInvalidationIncomplete
+// (the reset happened).
+func (n *Node) ResetKey(ctx context.Context, key string, l algo.Limit) (bool, error) {
+	if err := n.validKeyOp(key, l, true); err != nil {
+		return false, err
+	}
+	res, _, err := n.routeKeyOp(ctx, transport.KeyOpRequest{Op: transport.KeyOpReset, Key: key, Limit: l})
+	return res.Found, err
+}
+
+// UnbanKey lifts key's penalty ban on its owner and backup (the denials
+// counted toward a ban are forgotten too). It reports whether the key had a
+// ban state. Errors as ResetKey.
+func (n *Node) UnbanKey(ctx context.Context, key string) (bool, error) {
+	if err := n.validKeyOp(key, algo.Limit{}, false); err != nil {
+		return false, err
+	}
+	res, _, err := n.routeKeyOp(ctx, transport.KeyOpRequest{Op: transport.KeyOpUnban, Key: key})
+	return res.Found, err
+}
+
+func (n *Node) validKeyOp(key string, l algo.Limit, withLimit bool) error {
+	if n.leaving.Load() || n.stopping.Load() {
+		return ErrStopped
+	}
+	if err := algo.ValidateKey(key, n.cfg.MaxKeyLen, nil); err != nil {
+		return err
+	}
+	if withLimit {
+		return l.Validate()
+	}
+	return nil
+}
+
+// routeKeyOp runs r on the key's owner, routing again while rings disagree,
+// up to ForwardTimeout.
+func (n *Node) routeKeyOp(ctx context.Context, r transport.KeyOpRequest) (transport.KeyOpResult, string, error) {
+	deadline := time.Now().Add(n.cfg.ForwardTimeout)
+	for {
+		rs := n.rs.Load()
+		owner, ok := rs.snap.Owner(r.Key)
+		var res transport.KeyOpResult
+		var err error
+		if !ok || owner.Name == n.cfg.Name {
+			owner.Name = n.cfg.Name
+			res, err = n.keyOpHere(ctx, r)
+		} else {
+			res, err = n.peers.KeyOp(ctx, owner.Addr, r)
+		}
+		if err != nil && !errors.Is(err, ErrInvalidationIncomplete) {
+			if ctx.Err() != nil {
+				return res, owner.Name, ctx.Err()
+			}
+			return res, owner.Name, fmt.Errorf("%w: key operation on %s: %w", ErrUnavailable, owner.Name, err)
+		}
+		switch res.Code {
+		case transport.CodeOK:
+			if err == nil && res.Message != "" { // a remote owner's incomplete invalidation
+				err = fmt.Errorf("%w: %s", ErrInvalidationIncomplete, res.Message)
+			}
+			return res, owner.Name, err
+		case transport.CodeInvalidArgument:
+			return res, owner.Name, refusedByPeer(owner.Name, res.Message)
+		}
+		if !time.Now().Before(deadline) {
+			return res, owner.Name, fmt.Errorf("%w: key operation: owner %s answered %v: %s", ErrUnavailable, owner.Name, res.Code, res.Message)
+		}
+		if _, changed := n.awaitRingChange(ctx, rs, 2*n.cfg.Gossip.GossipInterval); ctx.Err() != nil {
+			return res, owner.Name, ctx.Err()
+		} else {
+			_ = changed
+		}
+	}
+}
+
+// KeyOp implements transport.KeyOpHandler.
+func (s peerService) KeyOp(ctx context.Context, r transport.KeyOpRequest) (transport.KeyOpResult, error) {
+	res, err := s.n.keyOpHere(ctx, r)
+	if errors.Is(err, ErrInvalidationIncomplete) {
+		res.Message, err = err.Error(), nil // the operation happened: say so in the answer
+	}
+	return res, err
+}
+
+// keyOpHere runs r on this node.
+func (n *Node) keyOpHere(ctx context.Context, r transport.KeyOpRequest) (transport.KeyOpResult, error) {
+	if n.stopping.Load() {
+		return transport.KeyOpResult{Code: transport.CodeUnavailable, Message: "stopping"}, nil
+	}
+	rs := n.rs.Load()
+	h := rs.snap.Hash(r.Key)
+	m, ok := rs.snap.OwnerOfHash(h)
+	owns := ok && m.Name == n.cfg.Name && !rs.leaving
+	notOwner := transport.KeyOpResult{Code: transport.CodeNotOwner, Message: "not the owner of the key"}
+	switch r.Op {
+	case transport.KeyOpInspect, transport.KeyOpInspectReplica:
+		if r.Op == transport.KeyOpInspect && !owns {
+			return notOwner, nil
+		}
+		var res transport.KeyOpResult
+		if n.owned.Has(h, r.Limit.Kind) {
+			wall := n.clock()
+			d, err := n.owned.Take(h, r.Limit, 0, wall, wall, func() bool { return true })
+			if err != nil {
+				return transport.KeyOpResult{}, err
+			}
+			res.Found, res.Decision = true, d
+		}
+		res.BanUntil = n.bans.banUntil(h, r.Key, n.clock())
+		return res, nil
+	case transport.KeyOpReset, transport.KeyOpUnban:
+		if !owns {
+			return notOwner, nil
+		}
+		var found bool
+		if r.Op == transport.KeyOpReset {
+			found = n.owned.Remove(h, r.Limit.Kind)
+		} else {
+			found = n.bans.unban(h, r.Key)
+		}
+		inv := transport.KeyOpRequest{Op: transport.KeyOpInvalidate, Key: r.Key}
+		if r.Op == transport.KeyOpReset {
+			inv.Limit.Kind = r.Limit.Kind
+		}
+		return transport.KeyOpResult{Found: found}, n.broadcastInvalidation(ctx, rs, h, inv)
+	case transport.KeyOpInvalidate:
+		if n.denied != nil {
+			n.denied.invalidate(h)
+		}
+		if !owns { // as the key's backup: drop the replica of what was reset
+			if r.Limit.Kind.Valid() {
+				n.owned.Remove(h, r.Limit.Kind)
+			} else {
+				n.bans.unban(h, r.Key)
+			}
+		}
+		return transport.KeyOpResult{}, nil
+	}
+	return transport.KeyOpResult{Code: transport.CodeInvalidArgument, Message: "unknown key operation"}, nil
+}
+
+// broadcastInvalidation sends inv to every other member of rs and waits for
+// their acknowledgements, up to ForwardTimeout.
+func (n *Node) broadcastInvalidation(ctx context.Context, rs *ringState, h uint64, inv transport.KeyOpRequest) error {
+	if n.denied != nil {
+		n.denied.invalidate(h)
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ForwardTimeout)
+	defer cancel()
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		missed []string
+	)
+	for _, m := range rs.snap.Members() {
+		if m.Name == n.cfg.Name {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := n.peers.KeyOp(ctx, m.Addr, inv)
+			if err != nil || res.Code != transport.CodeOK {
+				mu.Lock()
+				missed = append(missed, m.Name)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(missed) > 0 {
+		return fmt.Errorf("%w: %v", ErrInvalidationIncomplete, missed)
+	}
+	return nil
+}
+
+// banUntil returns the end (Unix ns) of key's ban at now, 0 when none.
+func (p *penalties) banUntil(h uint64, key string, now int64) int64 {
+	sh := &p.shards[store.ShardOf(h)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if st := sh.m[key]; st != nil && st.banUntil > now {
+		return st.banUntil
+	}
+	return 0
+}
+
+// unban drops key's ban state and reports whether it had one.
+func (p *penalties) unban(h uint64, key string) bool {
+	sh := &p.shards[store.ShardOf(h)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	_, ok := sh.m[key]
+	delete(sh.m, key)
+	if _, d := sh.dirty[key]; d {
+		delete(sh.dirty, key)
+		p.dirtyN.Add(-1)
+	}
+	return ok
+}
