@@ -102,7 +102,8 @@ func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 // TestRotateUnderLoad rotates the CA (old and new trusted together, then the
 // old removed), every member's certificate, across a running three-member
 // cluster under load, through cert-manager's Secret layout: no check fails,
-// no member restarts or leaves, no reload is refused.
+// no key admits more than its limit, no forwarded batch fails (connections are replaced, not broken), no member
+// restarts or leaves, no reload is refused.
 func TestRotateUnderLoad(t *testing.T) {
 	ca1, ca1Key := mustCA(t, "ca-1")
 	ca2, ca2Key := mustCA(t, "ca-2")
@@ -111,6 +112,8 @@ func TestRotateUnderLoad(t *testing.T) {
 	nodes := make([]*node.Node, len(names))
 	base := rotateBase()
 	base.TLSSweepInterval = 200 * time.Millisecond
+	fe := &fwdErrs{}
+	base.Metrics = fe
 	var lb logBuf
 	base.Logger = slog.New(slog.NewTextHandler(&lb, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	defer func() {
@@ -139,6 +142,14 @@ func TestRotateUnderLoad(t *testing.T) {
 	if err := nodetest.WaitConverged(ctx, nodes...); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, "every member ready (handoffs done)", 10*time.Second, func() bool {
+		for _, n := range nodes {
+			if !n.Ready() {
+				return false
+			}
+		}
+		return true
+	})
 
 	// Load: every key allows limit hits a day; callers on every member.
 	const keys, limit = 8, 20
@@ -216,16 +227,21 @@ func TestRotateUnderLoad(t *testing.T) {
 	close(stop)
 	wg.Wait()
 
+	fe.mu.Lock()
+	if len(fe.errs) > 0 {
+		t.Errorf("%d forwarded batches failed, first: %s", len(fe.errs), fe.errs[0])
+	}
+	fe.mu.Unlock()
 	if e := errs.Load(); e != 0 {
 		t.Errorf("%d of %d checks failed, first: %v", e, checks.Load(), firstErr.Load())
 	}
-	// Known gap: a check that races the retirement of a connection can still
-	// be decided by the backup or the fallback (a few in some runs), so
-	// over-admission is reported, not asserted, until that window is closed.
+	// A key admitted above its limit would be a double admission: a check
+	// decided twice, or by a member that did not hold the key's state.
 	over := 0
 	for k := range admitted {
 		if a := admitted[k].Load(); a > limit {
 			over += int(a - limit)
+			t.Errorf("key rot-%d admitted %d, limit %d", k, a, limit)
 		}
 	}
 	t.Logf("admissions over the limit: %d", over)
@@ -258,3 +274,20 @@ func (l *logBuf) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// fwdErrs is a node.Metrics that keeps the forward errors.
+type fwdErrs struct {
+	mu   sync.Mutex
+	errs []string
+}
+
+func (m *fwdErrs) Check(algo.Kind, node.Route, bool) {}
+func (m *fwdErrs) Forward(peer string, _ int, _ time.Duration, err error) {
+	if err != nil {
+		m.mu.Lock()
+		m.errs = append(m.errs, peer+": "+err.Error())
+		m.mu.Unlock()
+	}
+}
+func (m *fwdErrs) Handoff(int, time.Duration, error) {}
+func (m *fwdErrs) Eviction(string)                   {}
