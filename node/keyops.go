@@ -96,6 +96,17 @@ func (n *Node) ResetKey(ctx context.Context, key string, l algo.Limit) (bool, er
 	return res.Found, err
 }
 
+// DeleteKey drops key's states under every algorithm and its ban on its
+// owner and backup, as Redis's DEL drops a key: every limit of the key
+// starts full. It reports whether there was anything. Errors as ResetKey.
+func (n *Node) DeleteKey(ctx context.Context, key string) (bool, error) {
+	if err := n.validKeyOp(key, algo.Limit{}, false); err != nil {
+		return false, err
+	}
+	res, _, err := n.routeKeyOp(ctx, transport.KeyOpRequest{Op: transport.KeyOpReset, Key: key, All: true})
+	return res.Found, err
+}
+
 // UnbanKey lifts key's penalty ban on its owner and backup (the denials
 // counted toward a ban are forgotten too). It reports whether the key had a
 // ban state. Errors as ResetKey.
@@ -201,12 +212,15 @@ func (n *Node) keyOpHere(ctx context.Context, r transport.KeyOpRequest) (transpo
 			return notOwner, nil
 		}
 		var found bool
-		if r.Op == transport.KeyOpReset {
+		switch {
+		case r.Op == transport.KeyOpReset && r.All:
+			found = n.dropAll(h, r.Key)
+		case r.Op == transport.KeyOpReset:
 			found = n.owned.Remove(h, r.Limit.Kind)
-		} else {
+		default:
 			found = n.bans.unban(h, r.Key)
 		}
-		inv := transport.KeyOpRequest{Op: transport.KeyOpInvalidate, Key: r.Key}
+		inv := transport.KeyOpRequest{Op: transport.KeyOpInvalidate, Key: r.Key, All: r.All}
 		if r.Op == transport.KeyOpReset {
 			inv.Limit.Kind = r.Limit.Kind
 		}
@@ -216,7 +230,9 @@ func (n *Node) keyOpHere(ctx context.Context, r transport.KeyOpRequest) (transpo
 			n.denied.invalidate(h)
 		}
 		if !owns { // as the key's backup: drop the replica of what was reset
-			if r.Limit.Kind.Valid() {
+			if r.All {
+				n.dropAll(h, r.Key)
+			} else if r.Limit.Kind.Valid() {
 				n.owned.Remove(h, r.Limit.Kind)
 			} else {
 				n.bans.unban(h, r.Key)
@@ -260,6 +276,18 @@ func (n *Node) broadcastInvalidation(ctx context.Context, rs *ringState, h uint6
 		return fmt.Errorf("%w: %v", ErrInvalidationIncomplete, missed)
 	}
 	return nil
+}
+
+// dropAll drops the key's states under every algorithm and its ban state,
+// and reports whether there was any.
+func (n *Node) dropAll(h uint64, key string) bool {
+	found := n.bans.unban(h, key)
+	for _, k := range algo.Kinds() {
+		if n.owned.Remove(h, k) {
+			found = true
+		}
+	}
+	return found
 }
 
 // banUntil returns the end (Unix ns) of key's ban at now, 0 when none.

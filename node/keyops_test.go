@@ -141,3 +141,32 @@ func TestKeyOpsOverGRPC(t *testing.T) {
 		t.Fatalf("after the reset: %+v, %v", d, err)
 	}
 }
+
+// DeleteKey drops every algorithm's state and the ban, as Redis's DEL.
+func TestKeyOpsDelete(t *testing.T) {
+	t.Parallel()
+	_, nodes := memCluster(t, 3, nil)
+	a, owner, backup := nodes[0], nodes[1], nodes[2]
+	key := keyWith(t, a, owner, backup)
+	ctx := context.Background()
+	l1 := algo.Limit{Kind: algo.GCRA, Limit: 1, Period: time.Hour}
+	l2 := algo.Limit{Kind: algo.FixedWindow, Limit: 1, Period: time.Hour}
+	for _, l := range []algo.Limit{l1, l2} {
+		for i, want := range []bool{true, false} {
+			if d, err := a.Allow(ctx, key, l); err != nil || d.Allowed != want {
+				t.Fatalf("%v check %d: %+v, %v", l.Kind, i, d, err)
+			}
+		}
+	}
+	if found, err := backup.DeleteKey(ctx, key); err != nil || !found {
+		t.Fatalf("DeleteKey: %v, %v", found, err)
+	}
+	for _, l := range []algo.Limit{l1, l2} {
+		if d, err := a.Allow(ctx, key, l); err != nil || !d.Allowed {
+			t.Fatalf("%v after DEL: %+v, %v; want admitted", l.Kind, d, err)
+		}
+	}
+	if found, err := a.DeleteKey(ctx, "never-seen"); err != nil || found {
+		t.Errorf("DeleteKey of an unknown key: %v, %v; want false, nil", found, err)
+	}
+}

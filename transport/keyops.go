@@ -30,11 +30,14 @@ const (
 )
 
 // KeyOpRequest is one key operation: Op on Key under Limit (Limit is unused
-// by Unban and Invalidate; Reset uses only its Kind).
+// by Unban and Invalidate; Reset uses only its Kind). All, for Reset: drop
+// the key's states under every algorithm and its ban (Limit unused); for
+// Invalidate: the backup drops its replicas of them too.
 type KeyOpRequest struct {
 	Op    KeyOp
 	Key   string
 	Limit algo.Limit
+	All   bool
 }
 
 // KeyOpResult is the answer to a KeyOpRequest: Code (CodeNotOwner when the
@@ -60,14 +63,14 @@ func (s *peerServer) KeyOp(ctx context.Context, req *pb.KeyOpRequest) (*pb.KeyOp
 	if !ok {
 		return nil, status.Error(codes.Unimplemented, "transport: KeyOp is not served")
 	}
-	r := KeyOpRequest{Op: KeyOp(req.GetOp()), Key: string(req.GetKey())}
+	r := KeyOpRequest{Op: KeyOp(req.GetOp()), Key: string(req.GetKey()), All: req.GetAll()}
 	if r.Op < KeyOpInspect || r.Op > KeyOpInspectReplica {
 		return &pb.KeyOpResponse{Code: pb.Code_CODE_INVALID_ARGUMENT, Message: fmt.Sprintf("op %d unknown", req.GetOp())}, nil
 	}
 	if err := algo.ValidateKey(r.Key, s.cfg.MaxKeyLen, nil); err != nil {
 		return &pb.KeyOpResponse{Code: pb.Code_CODE_INVALID_ARGUMENT, Message: err.Error()}, nil
 	}
-	if r.Op != KeyOpUnban && r.Op != KeyOpInvalidate {
+	if r.Op != KeyOpUnban && r.Op != KeyOpInvalidate && !(r.Op == KeyOpReset && r.All) {
 		l, err := limitFromWire(req)
 		if err == nil {
 			err = l.Validate()
@@ -99,7 +102,7 @@ func (p *Pool) KeyOp(ctx context.Context, addr string, r KeyOpRequest) (KeyOpRes
 	}
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.TransferTimeout)
 	defer cancel()
-	req := &pb.KeyOpRequest{Op: pb.KeyOp(r.Op), Key: []byte(r.Key)}
+	req := &pb.KeyOpRequest{Op: pb.KeyOp(r.Op), Key: []byte(r.Key), All: r.All}
 	if r.Limit.Kind.Valid() {
 		req.Algorithm, req.Limit, req.PeriodNs, req.Burst = kindToWire(r.Limit.Kind), r.Limit.Limit, int64(r.Limit.Period), r.Limit.Burst
 	}

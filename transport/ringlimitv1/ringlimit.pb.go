@@ -1773,10 +1773,14 @@ type KeyOpRequest struct {
 	Op    KeyOp                  `protobuf:"varint,1,opt,name=op,proto3,enum=ringlimit.v1.KeyOp" json:"op,omitempty"`
 	Key   []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// The limit (Inspect, InspectReplica, Reset; Reset uses only the algorithm).
-	Algorithm     Algorithm `protobuf:"varint,3,opt,name=algorithm,proto3,enum=ringlimit.v1.Algorithm" json:"algorithm,omitempty"`
-	Limit         int64     `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
-	PeriodNs      int64     `protobuf:"varint,5,opt,name=period_ns,json=periodNs,proto3" json:"period_ns,omitempty"`
-	Burst         int64     `protobuf:"varint,6,opt,name=burst,proto3" json:"burst,omitempty"`
+	Algorithm Algorithm `protobuf:"varint,3,opt,name=algorithm,proto3,enum=ringlimit.v1.Algorithm" json:"algorithm,omitempty"`
+	Limit     int64     `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	PeriodNs  int64     `protobuf:"varint,5,opt,name=period_ns,json=periodNs,proto3" json:"period_ns,omitempty"`
+	Burst     int64     `protobuf:"varint,6,opt,name=burst,proto3" json:"burst,omitempty"`
+	// Reset only: drop the key's states under every algorithm and its ban
+	// (RESP DEL), the limit unused. Invalidate: the receiver, as the key's
+	// backup, drops its replicas of them likewise.
+	All           bool `protobuf:"varint,7,opt,name=all,proto3" json:"all,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1851,6 +1855,13 @@ func (x *KeyOpRequest) GetBurst() int64 {
 		return x.Burst
 	}
 	return 0
+}
+
+func (x *KeyOpRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
 }
 
 type KeyOpResponse struct {
@@ -2052,14 +2063,15 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x06member\x18\x02 \x01(\tR\x06member\x12)\n" +
 	"\x10protocol_version\x18\x03 \x01(\rR\x0fprotocolVersion\x12\x1f\n" +
 	"\vinstance_id\x18\x04 \x01(\tR\n" +
-	"instanceId\"\xc5\x01\n" +
+	"instanceId\"\xd7\x01\n" +
 	"\fKeyOpRequest\x12#\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x13.ringlimit.v1.KeyOpR\x02op\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x125\n" +
 	"\talgorithm\x18\x03 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12\x1b\n" +
 	"\tperiod_ns\x18\x05 \x01(\x03R\bperiodNs\x12\x14\n" +
-	"\x05burst\x18\x06 \x01(\x03R\x05burst\"\xc6\x01\n" +
+	"\x05burst\x18\x06 \x01(\x03R\x05burst\x12\x10\n" +
+	"\x03all\x18\a \x01(\bR\x03all\"\xc6\x01\n" +
 	"\rKeyOpResponse\x12&\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x12.ringlimit.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +

@@ -124,6 +124,8 @@ type wiring struct {
 	lim   *policy.Limiter
 	desc  transport.DescriptorHandler
 	authn *auth.Authenticator // nil in insecure mode
+	// scopes are the credentials' scopes: checks, and key operations (admin).
+	scopes *scope.Scopes
 }
 
 // wire builds the checkers (the cluster, or Redis first), the descriptor
@@ -156,6 +158,7 @@ func (d *Daemon) wire(sec config.Security, nc node.Config) (*wiring, error) {
 		}
 		w.chk, pchk, d.closeRedis = fc, fc.f, fc.client.Close
 	}
+	w.scopes = scopes
 	// Every check within its caller's scope.
 	w.chk = scopedChecker{checker: w.chk, scopes: scopes}
 	pchk = scopedPolicy{next: pchk, scopes: scopes}
@@ -204,6 +207,7 @@ func openRedis(w *wiring, ln *door.Listener) (server, error) {
 	rc := resp.Config{
 		Checker: w.chk, Policy: w.lim, Logger: d.log.With("component", "resp"), Version: version(),
 		MaxConns: d.clients.Limits().MaxConns, IdleTimeout: d.cfg.IdleTimeout,
+		Keys: d.node, Admin: func(ctx context.Context) error { return w.scopes.Admin(callerName(ctx)) },
 		OnAuth: func(remote string, ok bool) bool {
 			if ok {
 				ln.Authenticated(remote)
@@ -240,6 +244,10 @@ func openHTTP(w *wiring, ln *door.Listener) (server, error) {
 	extra := map[string]http.Handler{}
 	if d.policy != nil {
 		extra["/v1/check_descriptors"] = d.policy.Handler()
+	}
+	// Key operations: callers whose scope has the admin permission only.
+	for path, h := range httpapi.NewKeysHandler(d.node, func(ctx context.Context) error { return w.scopes.Admin(callerName(ctx)) }, d.log.With("component", "http")) {
+		extra[path] = h
 	}
 	var h http.Handler = httpapi.NewHandler(w.chk, httpapi.Options{Logger: d.log.With("component", "http"), Extra: extra})
 	if w.authn == nil {

@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -241,11 +242,40 @@ func (s *Server) exec(st *connState, cmd redcon.Command) reply {
 		return s.command(args)
 	case "info":
 		return s.info()
+	case "del":
+		if s.cfg.Keys != nil {
+			return s.del(st, args)
+		}
 	case "cl.throttle", "rl.check", "rl.policy":
 		// Only reached before AUTH, which returned NOAUTH above.
 		return errReply("NOAUTH Authentication required.")
 	}
 	return errReply(unknownCommand(cmd.Args))
+}
+
+// del answers DEL key [key ...] (Config.Keys).
+func (s *Server) del(st *connState, args [][]byte) reply {
+	if len(args) == 0 {
+		return arityErr("del")
+	}
+	ctx, cancel := context.WithTimeout(s.callerContext(st), s.cfg.CheckTimeout)
+	defer cancel()
+	if s.cfg.Admin != nil {
+		if err := s.cfg.Admin(ctx); err != nil {
+			return errReply("NOPERM " + node.Message(err))
+		}
+	}
+	var n int64
+	for _, k := range args {
+		found, err := s.cfg.Keys.DeleteKey(ctx, string(k))
+		if err != nil && !errors.Is(err, node.ErrInvalidationIncomplete) {
+			return errReply("ERR " + node.Message(err))
+		}
+		if found {
+			n++
+		}
+	}
+	return intReply(n)
 }
 
 func arityErr(name string) reply {

@@ -67,6 +67,12 @@ const (
 // (node.Check.Validate); *node.Node implements it.
 type Checker = node.Checker
 
+// KeyDeleter drops a key's states and ban on its owner; *node.Node
+// implements it.
+type KeyDeleter interface {
+	DeleteKey(ctx context.Context, key string) (bool, error)
+}
+
 // Config configures a Server. Zero limits take the documented defaults.
 type Config struct {
 	// Checker decides the checks. Required.
@@ -114,6 +120,15 @@ type Config struct {
 	Logger *slog.Logger
 	// Version is reported by INFO as ringlimit_version.
 	Version string
+	// Keys, when not nil, answers DEL key [key ...]: each key's states (every
+	// algorithm) and ban are dropped on its owner and backup
+	// (node.Node.DeleteKey), and DEL replies the number of keys that had
+	// any. nil: DEL is an unknown command.
+	Keys KeyDeleter
+	// Admin, when not nil, decides whether the caller of ctx may run DEL
+	// (the daemon: the scope's admin permission); its error is the reply.
+	// nil: anyone authenticated may.
+	Admin func(ctx context.Context) error
 	// Policy, when not nil, answers RL.POLICY from the policy file. nil:
 	// RL.POLICY replies an error naming --policy-file.
 	Policy *policy.Limiter

@@ -51,6 +51,9 @@ var (
 	// ErrOutOfScope is matched, with node.ErrInvalid, by every refusal
 	// of a check outside the caller's scope.
 	ErrOutOfScope = errors.New("scope: outside the caller's scope")
+	// ErrNotAdmin is matched, with ErrOutOfScope, by the refusal of a key
+	// operation to a credential without the admin permission.
+	ErrNotAdmin = fmt.Errorf("%w: no admin permission", ErrOutOfScope)
 	// ErrFile is wrapped by every error of Load and Parse.
 	ErrFile = errors.New("scope: invalid scopes file")
 )
@@ -78,6 +81,10 @@ type Scope struct {
 	// once (a key counts until its period has passed since its last check);
 	// 0: no bound but the node's --max-keys. Default 0.
 	MaxKeys int `yaml:"max_keys"`
+	// Admin allows the key operations: inspect, reset and unban a key
+	// (HTTP /v1/keys/..., gRPC InspectKey/ResetKey/UnbanKey, RESP DEL).
+	// Default false.
+	Admin bool `yaml:"admin"`
 }
 
 // DefaultScope is the scope of every credential when no scopes file says
@@ -225,6 +232,18 @@ func refuse(name, format string, args ...any) error {
 		who = strconv.Quote(name)
 	}
 	return &node.InputError{Field: "scope", Value: who, Allowed: fmt.Sprintf(format, args...), Err: ErrOutOfScope}
+}
+
+// Admin returns nil when the credential named name may operate keys
+// (Scope.Admin), else a *node.InputError (field "scope") matching
+// ErrOutOfScope and ErrNotAdmin.
+func (s *Scopes) Admin(name string) error {
+	if s.For(name).Admin {
+		return nil
+	}
+	e := refuse(name, "may not inspect, reset or unban keys (the scope has no admin permission)").(*node.InputError)
+	e.Err = ErrNotAdmin
+	return e
 }
 
 // Direct decides whether the credential named name may check key under its
