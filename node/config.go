@@ -367,6 +367,12 @@ type Config struct {
 	// reset or an unban sends. Default 10 s; must be > 0 when DeniedCacheSize
 	// is.
 	DeniedCacheMaxTTL time.Duration
+	// TopDeniedKeys is how many keys a node keeps counting in each 10 s
+	// slot of its most-limited keys (Node.TopDenied): a space-saving
+	// summary of its callers' denials over the last minute, 6 slots of at
+	// most this many keys each (with their bytes). Default 100; 0 turns it
+	// off.
+	TopDeniedKeys int
 	// ForwardTimeout bounds every forward to an owner, including retries after a
 	// "not owner" answer, after which OwnerUnreachable decides. Default 1 s.
 	ForwardTimeout time.Duration
@@ -467,6 +473,7 @@ func DefaultConfig() Config {
 		ForwardTimeout:     time.Second,
 		DeniedCacheSize:    4096,
 		DeniedCacheMaxTTL:  10 * time.Second,
+		TopDeniedKeys:      100,
 		HandoffTimeout:     2 * time.Second,
 		ReplicationLag:     5 * time.Millisecond,
 		BreakerCooldown:    time.Second,
@@ -553,6 +560,8 @@ func (c *Config) validate() error {
 		return bad("DeniedCacheSize", c.DeniedCacheSize)
 	case c.DeniedCacheSize > 0 && c.DeniedCacheMaxTTL <= 0:
 		return bad("DeniedCacheMaxTTL", c.DeniedCacheMaxTTL)
+	case c.TopDeniedKeys < 0 || c.TopDeniedKeys > 100_000:
+		return bad("TopDeniedKeys", c.TopDeniedKeys)
 	case c.HandoffTimeout <= 0:
 		return bad("HandoffTimeout", c.HandoffTimeout)
 	case c.CloseTimeout <= 0:

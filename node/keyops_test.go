@@ -170,3 +170,29 @@ func TestKeyOpsDelete(t *testing.T) {
 		t.Errorf("DeleteKey of an unknown key: %v, %v; want false, nil", found, err)
 	}
 }
+
+// TopDenied lists the most-denied keys of this node's callers, bounded.
+func TestTopDenied(t *testing.T) {
+	t.Parallel()
+	_, nodes := memCluster(t, 2, func(c *Config) { c.TopDeniedKeys = 3 })
+	a := nodes[0]
+	ctx := context.Background()
+	l := algo.Limit{Kind: algo.FixedWindow, Limit: 1, Period: time.Hour}
+	for i, key := range []string{"a", "b", "c"} {
+		for range 2 + 3*i { // a: 1 denial, b: 4, c: 7
+			if _, err := a.Allow(ctx, key, l); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got := a.TopDenied(2)
+	if len(got) != 2 || got[0].Key != "c" || got[1].Key != "b" || got[0].Denials < 7 || got[1].Denials < 4 {
+		t.Fatalf("TopDenied(2) = %+v; want c (7), b (4)", got)
+	}
+	for range 5 { // a fourth key in a summary of 3 replaces the least denied
+		_, _ = a.Allow(ctx, "d", l)
+	}
+	if got := a.TopDenied(10); len(got) != 3 || got[0].Key != "c" {
+		t.Errorf("TopDenied(10) = %+v; want 3 keys (the bound), c first", got)
+	}
+}

@@ -44,6 +44,7 @@ func New(cfg Config) (*Node, error) {
 		ring:      r,
 		bans:      &penalties{track: cfg.Replication != ReplicationOff},
 		denied:    newDeniedCache(cfg.DeniedCacheSize, cfg.DeniedCacheMaxTTL),
+		top:       newTopDenied(cfg.TopDeniedKeys),
 		memberSig: make(chan struct{}, 1),
 		members:   make(map[string]Member),
 		admit:     make(map[string]*admission),

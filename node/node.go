@@ -159,6 +159,9 @@ type Node struct {
 
 	// denied caches owners' denials (denials.go); nil when off.
 	denied *deniedCache
+	// top counts the denials of this node's callers by key
+	// (topdenied.go); nil when off.
+	top *topDenied
 
 	// bans holds the ban states of keys checked with a penalty (see penalty.go).
 	bans *penalties

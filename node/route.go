@@ -87,6 +87,9 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 			}
 			if c.cancelAt == 0 { // a cancel is not a check
 				n.observe(c.Limit.Kind, RouteOwner, out.Allowed)
+			if !out.Allowed {
+				n.noteDenied(c)
+			}
 			}
 			if ban {
 				out.Banned = true
@@ -107,6 +110,7 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 			sent = n.clock()
 			if n.denied.answer(c, h, sent, out) {
 				n.observe(c.Limit.Kind, RouteCachedDenial, false)
+				n.noteDenied(c)
 				return nil
 			}
 			epoch = n.denied.epoch.Load()
@@ -126,6 +130,9 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 				*out = Decision{Decision: res.Decision, Route: RouteForwarded, Owner: owner.Name, Banned: res.Banned, Delay: res.Delay, at: res.At}
 				if cache && !out.Allowed {
 					n.denied.store(c, h, sent, epoch, out)
+				}
+				if !out.Allowed {
+					n.noteDenied(c)
 				}
 				return nil
 			case err == nil && res.Code == transport.CodeInvalidArgument:

@@ -54,6 +54,12 @@ clients:
 		}
 	}
 
+	if code, body := httpDoWith(t, p.certClient, http.MethodGet, url+"/v1/keys/top", "", ""); code != 403 || !strings.Contains(body, "no admin permission") {
+		t.Errorf("top without admin: %d %s; want 403", code, body)
+	}
+	if code, body := httpDoWith(t, p.anon, http.MethodGet, url+"/v1/keys/top?n=5", "", bearer); code != 200 || !strings.Contains(body, `{"key":"k","denials":1,"error":0}`) {
+		t.Errorf("top as admin: %d %s; want k with its one denial", code, body)
+	}
 	// RESP DEL: the admin token resets the key; a daemon without a scopes
 	// file (admin off by default) refuses the same token.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -3,8 +3,10 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/node"
@@ -15,6 +17,16 @@ type KeyOperator interface {
 	InspectKey(ctx context.Context, key string, l algo.Limit) (node.KeyInfo, error)
 	ResetKey(ctx context.Context, key string, l algo.Limit) (bool, error)
 	UnbanKey(ctx context.Context, key string) (bool, error)
+	TopDenied(n int) []node.DeniedKey
+}
+
+// TopKey is one element of the answer of GET /v1/keys/top: a key and the
+// denials this node's callers got for it over the last minute (an
+// overestimate by at most error).
+type TopKey struct {
+	Key     string `json:"key"`
+	Denials int64  `json:"denials"`
+	Error   int64  `json:"error"`
 }
 
 // KeyRequest is the body of POST /v1/keys/inspect, /v1/keys/reset and
@@ -107,6 +119,27 @@ func NewKeysHandler(ops KeyOperator, authorize func(ctx context.Context) error, 
 			writeJSON(w, http.StatusOK, out)
 		})
 	}
-	return map[string]http.Handler{"/v1/keys/inspect": h("inspect"), "/v1/keys/reset": h("reset"), "/v1/keys/unban": h("unban")}
+	top := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !allow(logger, w, r, http.MethodGet, http.MethodHead) {
+			return
+		}
+		if err := authorize(r.Context()); err != nil {
+			fail(logger, w, r, http.StatusForbidden, node.Message(err))
+			return
+		}
+		n := 10
+		if v := r.URL.Query().Get("n"); v != "" {
+			var err error
+			if n, err = strconv.Atoi(v); err != nil || n < 1 || n > 1000 {
+				fail(logger, w, r, http.StatusBadRequest, fmt.Sprintf("n %q: want an integer in 1..1000", v))
+				return
+			}
+		}
+		out := []TopKey{}
+		for _, k := range ops.TopDenied(n) {
+			out = append(out, TopKey{Key: k.Key, Denials: k.Denials, Error: k.Error})
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+	return map[string]http.Handler{"/v1/keys/inspect": h("inspect"), "/v1/keys/reset": h("reset"), "/v1/keys/unban": h("unban"), "/v1/keys/top": top}
 }
-
