@@ -87,9 +87,9 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 			}
 			if c.cancelAt == 0 { // a cancel is not a check
 				n.observe(c.Limit.Kind, RouteOwner, out.Allowed)
-			if !out.Allowed {
-				n.noteDenied(c)
-			}
+				if !out.Allowed {
+					n.noteDenied(c)
+				}
 			}
 			if ban {
 				out.Banned = true
