@@ -50,6 +50,74 @@ type KeyOpResult struct {
 	Found    bool
 	Decision algo.Decision
 	BanUntil int64
+	// The public Limiter.OperateKey only (peers leave them zero): Inspect's
+	// owner and backup, replica state and ban remaining (ns); Warning for an
+	// operation whose invalidation some member did not acknowledge.
+	Owner, Backup               string
+	ReplicaFound, ReplicaAgrees bool
+	BanRemaining                int64
+	Warning                     string
+}
+
+// KeyOperator is an optional interface of a LimiterHandler: the public
+// Limiter service answers OperateKey with it (UNIMPLEMENTED without). r.Op is
+// KeyOpInspect, KeyOpReset or KeyOpUnban, r.Key and (but for Unban and a
+// Reset with All) r.Limit validated. Its errors map to gRPC codes as Check's;
+// a refusal for lack of permission should be a *status error
+// (PERMISSION_DENIED).
+type KeyOperator interface {
+	OperateKey(ctx context.Context, r KeyOpRequest) (KeyOpResult, error)
+}
+
+// OperateKey serves the public Limiter.OperateKey RPC.
+func (s *limiterServer) OperateKey(ctx context.Context, req *pb.KeyOpRequest) (*pb.KeyOpResponse, error) {
+	ko, ok := s.h.(KeyOperator)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this server has no key operations")
+	}
+	r, err := keyOpFromWire(req, s.cfg.MaxKeyLen)
+	if err == nil && r.Op != KeyOpInspect && r.Op != KeyOpReset && r.Op != KeyOpUnban {
+		err = fmt.Errorf("op %v: want KEY_OP_INSPECT, KEY_OP_RESET or KEY_OP_UNBAN", req.GetOp())
+	}
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	res, err := ko.OperateKey(ctx, r)
+	if err != nil {
+		if _, isStatus := status.FromError(err); isStatus {
+			return nil, err
+		}
+		return nil, statusFromError(err)
+	}
+	out := &pb.KeyOpResponse{Code: codeToWire(res.Code), Message: res.Message, Found: res.Found, BanUntilUnixNs: res.BanUntil,
+		Owner: res.Owner, Backup: res.Backup, ReplicaFound: res.ReplicaFound, ReplicaAgrees: res.ReplicaAgrees, BanRemainingNs: res.BanRemaining, Warning: res.Warning}
+	if r.Op == KeyOpInspect {
+		out.Decision = &pb.Decision{}
+		decisionToWire(Result{Decision: res.Decision}, out.Decision)
+	}
+	return out, nil
+}
+
+// keyOpFromWire validates and converts a KeyOpRequest.
+func keyOpFromWire(req *pb.KeyOpRequest, maxKeyLen int) (KeyOpRequest, error) {
+	r := KeyOpRequest{Op: KeyOp(req.GetOp()), Key: string(req.GetKey()), All: req.GetAll()}
+	if r.Op < KeyOpInspect || r.Op > KeyOpInspectReplica {
+		return r, fmt.Errorf("op %d unknown", req.GetOp())
+	}
+	if err := algo.ValidateKey(r.Key, maxKeyLen, nil); err != nil {
+		return r, err
+	}
+	if r.Op != KeyOpUnban && r.Op != KeyOpInvalidate && !(r.Op == KeyOpReset && r.All) {
+		l, err := limitFromWire(req)
+		if err == nil {
+			err = l.Validate()
+		}
+		if err != nil {
+			return r, err
+		}
+		r.Limit = l
+	}
+	return r, nil
 }
 
 // KeyOpHandler is an optional interface of a PeerHandler: the server answers
@@ -63,22 +131,9 @@ func (s *peerServer) KeyOp(ctx context.Context, req *pb.KeyOpRequest) (*pb.KeyOp
 	if !ok {
 		return nil, status.Error(codes.Unimplemented, "transport: KeyOp is not served")
 	}
-	r := KeyOpRequest{Op: KeyOp(req.GetOp()), Key: string(req.GetKey()), All: req.GetAll()}
-	if r.Op < KeyOpInspect || r.Op > KeyOpInspectReplica {
-		return &pb.KeyOpResponse{Code: pb.Code_CODE_INVALID_ARGUMENT, Message: fmt.Sprintf("op %d unknown", req.GetOp())}, nil
-	}
-	if err := algo.ValidateKey(r.Key, s.cfg.MaxKeyLen, nil); err != nil {
+	r, err := keyOpFromWire(req, s.cfg.MaxKeyLen)
+	if err != nil {
 		return &pb.KeyOpResponse{Code: pb.Code_CODE_INVALID_ARGUMENT, Message: err.Error()}, nil
-	}
-	if r.Op != KeyOpUnban && r.Op != KeyOpInvalidate && !(r.Op == KeyOpReset && r.All) {
-		l, err := limitFromWire(req)
-		if err == nil {
-			err = l.Validate()
-		}
-		if err != nil {
-			return &pb.KeyOpResponse{Code: pb.Code_CODE_INVALID_ARGUMENT, Message: err.Error()}, nil
-		}
-		r.Limit = l
 	}
 	res, err := kh.KeyOp(ctx, r)
 	if err != nil {

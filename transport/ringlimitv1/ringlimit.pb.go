@@ -1877,8 +1877,19 @@ type KeyOpResponse struct {
 	Decision *Decision `protobuf:"bytes,4,opt,name=decision,proto3" json:"decision,omitempty"`
 	// Inspect: the key is banned until this time (Unix ns); 0 = not banned.
 	BanUntilUnixNs int64 `protobuf:"varint,5,opt,name=ban_until_unix_ns,json=banUntilUnixNs,proto3" json:"ban_until_unix_ns,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Limiter.OperateKey only (peers leave them empty): Inspect's owner and
+	// backup member names, whether the backup holds a replica and whether it
+	// agrees with the owner's remaining, and the ban's remaining time (ns).
+	Owner          string `protobuf:"bytes,6,opt,name=owner,proto3" json:"owner,omitempty"`
+	Backup         string `protobuf:"bytes,7,opt,name=backup,proto3" json:"backup,omitempty"`
+	ReplicaFound   bool   `protobuf:"varint,8,opt,name=replica_found,json=replicaFound,proto3" json:"replica_found,omitempty"`
+	ReplicaAgrees  bool   `protobuf:"varint,9,opt,name=replica_agrees,json=replicaAgrees,proto3" json:"replica_agrees,omitempty"`
+	BanRemainingNs int64  `protobuf:"varint,10,opt,name=ban_remaining_ns,json=banRemainingNs,proto3" json:"ban_remaining_ns,omitempty"`
+	// Limiter.OperateKey only: set when a reset or unban happened but some
+	// member did not acknowledge the invalidation of its cached denials.
+	Warning       string `protobuf:"bytes,11,opt,name=warning,proto3" json:"warning,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KeyOpResponse) Reset() {
@@ -1944,6 +1955,48 @@ func (x *KeyOpResponse) GetBanUntilUnixNs() int64 {
 		return x.BanUntilUnixNs
 	}
 	return 0
+}
+
+func (x *KeyOpResponse) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *KeyOpResponse) GetBackup() string {
+	if x != nil {
+		return x.Backup
+	}
+	return ""
+}
+
+func (x *KeyOpResponse) GetReplicaFound() bool {
+	if x != nil {
+		return x.ReplicaFound
+	}
+	return false
+}
+
+func (x *KeyOpResponse) GetReplicaAgrees() bool {
+	if x != nil {
+		return x.ReplicaAgrees
+	}
+	return false
+}
+
+func (x *KeyOpResponse) GetBanRemainingNs() int64 {
+	if x != nil {
+		return x.BanRemainingNs
+	}
+	return 0
+}
+
+func (x *KeyOpResponse) GetWarning() string {
+	if x != nil {
+		return x.Warning
+	}
+	return ""
 }
 
 var File_ringlimit_v1_ringlimit_proto protoreflect.FileDescriptor
@@ -2071,13 +2124,20 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12\x1b\n" +
 	"\tperiod_ns\x18\x05 \x01(\x03R\bperiodNs\x12\x14\n" +
 	"\x05burst\x18\x06 \x01(\x03R\x05burst\x12\x10\n" +
-	"\x03all\x18\a \x01(\bR\x03all\"\xc6\x01\n" +
+	"\x03all\x18\a \x01(\bR\x03all\"\x84\x03\n" +
 	"\rKeyOpResponse\x12&\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x12.ringlimit.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
 	"\x05found\x18\x03 \x01(\bR\x05found\x122\n" +
 	"\bdecision\x18\x04 \x01(\v2\x16.ringlimit.v1.DecisionR\bdecision\x12)\n" +
-	"\x11ban_until_unix_ns\x18\x05 \x01(\x03R\x0ebanUntilUnixNs*\xe1\x01\n" +
+	"\x11ban_until_unix_ns\x18\x05 \x01(\x03R\x0ebanUntilUnixNs\x12\x14\n" +
+	"\x05owner\x18\x06 \x01(\tR\x05owner\x12\x16\n" +
+	"\x06backup\x18\a \x01(\tR\x06backup\x12#\n" +
+	"\rreplica_found\x18\b \x01(\bR\freplicaFound\x12%\n" +
+	"\x0ereplica_agrees\x18\t \x01(\bR\rreplicaAgrees\x12(\n" +
+	"\x10ban_remaining_ns\x18\n" +
+	" \x01(\x03R\x0ebanRemainingNs\x12\x18\n" +
+	"\awarning\x18\v \x01(\tR\awarning*\xe1\x01\n" +
 	"\tAlgorithm\x12\x19\n" +
 	"\x15ALGORITHM_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cALGORITHM_SLIDING_WINDOW_LOG\x10\x01\x12$\n" +
@@ -2103,12 +2163,14 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\fKEY_OP_RESET\x10\x02\x12\x10\n" +
 	"\fKEY_OP_UNBAN\x10\x03\x12\x15\n" +
 	"\x11KEY_OP_INVALIDATE\x10\x04\x12\x1a\n" +
-	"\x16KEY_OP_INSPECT_REPLICA\x10\x052\xff\x01\n" +
+	"\x16KEY_OP_INSPECT_REPLICA\x10\x052\xc6\x02\n" +
 	"\aLimiter\x12@\n" +
 	"\x05Check\x12\x1a.ringlimit.v1.CheckRequest\x1a\x1b.ringlimit.v1.CheckResponse\x12O\n" +
 	"\n" +
 	"CheckBatch\x12\x1f.ringlimit.v1.CheckBatchRequest\x1a .ringlimit.v1.CheckBatchResponse\x12a\n" +
-	"\x10CheckDescriptors\x12%.ringlimit.v1.CheckDescriptorsRequest\x1a&.ringlimit.v1.CheckDescriptorsResponse2\xc5\x03\n" +
+	"\x10CheckDescriptors\x12%.ringlimit.v1.CheckDescriptorsRequest\x1a&.ringlimit.v1.CheckDescriptorsResponse\x12E\n" +
+	"\n" +
+	"OperateKey\x12\x1a.ringlimit.v1.KeyOpRequest\x1a\x1b.ringlimit.v1.KeyOpResponse2\xc5\x03\n" +
 	"\x04Peer\x12F\n" +
 	"\aForward\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse\x12P\n" +
 	"\rForwardStream\x12\x1c.ringlimit.v1.ForwardRequest\x1a\x1d.ringlimit.v1.ForwardResponse(\x010\x01\x12I\n" +
@@ -2185,23 +2247,25 @@ var file_ringlimit_v1_ringlimit_proto_depIdxs = []int32{
 	7,  // 22: ringlimit.v1.Limiter.Check:input_type -> ringlimit.v1.CheckRequest
 	9,  // 23: ringlimit.v1.Limiter.CheckBatch:input_type -> ringlimit.v1.CheckBatchRequest
 	13, // 24: ringlimit.v1.Limiter.CheckDescriptors:input_type -> ringlimit.v1.CheckDescriptorsRequest
-	16, // 25: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
-	16, // 26: ringlimit.v1.Peer.ForwardStream:input_type -> ringlimit.v1.ForwardRequest
-	19, // 27: ringlimit.v1.Peer.Transfer:input_type -> ringlimit.v1.TransferRequest
-	19, // 28: ringlimit.v1.Peer.ReplicateStream:input_type -> ringlimit.v1.TransferRequest
-	22, // 29: ringlimit.v1.Peer.Hello:input_type -> ringlimit.v1.HelloRequest
-	24, // 30: ringlimit.v1.Peer.KeyOp:input_type -> ringlimit.v1.KeyOpRequest
-	8,  // 31: ringlimit.v1.Limiter.Check:output_type -> ringlimit.v1.CheckResponse
-	10, // 32: ringlimit.v1.Limiter.CheckBatch:output_type -> ringlimit.v1.CheckBatchResponse
-	15, // 33: ringlimit.v1.Limiter.CheckDescriptors:output_type -> ringlimit.v1.CheckDescriptorsResponse
-	17, // 34: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
-	17, // 35: ringlimit.v1.Peer.ForwardStream:output_type -> ringlimit.v1.ForwardResponse
-	21, // 36: ringlimit.v1.Peer.Transfer:output_type -> ringlimit.v1.TransferResponse
-	21, // 37: ringlimit.v1.Peer.ReplicateStream:output_type -> ringlimit.v1.TransferResponse
-	23, // 38: ringlimit.v1.Peer.Hello:output_type -> ringlimit.v1.HelloResponse
-	25, // 39: ringlimit.v1.Peer.KeyOp:output_type -> ringlimit.v1.KeyOpResponse
-	31, // [31:40] is the sub-list for method output_type
-	22, // [22:31] is the sub-list for method input_type
+	24, // 25: ringlimit.v1.Limiter.OperateKey:input_type -> ringlimit.v1.KeyOpRequest
+	16, // 26: ringlimit.v1.Peer.Forward:input_type -> ringlimit.v1.ForwardRequest
+	16, // 27: ringlimit.v1.Peer.ForwardStream:input_type -> ringlimit.v1.ForwardRequest
+	19, // 28: ringlimit.v1.Peer.Transfer:input_type -> ringlimit.v1.TransferRequest
+	19, // 29: ringlimit.v1.Peer.ReplicateStream:input_type -> ringlimit.v1.TransferRequest
+	22, // 30: ringlimit.v1.Peer.Hello:input_type -> ringlimit.v1.HelloRequest
+	24, // 31: ringlimit.v1.Peer.KeyOp:input_type -> ringlimit.v1.KeyOpRequest
+	8,  // 32: ringlimit.v1.Limiter.Check:output_type -> ringlimit.v1.CheckResponse
+	10, // 33: ringlimit.v1.Limiter.CheckBatch:output_type -> ringlimit.v1.CheckBatchResponse
+	15, // 34: ringlimit.v1.Limiter.CheckDescriptors:output_type -> ringlimit.v1.CheckDescriptorsResponse
+	25, // 35: ringlimit.v1.Limiter.OperateKey:output_type -> ringlimit.v1.KeyOpResponse
+	17, // 36: ringlimit.v1.Peer.Forward:output_type -> ringlimit.v1.ForwardResponse
+	17, // 37: ringlimit.v1.Peer.ForwardStream:output_type -> ringlimit.v1.ForwardResponse
+	21, // 38: ringlimit.v1.Peer.Transfer:output_type -> ringlimit.v1.TransferResponse
+	21, // 39: ringlimit.v1.Peer.ReplicateStream:output_type -> ringlimit.v1.TransferResponse
+	23, // 40: ringlimit.v1.Peer.Hello:output_type -> ringlimit.v1.HelloResponse
+	25, // 41: ringlimit.v1.Peer.KeyOp:output_type -> ringlimit.v1.KeyOpResponse
+	32, // [32:42] is the sub-list for method output_type
+	22, // [22:32] is the sub-list for method input_type
 	22, // [22:22] is the sub-list for extension type_name
 	22, // [22:22] is the sub-list for extension extendee
 	0,  // [0:22] is the sub-list for field type_name

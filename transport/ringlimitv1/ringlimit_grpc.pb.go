@@ -33,6 +33,7 @@ const (
 	Limiter_Check_FullMethodName            = "/ringlimit.v1.Limiter/Check"
 	Limiter_CheckBatch_FullMethodName       = "/ringlimit.v1.Limiter/CheckBatch"
 	Limiter_CheckDescriptors_FullMethodName = "/ringlimit.v1.Limiter/CheckDescriptors"
+	Limiter_OperateKey_FullMethodName       = "/ringlimit.v1.Limiter/OperateKey"
 )
 
 // LimiterClient is the client API for Limiter service.
@@ -50,6 +51,12 @@ type LimiterClient interface {
 	// file; INVALID_ARGUMENT for an empty domain, no descriptors, a descriptor
 	// without entries or an entry without key.
 	CheckDescriptors(ctx context.Context, in *CheckDescriptorsRequest, opts ...grpc.CallOption) (*CheckDescriptorsResponse, error)
+	// OperateKey inspects (KEY_OP_INSPECT), resets (KEY_OP_RESET; with all,
+	// every algorithm and the ban, as RESP DEL) or unbans (KEY_OP_UNBAN) one
+	// key on its owner. Callers whose scope has admin only (PERMISSION_DENIED
+	// otherwise); other ops are INVALID_ARGUMENT; UNIMPLEMENTED where the
+	// server has no key operations.
+	OperateKey(ctx context.Context, in *KeyOpRequest, opts ...grpc.CallOption) (*KeyOpResponse, error)
 }
 
 type limiterClient struct {
@@ -90,6 +97,16 @@ func (c *limiterClient) CheckDescriptors(ctx context.Context, in *CheckDescripto
 	return out, nil
 }
 
+func (c *limiterClient) OperateKey(ctx context.Context, in *KeyOpRequest, opts ...grpc.CallOption) (*KeyOpResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KeyOpResponse)
+	err := c.cc.Invoke(ctx, Limiter_OperateKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LimiterServer is the server API for Limiter service.
 // All implementations must embed UnimplementedLimiterServer
 // for forward compatibility.
@@ -105,6 +122,12 @@ type LimiterServer interface {
 	// file; INVALID_ARGUMENT for an empty domain, no descriptors, a descriptor
 	// without entries or an entry without key.
 	CheckDescriptors(context.Context, *CheckDescriptorsRequest) (*CheckDescriptorsResponse, error)
+	// OperateKey inspects (KEY_OP_INSPECT), resets (KEY_OP_RESET; with all,
+	// every algorithm and the ban, as RESP DEL) or unbans (KEY_OP_UNBAN) one
+	// key on its owner. Callers whose scope has admin only (PERMISSION_DENIED
+	// otherwise); other ops are INVALID_ARGUMENT; UNIMPLEMENTED where the
+	// server has no key operations.
+	OperateKey(context.Context, *KeyOpRequest) (*KeyOpResponse, error)
 	mustEmbedUnimplementedLimiterServer()
 }
 
@@ -123,6 +146,9 @@ func (UnimplementedLimiterServer) CheckBatch(context.Context, *CheckBatchRequest
 }
 func (UnimplementedLimiterServer) CheckDescriptors(context.Context, *CheckDescriptorsRequest) (*CheckDescriptorsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method CheckDescriptors not implemented")
+}
+func (UnimplementedLimiterServer) OperateKey(context.Context, *KeyOpRequest) (*KeyOpResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method OperateKey not implemented")
 }
 func (UnimplementedLimiterServer) mustEmbedUnimplementedLimiterServer() {}
 func (UnimplementedLimiterServer) testEmbeddedByValue()                 {}
@@ -199,6 +225,24 @@ func _Limiter_CheckDescriptors_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Limiter_OperateKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KeyOpRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimiterServer).OperateKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limiter_OperateKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimiterServer).OperateKey(ctx, req.(*KeyOpRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Limiter_ServiceDesc is the grpc.ServiceDesc for Limiter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -217,6 +261,10 @@ var Limiter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CheckDescriptors",
 			Handler:    _Limiter_CheckDescriptors_Handler,
+		},
+		{
+			MethodName: "OperateKey",
+			Handler:    _Limiter_OperateKey_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -317,7 +317,7 @@ func openGRPC(w *wiring, ln *door.Listener) (server, error) {
 	if w.authn == nil {
 		tlsCfg = nil
 	}
-	srv := transport.NewLimiterServer(transport.ServerConfig{TLS: tlsCfg, MaxKeyLen: w.nc.MaxKeyLen, ServerOptions: opts, Descriptors: w.desc}, node.LimiterHandler(w.chk))
+	srv := transport.NewLimiterServer(transport.ServerConfig{TLS: tlsCfg, MaxKeyLen: w.nc.MaxKeyLen, ServerOptions: opts, Descriptors: w.desc}, adminLimiter{LimiterHandler: node.LimiterHandler(w.chk), n: d.node, scopes: w.scopes})
 	ratelimitv3.RegisterRateLimitServiceServer(srv.GRPCServer(), rlsSrv)
 	d.startHealth(srv.GRPCServer())
 	return grpcServer{srv}, nil

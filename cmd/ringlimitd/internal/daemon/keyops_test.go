@@ -2,17 +2,26 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/ringlimit/ringlimit/transport/ringlimitv1"
 )
 
 // TestKeyOpsNeedAdmin: the /v1/keys paths inspect, reset and unban a key for
 // a credential whose scope has admin, and refuse (403) one without it; RESP
-// DEL resets a key for an admin and is refused (NOPERM) without.
+// DEL resets a key for an admin and is refused (NOPERM) without; gRPC
+// OperateKey likewise (PERMISSION_DENIED).
 func TestKeyOpsNeedAdmin(t *testing.T) {
 	t.Parallel()
 	p := newTestPKI(t)
@@ -71,6 +80,35 @@ clients:
 	}
 	if code, body := httpDoWith(t, p.anon, http.MethodPost, url+"/v1/check", `{"key":"k",`+lim+`}`, bearer); code != 200 || !strings.Contains(body, `"allowed":true`) {
 		t.Errorf("check after DEL: %d %s; want admitted", code, body)
+	}
+	// gRPC OperateKey: the admin token inspects and resets; the client
+	// certificate (no admin) is refused.
+	grpcOp := func(tlsCfg *tls.Config, authz string, op pb.KeyOp) (*pb.KeyOpResponse, error) {
+		conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		c := ctx
+		if authz != "" {
+			c = metadata.AppendToOutgoingContext(ctx, "authorization", authz)
+		}
+		return pb.NewLimiterClient(conn).OperateKey(c, &pb.KeyOpRequest{Op: op, Key: []byte("g"), Algorithm: pb.Algorithm_ALGORITHM_GCRA, Limit: 1, PeriodNs: int64(time.Hour)})
+	}
+	for range 2 {
+		_, _ = httpDoWith(t, p.anon, http.MethodPost, url+"/v1/check", `{"key":"g",`+lim+`}`, bearer)
+	}
+	if r, err := grpcOp(p.anonTLS, bearer, pb.KeyOp_KEY_OP_INSPECT); err != nil || !r.GetFound() || r.GetDecision().GetRemaining() != 0 || r.GetOwner() == "" {
+		t.Errorf("gRPC inspect as admin: %v, %v", r, err)
+	}
+	if r, err := grpcOp(p.anonTLS, bearer, pb.KeyOp_KEY_OP_RESET); err != nil || !r.GetFound() {
+		t.Errorf("gRPC reset as admin: %v, %v", r, err)
+	}
+	if _, err := grpcOp(p.clientTLS, "", pb.KeyOp_KEY_OP_RESET); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "no admin permission") {
+		t.Errorf("gRPC reset without admin: %v; want PermissionDenied", err)
+	}
+	if _, err := grpcOp(p.anonTLS, bearer, pb.KeyOp_KEY_OP_INVALIDATE); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("gRPC invalidate from a client: %v; want InvalidArgument", err)
 	}
 	plain := startDaemon(t, testConfig(t, p, "keyops-noadmin", "--redis-port", "0"))
 	rc2 := redis.NewClient(&redis.Options{Addr: plain.RedisAddr(), TLSConfig: p.anonTLS, Password: testToken})
