@@ -322,7 +322,7 @@ func (l *dockerLoad) work(addr string, rng *rand.Rand) {
 			fail = fmt.Sprintf("%s %s: %v", addr, l.keys[k], err)
 		case code != http.StatusOK:
 			fail = fmt.Sprintf("%s %s: status %d: %s", addr, l.keys[k], code, d.Error)
-		case !slices.Contains([]string{"owner", "forwarded", "backup", "fallback"}, d.Route):
+		case !slices.Contains([]string{"owner", "forwarded", "cached_denial", "backup", "fallback"}, d.Route):
 			fail = fmt.Sprintf("%s %s: route %q", addr, l.keys[k], d.Route)
 		default:
 			l.routes[d.Route]++

@@ -19,6 +19,7 @@ var (
 	_ = [1]struct{}{}[transport.RouteForwarded-transport.Route(RouteForwarded)]
 	_ = [1]struct{}{}[transport.RouteFallback-transport.Route(RouteFallback)]
 	_ = [1]struct{}{}[transport.RouteBackup-transport.Route(RouteBackup)]
+	_ = [1]struct{}{}[transport.RouteCachedDenial-transport.Route(RouteCachedDenial)]
 	_ = transport.Penalty(Penalty{})
 )
 

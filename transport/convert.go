@@ -61,6 +61,8 @@ func routeToWire(r Route) pb.Route {
 		return pb.Route_ROUTE_FALLBACK
 	case RouteBackup:
 		return pb.Route_ROUTE_BACKUP
+	case RouteCachedDenial:
+		return pb.Route_ROUTE_CACHED_DENIAL
 	}
 	return pb.Route_ROUTE_UNSPECIFIED
 }
@@ -75,6 +77,8 @@ func routeFromWire(r pb.Route) Route {
 		return RouteFallback
 	case pb.Route_ROUTE_BACKUP:
 		return RouteBackup
+	case pb.Route_ROUTE_CACHED_DENIAL:
+		return RouteCachedDenial
 	}
 	return RouteUnknown
 }

@@ -2,7 +2,8 @@ package transport
 
 import "strconv"
 
-// String returns "owner", "forwarded", "fallback", "backup" or "unknown", the
+// String returns "owner", "forwarded", "fallback", "backup", "cached_denial"
+// or "unknown", the
 // names used in logs and metrics.
 func (r Route) String() string {
 	switch r {
@@ -14,6 +15,8 @@ func (r Route) String() string {
 		return "fallback"
 	case RouteBackup:
 		return "backup"
+	case RouteCachedDenial:
+		return "cached_denial"
 	case RouteUnknown:
 		return "unknown"
 	}

@@ -25,6 +25,10 @@ const (
 	// that holds its replicated state and will own it if the owner is gone)
 	// decided it on that replica.
 	RouteBackup
+	// RouteCachedDenial: the node that received the check denied it from a
+	// denial the key's owner gave it earlier that still holds (no forward).
+	// Never sent between nodes.
+	RouteCachedDenial
 )
 
 // Check is one rate-limit check as it travels between nodes and from callers.

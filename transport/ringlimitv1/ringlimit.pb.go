@@ -116,6 +116,9 @@ const (
 	// The owner was unreachable; the key's backup (the member holding its
 	// replica, its owner-to-be) decided it on the replicated state.
 	Route_ROUTE_BACKUP Route = 4
+	// The node that received the check denied it itself, without a forward,
+	// from a denial the key's owner gave it earlier that still holds.
+	Route_ROUTE_CACHED_DENIAL Route = 5
 )
 
 // Enum value maps for Route.
@@ -126,13 +129,15 @@ var (
 		2: "ROUTE_FORWARDED",
 		3: "ROUTE_FALLBACK",
 		4: "ROUTE_BACKUP",
+		5: "ROUTE_CACHED_DENIAL",
 	}
 	Route_value = map[string]int32{
-		"ROUTE_UNSPECIFIED": 0,
-		"ROUTE_OWNER":       1,
-		"ROUTE_FORWARDED":   2,
-		"ROUTE_FALLBACK":    3,
-		"ROUTE_BACKUP":      4,
+		"ROUTE_UNSPECIFIED":   0,
+		"ROUTE_OWNER":         1,
+		"ROUTE_FORWARDED":     2,
+		"ROUTE_FALLBACK":      3,
+		"ROUTE_BACKUP":        4,
+		"ROUTE_CACHED_DENIAL": 5,
 	}
 )
 
@@ -2145,13 +2150,14 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x16ALGORITHM_FIXED_WINDOW\x10\x03\x12\x12\n" +
 	"\x0eALGORITHM_GCRA\x10\x04\x12\x1a\n" +
 	"\x16ALGORITHM_TOKEN_BUCKET\x10\x05\x12%\n" +
-	"!ALGORITHM_BUCKETED_SLIDING_WINDOW\x10\x06*j\n" +
+	"!ALGORITHM_BUCKETED_SLIDING_WINDOW\x10\x06*\x83\x01\n" +
 	"\x05Route\x12\x15\n" +
 	"\x11ROUTE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROUTE_OWNER\x10\x01\x12\x13\n" +
 	"\x0fROUTE_FORWARDED\x10\x02\x12\x12\n" +
 	"\x0eROUTE_FALLBACK\x10\x03\x12\x10\n" +
-	"\fROUTE_BACKUP\x10\x04*X\n" +
+	"\fROUTE_BACKUP\x10\x04\x12\x17\n" +
+	"\x13ROUTE_CACHED_DENIAL\x10\x05*X\n" +
 	"\x04Code\x12\v\n" +
 	"\aCODE_OK\x10\x00\x12\x12\n" +
 	"\x0eCODE_NOT_OWNER\x10\x01\x12\x19\n" +

@@ -140,7 +140,8 @@ type CheckResponse struct {
 	RetryAfterNS int64 `json:"retry_after_ns"`
 	// ResetAfterNS is the time in ns until the key is back to full capacity.
 	ResetAfterNS int64 `json:"reset_after_ns"`
-	// Route is "owner", "forwarded" or "fallback".
+	// Route is "owner", "forwarded", "cached_denial" (denied by this node from
+	// an owner's earlier denial, no forward), "backup" or "fallback".
 	Route string `json:"route"`
 	// Owner is the member that decided ("" when unknown, as on some fallbacks).
 	Owner string `json:"owner"`
