@@ -72,7 +72,8 @@ type deniedEntry struct {
 	limit   algo.Limit
 	pen     Penalty
 	hits    int64 // the smallest hits denied
-	until   int64 // node clock (ns): no admission before it
+	until   int64 // node clock (ns): no admission before it (what the answer reports)
+	expires int64 // node clock (ns): the entry is used until then, at most until and DeniedCacheMaxTTL after the send
 	resetAt int64 // node clock (ns) at which the owner's ResetAfter ends
 	capac   int64 // Decision.Limit
 	remain  int64 // Decision.Remaining the owner answered
@@ -102,7 +103,7 @@ func (dc *deniedCache) answer(c *Check, h uint64, now int64, out *Decision) bool
 	s := &dc.slots[h&dc.mask]
 	s.mu.Lock()
 	e := &s.e
-	if e.h != h || e.until <= now || c.Hits < e.hits || e.limit != c.Limit || e.pen != c.Penalty {
+	if e.h != h || e.expires <= now || c.Hits < e.hits || e.limit != c.Limit || e.pen != c.Penalty {
 		s.mu.Unlock()
 		return false
 	}
@@ -123,9 +124,15 @@ func (dc *deniedCache) store(c *Check, h uint64, sent int64, epoch uint64, d *De
 	if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter == algo.RetryNever || !c.cacheable() || (!c.Penalty.IsZero() && !d.Banned) {
 		return
 	}
-	ttl := min(int64(d.RetryAfter), dc.maxTTL)
-	if sent > math.MaxInt64-ttl {
+	if sent > math.MaxInt64-int64(d.RetryAfter) {
 		return
+	}
+	// The answer reports the owner's whole RetryAfter counting down (a ban of
+	// an hour says an hour); the entry itself is used no longer than maxTTL.
+	until := sent + int64(d.RetryAfter)
+	expires := until
+	if int64(d.RetryAfter) > dc.maxTTL {
+		expires = sent + dc.maxTTL
 	}
 	s := &dc.slots[h&dc.mask]
 	s.mu.Lock()
@@ -138,13 +145,13 @@ func (dc *deniedCache) store(c *Check, h uint64, sent int64, epoch uint64, d *De
 		hits = 1 // a ban denies every check, whatever its hits
 	}
 	e := &s.e
-	if e.h == h && e.limit == c.Limit && e.pen == c.Penalty && e.until > sent && e.hits < hits {
+	if e.h == h && e.limit == c.Limit && e.pen == c.Penalty && e.expires > sent && e.hits < hits {
 		// A denial of fewer hits still holds and answers more checks (a
 		// denial of h hits says nothing of fewer): keep it.
 		s.mu.Unlock()
 		return
 	}
-	*e = deniedEntry{h: h, limit: c.Limit, pen: c.Penalty, hits: hits, until: sent + ttl,
+	*e = deniedEntry{h: h, limit: c.Limit, pen: c.Penalty, hits: hits, until: until, expires: expires,
 		resetAt: sent + min(int64(d.ResetAfter), math.MaxInt64-sent), capac: d.Limit, remain: d.Remaining,
 		banned: d.Banned, owner: d.Owner}
 	s.mu.Unlock()
