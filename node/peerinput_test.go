@@ -239,7 +239,8 @@ func TestTransferLyingLimit(t *testing.T) {
 }
 
 // Replicas come only from the key's owner in the receiver's ring: a replica
-// of a key the receiver owns is refused and counted; one from a sender that is
+// of a key the receiver owns is refused, counted and asked for again (never
+// installed); one from a sender that is
 // not the key's owner is not installed (it is asked for again, whole, from
 // the owner); the owner's own replica is installed.
 func TestReplicaOnlyFromOwner(t *testing.T) {
@@ -260,8 +261,11 @@ func TestReplicaOnlyFromOwner(t *testing.T) {
 		return need
 	}
 	owned := keyOwnedBy(t, x, x)
-	if need := send(x, y, owned); len(need) != 0 {
-		t.Errorf("a replica of a key the receiver owns: asked again for %v, want refused", need)
+	// Refused and not installed, but asked for again whole: the rings may
+	// disagree for a moment after a restart, and the sender drops the key
+	// from its sends once its own ring agrees that it is not the owner.
+	if need := send(x, y, owned); len(need) != 1 {
+		t.Errorf("a replica of a key the receiver owns: needFull %v, want it refused and asked again", need)
 	}
 	if got := x.Stats().RefusedStates; got != 1 {
 		t.Errorf("RefusedStates = %d, want 1", got)

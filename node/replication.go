@@ -444,7 +444,12 @@ func (n *Node) acceptReplica(b transport.TransferBatch, cb checkedBatch) (needFu
 		bk, hasB := rs.backupOfHash(h)
 		switch {
 		case ok && owner.Name == self:
+			// Refused (nothing installed), but asked for again whole: right
+			// after a restart or join the rings may disagree for a moment,
+			// and a log delta refused for good would leave the replica short
+			// of its entries once the rings agree.
 			n.refusedState(b.From, ks.Key, fmt.Errorf("%w: a replica of key hash %#x, which this node owns", ErrRefusedState, h))
+			needFull = append(needFull, h)
 		case !ok || !(hasB && bk.Name == self && owner.Name == b.From):
 			// The rings disagree (this node has not yet seen the ring change
 			// that made it the backup, or has no ring yet right after it
