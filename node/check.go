@@ -103,23 +103,9 @@ const (
 )
 
 // String returns "owner", "forwarded", "fallback", "backup", "cached_denial"
-// or "unknown", the
-// names used in metrics, logs and the doors' answers.
-func (r Route) String() string {
-	switch r {
-	case RouteOwner:
-		return "owner"
-	case RouteForwarded:
-		return "forwarded"
-	case RouteFallback:
-		return "fallback"
-	case RouteBackup:
-		return "backup"
-	case RouteCachedDenial:
-		return "cached_denial"
-	}
-	return "unknown"
-}
+// or "unknown" (the zero Route), the names used in metrics, logs and the
+// doors' answers: transport's names, which the wire conversion keeps equal.
+func (r Route) String() string { return transport.Route(r).String() }
 
 // Decision is the outcome of a check: the algorithm's Decision, the path that
 // decided it, and the name of the member that decided it (this node's name for

@@ -104,18 +104,9 @@ const (
 // States lists the breaker states in order.
 func States() []State { return []State{Closed, Open, HalfOpen} }
 
-// String returns "closed", "open" or "half_open".
-func (s State) String() string {
-	switch s {
-	case Closed:
-		return "closed"
-	case Open:
-		return "open"
-	case HalfOpen:
-		return "half_open"
-	}
-	return fmt.Sprintf("state(%d)", uint8(s))
-}
+// String returns "closed", "open" or "half_open": the shared breaker's names
+// (the two numberings are the same, see TestStatesMatchTheBreaker).
+func (s State) String() string { return breaker.State(s).String() }
 
 // Decision is a check's outcome: the algorithm's Decision, the cluster's Route
 // and Owner (zero for SideRedis), and the side that decided.
