@@ -16,12 +16,14 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"google.golang.org/grpc"
+
 	"github.com/ringlimit/ringlimit/internal/breaker"
 	"github.com/ringlimit/ringlimit/node/internal/store"
+	"github.com/ringlimit/ringlimit/node/internal/topdenied"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/transport"
 	"github.com/ringlimit/ringlimit/transport/rotate"
-	"google.golang.org/grpc"
 )
 
 // New validates cfg, starts the gRPC services and gossip, joins the seeds in
@@ -44,7 +46,7 @@ func New(cfg Config) (*Node, error) {
 		ring:      r,
 		bans:      &penalties{track: cfg.Replication != ReplicationOff},
 		denied:    newDeniedCache(cfg.DeniedCacheSize, cfg.DeniedCacheMaxTTL),
-		top:       newTopDenied(cfg.TopDeniedKeys),
+		top:       topdenied.New(cfg.TopDeniedKeys),
 		memberSig: make(chan struct{}, 1),
 		members:   make(map[string]Member),
 		admit:     make(map[string]*admission),

@@ -28,9 +28,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/internal/breaker"
 	"github.com/ringlimit/ringlimit/node/internal/store"
+	"github.com/ringlimit/ringlimit/node/internal/topdenied"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/transport"
 	"github.com/ringlimit/ringlimit/transport/rotate"
@@ -161,7 +163,7 @@ type Node struct {
 	denied *deniedCache
 	// top counts the denials of this node's callers by key
 	// (topdenied.go); nil when off.
-	top *topDenied
+	top *topdenied.Tracker
 
 	// bans holds the ban states of keys checked with a penalty (see penalty.go).
 	bans *penalties
