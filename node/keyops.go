@@ -227,7 +227,7 @@ func (n *Node) keyOpHere(ctx context.Context, r transport.KeyOpRequest) (transpo
 		return transport.KeyOpResult{Found: found}, n.broadcastInvalidation(ctx, rs, h, inv)
 	case transport.KeyOpInvalidate:
 		if n.denied != nil {
-			n.denied.invalidate(h)
+			n.denied.Invalidate(h)
 		}
 		if !owns { // as the key's backup: drop the replica of what was reset
 			if r.All {
@@ -247,7 +247,7 @@ func (n *Node) keyOpHere(ctx context.Context, r transport.KeyOpRequest) (transpo
 // their acknowledgements, up to ForwardTimeout.
 func (n *Node) broadcastInvalidation(ctx context.Context, rs *ringState, h uint64, inv transport.KeyOpRequest) error {
 	if n.denied != nil {
-		n.denied.invalidate(h)
+		n.denied.Invalidate(h)
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ForwardTimeout)
 	defer cancel()

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ringlimit/ringlimit/internal/breaker"
+	"github.com/ringlimit/ringlimit/node/internal/denycache"
 	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/node/internal/topdenied"
 	"github.com/ringlimit/ringlimit/ring"
@@ -45,7 +46,7 @@ func New(cfg Config) (*Node, error) {
 		id:        newInstanceID(),
 		ring:      r,
 		bans:      &penalties{track: cfg.Replication != ReplicationOff},
-		denied:    newDeniedCache(cfg.DeniedCacheSize, cfg.DeniedCacheMaxTTL),
+		denied:    denycache.New[Penalty](cfg.DeniedCacheSize, cfg.DeniedCacheMaxTTL),
 		top:       topdenied.New(cfg.TopDeniedKeys),
 		memberSig: make(chan struct{}, 1),
 		members:   make(map[string]Member),

@@ -31,6 +31,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/internal/breaker"
+	"github.com/ringlimit/ringlimit/node/internal/denycache"
 	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/node/internal/topdenied"
 	"github.com/ringlimit/ringlimit/ring"
@@ -160,7 +161,7 @@ type Node struct {
 	peers    peerClient
 
 	// denied caches owners' denials (denials.go); nil when off.
-	denied *deniedCache
+	denied *denycache.Cache[Penalty]
 	// top counts the denials of this node's callers by key
 	// (topdenied.go); nil when off.
 	top *topdenied.Tracker

@@ -108,12 +108,12 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 		cache := n.denied != nil && c.cacheable()
 		if cache {
 			sent = n.clock()
-			if n.denied.answer(c, h, sent, out) {
+			if n.answerDenied(c, h, sent, out) {
 				n.observe(c.Limit.Kind, RouteCachedDenial, false)
 				n.noteDenied(c)
 				return nil
 			}
-			epoch = n.denied.epoch.Load()
+			epoch = n.denied.Epoch()
 		}
 		viaBackup := n.breakers.Skip(owner.Name)
 		if !viaBackup {
@@ -129,7 +129,7 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 				}
 				*out = Decision{Decision: res.Decision, Route: RouteForwarded, Owner: owner.Name, Banned: res.Banned, Delay: res.Delay, at: res.At}
 				if cache && !out.Allowed {
-					n.denied.store(c, h, sent, epoch, out)
+					n.storeDenied(c, h, sent, epoch, out)
 				}
 				if !out.Allowed {
 					n.noteDenied(c)

@@ -1,0 +1,147 @@
+// Package denycache is the fixed-size cache of owners' denials a member
+// answers checks from without a forward (node's RouteCachedDenial). Why
+// answering from it is exact, and what invalidates it, is node's
+// denials.go; this package is the mechanism: a direct-mapped table of
+// entries chosen by the key's ring hash, an epoch that keeps answers of
+// forwards in flight during an invalidation out of it, and the clocks of
+// each entry.
+package denycache
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algo"
+)
+
+// Cache holds at most Size() denials (the size given to New rounded up to a
+// power of two), one per slot, each slot chosen by the key's ring hash; a
+// new denial replaces the slot's entry. P is the caller's penalty rule
+// type: a different limit or rule is a different entry. Memory is about
+// 120 bytes per entry. Its methods are safe for concurrent use.
+type Cache[P comparable] struct {
+	mask   uint64
+	slots  []slot[P]
+	maxTTL int64
+	// epoch counts invalidations; a forward reads it before its send and its
+	// denial is stored only if it has not moved.
+	epoch atomic.Uint64
+	hits  atomic.Uint64
+}
+
+type slot[P comparable] struct {
+	mu sync.Mutex
+	e  entry[P]
+}
+
+type entry[P comparable] struct {
+	h       uint64
+	limit   algo.Limit
+	pen     P
+	hits    int64 // the smallest hits denied
+	until   int64 // clock (ns): no admission before it (what the answer reports)
+	expires int64 // clock (ns): the entry is used until then, at most until and maxTTL after the send
+	resetAt int64 // clock (ns) at which the owner's ResetAfter ends
+	d       Denial
+}
+
+// Denial is what the owner answered (and what a cached answer repeats, its
+// durations counted down): Limit and Remaining as algo.Decision's,
+// RetryAfter and ResetAfter in ns from the owner's decision, Banned when a
+// penalty ban denied it, Owner the owner's member name.
+type Denial struct {
+	Limit, Remaining       int64
+	RetryAfter, ResetAfter time.Duration
+	Banned                 bool
+	Owner                  string
+}
+
+// New returns a cache of size entries (rounded up to a power of two) whose
+// entries are used at most maxTTL after their forward was sent, or nil when
+// size <= 0 (off).
+func New[P comparable](size int, maxTTL time.Duration) *Cache[P] {
+	if size <= 0 {
+		return nil
+	}
+	n := 1
+	for n < size {
+		n <<= 1
+	}
+	return &Cache[P]{mask: uint64(n - 1), slots: make([]slot[P], n), maxTTL: int64(maxTTL)}
+}
+
+// Answer returns the cached denial of a check of hits under limit and pen
+// of the key with ring hash h at now (ns, the clock Store's sent uses), its
+// RetryAfter and ResetAfter counted down, and true; false when no entry
+// decides it (none, expired, another limit or rule, or fewer hits than the
+// smallest denied).
+func (c *Cache[P]) Answer(h uint64, limit algo.Limit, pen P, hits, now int64) (Denial, bool) {
+	s := &c.slots[h&c.mask]
+	s.mu.Lock()
+	e := &s.e
+	if e.h != h || e.expires <= now || hits < e.hits || e.limit != limit || e.pen != pen {
+		s.mu.Unlock()
+		return Denial{}, false
+	}
+	d := e.d
+	d.RetryAfter = time.Duration(e.until - now)
+	d.ResetAfter = time.Duration(max(e.resetAt-now, e.until-now))
+	s.mu.Unlock()
+	c.hits.Add(1)
+	return d, true
+}
+
+// Epoch returns the count of invalidations, to read before a forward's send
+// and give to Store with its answer.
+func (c *Cache[P]) Epoch() uint64 { return c.epoch.Load() }
+
+// Store caches the owner's denial d of a check of hits under limit and pen
+// of the key with ring hash h, whose forward was sent at sent (ns) when the
+// epoch was epoch. It stores nothing when an invalidation came since,
+// when d has no RetryAfter (or algo.RetryNever), or when a denial of fewer
+// hits of the same key and limit still holds (it answers more checks). A
+// ban denies every check of at least one hit.
+func (c *Cache[P]) Store(h uint64, limit algo.Limit, pen P, hits, sent int64, epoch uint64, d Denial) {
+	if d.RetryAfter <= 0 || d.RetryAfter == algo.RetryNever || sent > math.MaxInt64-int64(d.RetryAfter) {
+		return
+	}
+	// The answer reports the owner's whole RetryAfter counting down (a ban of
+	// an hour says an hour); the entry itself is used no longer than maxTTL.
+	until := sent + int64(d.RetryAfter)
+	expires := until
+	if int64(d.RetryAfter) > c.maxTTL {
+		expires = sent + c.maxTTL
+	}
+	if d.Banned {
+		hits = 1
+	}
+	s := &c.slots[h&c.mask]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.epoch.Load() != epoch {
+		return
+	}
+	e := &s.e
+	if e.h == h && e.limit == limit && e.pen == pen && e.expires > sent && e.hits < hits {
+		return
+	}
+	*e = entry[P]{h: h, limit: limit, pen: pen, hits: hits, until: until, expires: expires,
+		resetAt: sent + min(int64(d.ResetAfter), math.MaxInt64-sent), d: d}
+}
+
+// Invalidate drops the cached denials of the key with ring hash h (every
+// limit) and keeps the answers of forwards in flight out of the cache.
+func (c *Cache[P]) Invalidate(h uint64) {
+	s := &c.slots[h&c.mask]
+	s.mu.Lock()
+	c.epoch.Add(1)
+	if s.e.h == h {
+		s.e = entry[P]{}
+	}
+	s.mu.Unlock()
+}
+
+// Hits returns how many checks Answer decided.
+func (c *Cache[P]) Hits() uint64 { return c.hits.Load() }
