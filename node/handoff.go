@@ -96,7 +96,7 @@ func (n *Node) resync(old, ns *ringState, restarted map[string]bool) {
 	}
 	if any {
 		n.owned.MarkWhere(func(h uint64) bool { return parts[snap.PartitionOfHash(h)] })
-		n.bans.markWhere(func(key string) bool { return parts[snap.Partition(key)] })
+		n.bans.MarkWhere(func(key string) bool { return parts[snap.Partition(key)] })
 	}
 }
 
@@ -115,7 +115,7 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]b
 	// Ban states move as key states do, except that a replica this node no
 	// longer backs up is dropped: its owner holds the whole of it, and a
 	// handed-off ban state is merged (its denials would count twice).
-	movedBans := n.bans.extract(func(key string) store.MoveAction {
+	movedBans := n.bans.Extract(func(key string) store.MoveAction {
 		return n.moveOf(ns, old, restarted, snap.Hash(key), store.MoveDrop)
 	})
 	byOwner := make(map[string][]transport.KeyState)
@@ -169,7 +169,7 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]b
 		if _, ok := byOwner[m.Name]; !ok {
 			byOwner[m.Name] = nil
 		}
-		bansByOwner[m.Name] = append(bansByOwner[m.Name], ps)
+		bansByOwner[m.Name] = append(bansByOwner[m.Name], transport.PenaltyState(ps))
 	}
 	if len(byOwner) == 0 {
 		if lost > 0 {

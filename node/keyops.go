@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
-	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/transport"
 )
 
@@ -205,7 +204,7 @@ func (n *Node) keyOpHere(ctx context.Context, r transport.KeyOpRequest) (transpo
 			}
 			res.Found, res.Decision = true, d
 		}
-		res.BanUntil = n.bans.banUntil(h, r.Key, n.clock())
+		res.BanUntil = n.bans.BanUntil(h, r.Key, n.clock())
 		return res, nil
 	case transport.KeyOpReset, transport.KeyOpUnban:
 		if !owns {
@@ -218,7 +217,7 @@ func (n *Node) keyOpHere(ctx context.Context, r transport.KeyOpRequest) (transpo
 		case r.Op == transport.KeyOpReset:
 			found = n.owned.Remove(h, r.Limit.Kind)
 		default:
-			found = n.bans.unban(h, r.Key)
+			found = n.bans.Unban(h, r.Key)
 		}
 		inv := transport.KeyOpRequest{Op: transport.KeyOpInvalidate, Key: r.Key, All: r.All}
 		if r.Op == transport.KeyOpReset {
@@ -235,7 +234,7 @@ func (n *Node) keyOpHere(ctx context.Context, r transport.KeyOpRequest) (transpo
 			} else if r.Limit.Kind.Valid() {
 				n.owned.Remove(h, r.Limit.Kind)
 			} else {
-				n.bans.unban(h, r.Key)
+				n.bans.Unban(h, r.Key)
 			}
 		}
 		return transport.KeyOpResult{}, nil
@@ -281,36 +280,11 @@ func (n *Node) broadcastInvalidation(ctx context.Context, rs *ringState, h uint6
 // dropAll drops the key's states under every algorithm and its ban state,
 // and reports whether there was any.
 func (n *Node) dropAll(h uint64, key string) bool {
-	found := n.bans.unban(h, key)
+	found := n.bans.Unban(h, key)
 	for _, k := range algo.Kinds() {
 		if n.owned.Remove(h, k) {
 			found = true
 		}
 	}
 	return found
-}
-
-// banUntil returns the end (Unix ns) of key's ban at now, 0 when none.
-func (p *penalties) banUntil(h uint64, key string, now int64) int64 {
-	sh := &p.shards[store.ShardOf(h)]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if st := sh.m[key]; st != nil && st.banUntil > now {
-		return st.banUntil
-	}
-	return 0
-}
-
-// unban drops key's ban state and reports whether it had one.
-func (p *penalties) unban(h uint64, key string) bool {
-	sh := &p.shards[store.ShardOf(h)]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	_, ok := sh.m[key]
-	delete(sh.m, key)
-	if _, d := sh.dirty[key]; d {
-		delete(sh.dirty, key)
-		p.dirtyN.Add(-1)
-	}
-	return ok
 }

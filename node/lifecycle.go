@@ -45,7 +45,7 @@ func New(cfg Config) (*Node, error) {
 		clockFn:   cfg.Clock,
 		id:        newInstanceID(),
 		ring:      r,
-		bans:      &penalties{track: cfg.Replication != ReplicationOff},
+		bans:      &store.Bans{Track: cfg.Replication != ReplicationOff},
 		denied:    denycache.New[Penalty](cfg.DeniedCacheSize, cfg.DeniedCacheMaxTTL),
 		top:       topdenied.New(cfg.TopDeniedKeys),
 		memberSig: make(chan struct{}, 1),

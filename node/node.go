@@ -167,7 +167,7 @@ type Node struct {
 	top *topdenied.Tracker
 
 	// bans holds the ban states of keys checked with a penalty (see penalty.go).
-	bans *penalties
+	bans *store.Bans
 
 	repl     *replicator  // sends changed states to backups
 	breakers *breaker.Set // per-peer circuit breaker

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/transport"
 )
 
@@ -297,7 +298,7 @@ func (n *Node) installHandoff(b transport.TransferBatch, cb checkedBatch) {
 	}
 	for i, ps := range b.Penalties {
 		if !cb.penRefusedAt(i) {
-			n.bans.install(n.owned.Hash(ps.Key), ps)
+			n.bans.Install(n.owned.Hash(ps.Key), store.BanState(ps))
 		}
 	}
 	if b.Done {

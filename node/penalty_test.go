@@ -91,11 +91,11 @@ func TestPenaltyStateMovesWithHandoff(t *testing.T) {
 	if d, _ := a.AllowPenalized(ctx, "k", l, 1, pen); !d.Banned {
 		t.Fatalf("got %+v, want banned", d)
 	}
-	moved := a.bans.extract(func(string) store.MoveAction { return store.MoveSend })
+	moved := a.bans.Extract(func(string) store.MoveAction { return store.MoveSend })
 	if len(moved) != 1 || moved[0].Key != "k" {
 		t.Fatalf("extracted %+v, want the state of k", moved)
 	}
-	if err := (peerService{b}).Transfer(ctx, transport.TransferBatch{From: "solo", Sender: "solo", Penalties: moved}); err != nil {
+	if err := (peerService{b}).Transfer(ctx, transport.TransferBatch{From: "solo", Sender: "solo", Penalties: []transport.PenaltyState{transport.PenaltyState(moved[0])}}); err != nil {
 		t.Fatal(err)
 	}
 	now.Add(int64(10 * time.Minute)) // the GCRA alone would admit again
@@ -146,11 +146,7 @@ func TestHandedOffBanNeverOutlastsTheRule(t *testing.T) {
 	if got := n.Stats().RefusedStates; got != 1 {
 		t.Errorf("denials in the future: %d states refused, want 1", got)
 	}
-	sh := &n.bans.shards[store.ShardOf(n.owned.Hash("other"))]
-	sh.mu.Lock()
-	held := sh.m["other"] != nil
-	sh.mu.Unlock()
-	if held {
+	if _, held := n.bans.State(n.owned.Hash("other"), "other"); held {
 		t.Error("a ban state with denials in the future was installed")
 	}
 }

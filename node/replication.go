@@ -200,7 +200,7 @@ func (d *replDest) resend(n *Node, ms []store.Moved, want map[uint64]bool) {
 			keys, hs = append(keys, d.pens[i].Key), append(hs, h)
 		}
 	}
-	n.bans.markKeys(keys, hs)
+	n.bans.MarkKeys(keys, hs)
 }
 
 func newReplicator() *replicator {
@@ -250,7 +250,7 @@ func (n *Node) replicate() {
 	sc := &r.scratch
 	sc.ms = n.owned.TakeDirtyInto(n.clock(), sc.ms[:0])
 	ms := sc.ms
-	pens := n.bans.takeDirty()
+	pens := n.bans.TakeDirty()
 	if len(ms) == 0 && len(pens) == 0 {
 		return
 	}
@@ -294,7 +294,7 @@ func (n *Node) replicate() {
 			continue
 		}
 		d := sc.dest(b)
-		d.pens = append(d.pens, ps)
+		d.pens = append(d.pens, transport.PenaltyState(ps))
 		d.penH = append(d.penH, h)
 	}
 	sc.buf = buf
@@ -476,7 +476,7 @@ func (n *Node) acceptReplica(b transport.TransferBatch, cb checkedBatch) (needFu
 		case ok && owner.Name == self:
 			n.refusedState(b.From, ps.Key, fmt.Errorf("%w: a replica of the ban state of a key this node owns", ErrRefusedState))
 		case ok && hasB && bk.Name == self && owner.Name == b.From:
-			n.bans.replace(h, ps)
+			n.bans.Replace(h, store.BanState(ps))
 		default:
 			needFull = append(needFull, h) // the rings disagree, as for states
 		}

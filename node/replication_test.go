@@ -42,14 +42,9 @@ func replica(t *testing.T, n *Node, key string, l algo.Limit) algo.Decision {
 // waitBan polls (5 ms, 5 s deadline) until n holds a ban of key.
 func waitBan(t *testing.T, n *Node, key string) {
 	t.Helper()
-	sh := &n.bans.shards[store.ShardOf(n.owned.Hash(key))]
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		sh.mu.Lock()
-		st := sh.m[key]
-		banned := st != nil && st.banUntil > 0
-		sh.mu.Unlock()
-		if banned {
+		if st, ok := n.bans.State(n.owned.Hash(key), key); ok && st.BanUntil > 0 {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -573,11 +568,7 @@ func TestReplicaNotPlacedIsAskedAgain(t *testing.T) {
 	if got := replica(t, z, key, l).Remaining; got != 10 {
 		t.Errorf("a state z cannot place was installed: %d remaining, want 10", got)
 	}
-	sh := &z.bans.shards[store.ShardOf(h)]
-	sh.mu.Lock()
-	_, banned := sh.m[key]
-	sh.mu.Unlock()
-	if banned {
+	if _, banned := z.bans.State(h, key); banned {
 		t.Error("a ban state z cannot place was installed")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/transport"
 )
@@ -246,7 +247,7 @@ func (n *Node) decideOwned(ctx context.Context, rs *ringState, c *Check, h uint6
 	if c.Penalty.IsZero() {
 		return false, n.owned.TakeInto(out, h, c.Limit, c.Hits, now, wall, owns)
 	}
-	d, banned, err := n.bans.take(h, c.Key, c.Penalty, c.Hits, now, func(hits int64) (algo.Decision, error) {
+	d, banned, err := n.bans.Take(h, c.Key, store.BanRule(c.Penalty), c.Hits, now, func(hits int64) (algo.Decision, error) {
 		return n.owned.Take(h, c.Limit, hits, now, wall, owns)
 	})
 	if err == nil {
@@ -409,7 +410,7 @@ func (n *Node) decideAsBackup(ctx context.Context, c Check, h uint64) (algo.Deci
 		d, err := n.owned.Take(h, c.Limit, c.Hits, now, wall, holds)
 		return d, false, err
 	}
-	return n.bans.take(h, c.Key, c.Penalty, c.Hits, now, func(hits int64) (algo.Decision, error) {
+	return n.bans.Take(h, c.Key, store.BanRule(c.Penalty), c.Hits, now, func(hits int64) (algo.Decision, error) {
 		return n.owned.Take(h, c.Limit, hits, now, wall, holds)
 	})
 }

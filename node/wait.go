@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node/internal/store"
 )
 
 // This file is waiting instead of failing (x/time/rate's Wait, Reserve and
@@ -248,7 +249,7 @@ func (n *Node) bookOwned(ctx context.Context, rs *ringState, c *Check, h uint64,
 	if c.Penalty.IsZero() {
 		d, err = take(c.Hits)
 	} else {
-		d, banned, err = n.bans.take(h, c.Key, c.Penalty, c.Hits, now, take)
+		d, banned, err = n.bans.Take(h, c.Key, store.BanRule(c.Penalty), c.Hits, now, take)
 	}
 	if err != nil {
 		return false, err

@@ -2,8 +2,9 @@
 // state, kept under the key's 64-bit ring hash in one open-addressing table
 // per algorithm and shard (packed in the slot where it fits, boxed where it
 // does not), with the shard's table of distinct Limits, the prefetch of a
-// batch's slots, idle-key eviction at the key bound, and the lists of changed
-// keys that replication sends. It knows nothing of membership or the
+// batch's slots, idle-key eviction at the key bound, the lists of changed
+// keys that replication sends, and the ban states of penalized keys (Bans,
+// bans.go). It knows nothing of membership or the
 // network: the node decides who owns a hash and passes the owner check
 // (Take's owns) and the move of each state at a ring change (Extract's act).
 //
