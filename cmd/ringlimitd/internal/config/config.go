@@ -11,6 +11,10 @@
 // checks the whole Config, and NodeConfig reads the files it names (the gossip
 // key) and builds the node.Config. Every error names the flag or variable at
 // fault; the daemon exits with status 2 on any of them.
+//
+// config.go is over 600 lines because each setting's documentation sits on
+// its Config field, next to its flag registration and its validation: one
+// place to read (and review) what a setting means and what it accepts.
 package config
 
 import (
