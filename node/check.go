@@ -166,7 +166,46 @@ var (
 	// decide for a reason other than bad input; packages built on node (the
 	// failover limiter, a door's own backend) wrap it to be classified so.
 	ErrUnavailable = errors.New("node: unavailable")
+	// ErrPermissionDenied is matched by every error of a check that the
+	// caller's credential may not make (a *PermissionError: the daemon's
+	// client scopes). Retrying the same check with the same credential fails
+	// the same way.
+	ErrPermissionDenied = errors.New("node: permission denied")
 )
+
+// PermissionError is the error of a check (or key operation) outside the
+// caller's permissions: Who names the caller, Forbids what its permissions
+// forbid. errors.Is(err, ErrPermissionDenied) matches it, and Err (a caller's
+// own named error, nil for none) through Unwrap. Classify sorts it as
+// ClassPermission.
+type PermissionError struct {
+	// Who names the caller as the doors show it: a quoted credential name, or
+	// "this caller" for an anonymous one.
+	Who string
+	// Forbids says what was refused, as a sentence fragment after Who ("may
+	// only check keys starting [\"billing:\"]").
+	Forbids string
+	// Err is the named error this refusal is a case of, or nil.
+	Err error
+}
+
+// Message is the error's text as a client sees it: "permission denied: <Who>
+// <Forbids>".
+func (e *PermissionError) Message() string { return "permission denied: " + e.Who + " " + e.Forbids }
+
+// Error is Message; Err's text, when set, is in the chain for logs.
+func (e *PermissionError) Error() string {
+	if e.Err != nil {
+		return e.Message() + " (" + e.Err.Error() + ")"
+	}
+	return e.Message()
+}
+
+// Unwrap returns Err.
+func (e *PermissionError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrPermissionDenied.
+func (e *PermissionError) Is(target error) bool { return target == ErrPermissionDenied }
 
 // Class sorts an error of a check for a front door, which maps each class to
 // its own answer (an HTTP status, a gRPC code, a RESP error) with one small
@@ -188,12 +227,16 @@ const (
 	ClassTimeout
 	// ClassCanceled: the caller gave up (context.Canceled).
 	ClassCanceled
+	// ClassPermission: the caller's credential may not make this check
+	// (ErrPermissionDenied, a *PermissionError); Message names what its
+	// permissions forbid. Retrying with the same credential fails the same way.
+	ClassPermission
 	// ClassInternal: anything else, a bug.
 	ClassInternal
 )
 
-// String returns "none", "invalid", "unavailable", "timeout", "canceled" or
-// "internal".
+// String returns "none", "invalid", "unavailable", "timeout", "canceled",
+// "permission" or "internal".
 func (c Class) String() string {
 	switch c {
 	case ClassNone:
@@ -206,6 +249,8 @@ func (c Class) String() string {
 		return "timeout"
 	case ClassCanceled:
 		return "canceled"
+	case ClassPermission:
+		return "permission"
 	}
 	return "internal"
 }
@@ -218,6 +263,8 @@ func Classify(err error) Class {
 	switch {
 	case err == nil:
 		return ClassNone
+	case errors.Is(err, ErrPermissionDenied), errors.Is(err, transport.ErrPermissionDenied):
+		return ClassPermission
 	case errors.Is(err, ErrInvalid), errors.Is(err, algo.ErrInvalidLimit), errors.Is(err, transport.ErrInvalidCheck):
 		return ClassInvalid
 	case errors.Is(err, context.DeadlineExceeded):
@@ -230,13 +277,13 @@ func Classify(err error) Class {
 	return ClassInternal
 }
 
-// Message is err's text as a client of a front door sees it: an
-// *InputError's Message (field, value, allowed; no package prefixes), else
-// the error's text.
+// Message is err's text as a client of a front door sees it: the Message of
+// the first error in its chain that has one (an *InputError: field, value,
+// allowed; a *PermissionError; no package prefixes), else the error's text.
 func Message(err error) string {
-	var ie *InputError
-	if errors.As(err, &ie) {
-		return ie.Message()
+	var m interface{ Message() string }
+	if errors.As(err, &m) {
+		return m.Message()
 	}
 	return err.Error()
 }

@@ -3,10 +3,12 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/transport"
 )
 
 // TestEveryKindHasAStoreTable: every algorithm of algo's name table is kept
@@ -40,6 +42,7 @@ func TestEveryKindHasAStoreTable(t *testing.T) {
 func TestClassify(t *testing.T) {
 	t.Parallel()
 	ie := &InputError{Field: "key", Value: "0 bytes", Allowed: "must be 1..1024 bytes"}
+	pe := &PermissionError{Who: `credential "a"`, Forbids: "may only check keys starting with one of its key_prefixes [\"a:\"]"}
 	for _, tc := range []struct {
 		err  error
 		want Class
@@ -56,6 +59,10 @@ func TestClassify(t *testing.T) {
 		{context.DeadlineExceeded, ClassTimeout},
 		{errors.Join(ErrUnavailable, context.DeadlineExceeded), ClassTimeout},
 		{context.Canceled, ClassCanceled},
+		{pe, ClassPermission},
+		{fmt.Errorf("scope: %w", pe), ClassPermission},
+		{WireError(pe), ClassPermission},
+		{fmt.Errorf("%w: check at n1: no", transport.ErrPermissionDenied), ClassPermission},
 		{errors.New("boom"), ClassInternal},
 	} {
 		if got := Classify(tc.err); got != tc.want {
@@ -64,5 +71,11 @@ func TestClassify(t *testing.T) {
 	}
 	if got, want := Message(errors.Join(errors.New("ctx"), ie)), "field key value 0 bytes: must be 1..1024 bytes"; got != want {
 		t.Errorf("Message: got %q, want %q", got, want)
+	}
+	if got, want := Message(WireError(pe)), `permission denied: credential "a" may only check keys starting with one of its key_prefixes ["a:"]`; got != want {
+		t.Errorf("Message: got %q, want %q", got, want)
+	}
+	if errors.Is(pe, ErrInvalid) || !errors.Is(WireError(pe), transport.ErrPermissionDenied) {
+		t.Errorf("a PermissionError is invalid input or does not reach the wire as permission denied")
 	}
 }

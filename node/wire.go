@@ -50,7 +50,8 @@ type Checker interface {
 // service (transport.NewLimiterServer): it converts each wire check to a
 // Check (a client cannot set the peer-only AsBackup) and the Decision back,
 // and maps c's errors by Classify: ClassUnavailable to transport.ErrUnavailable
-// (gRPC Unavailable); input errors and context errors keep their own
+// (gRPC Unavailable), ClassPermission to transport.ErrPermissionDenied (gRPC
+// PermissionDenied, with Message's text); input errors and context errors keep their own
 // mapping (InvalidArgument with the *InputError's field, DeadlineExceeded,
 // Canceled).
 func LimiterHandler(c Checker) transport.LimiterHandler { return limiterHandler{c} }
@@ -68,12 +69,15 @@ func (h limiterHandler) Check(ctx context.Context, w transport.Check) (transport
 }
 
 // WireError returns err in transport's terms, for a handler of a transport
-// service: an error of ClassUnavailable also wraps transport.ErrUnavailable;
-// any other error is returned as it is (transport maps input and context
-// errors itself).
+// service: an error of ClassUnavailable also wraps transport.ErrUnavailable,
+// one of ClassPermission transport.ErrPermissionDenied; any other error is
+// returned as it is (transport maps input and context errors itself).
 func WireError(err error) error {
-	if Classify(err) == ClassUnavailable {
+	switch Classify(err) {
+	case ClassUnavailable:
 		return fmt.Errorf("%w: %w", transport.ErrUnavailable, err)
+	case ClassPermission:
+		return fmt.Errorf("%w: %w", transport.ErrPermissionDenied, err)
 	}
 	return err
 }

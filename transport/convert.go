@@ -91,6 +91,8 @@ func codeToWire(c Code) pb.Code {
 		return pb.Code_CODE_NOT_OWNER
 	case CodeInvalidArgument:
 		return pb.Code_CODE_INVALID_ARGUMENT
+	case CodePermissionDenied:
+		return pb.Code_CODE_PERMISSION_DENIED
 	}
 	return pb.Code_CODE_UNAVAILABLE
 }
@@ -105,6 +107,8 @@ func codeFromWire(c pb.Code) Code {
 		return CodeNotOwner
 	case pb.Code_CODE_INVALID_ARGUMENT:
 		return CodeInvalidArgument
+	case pb.Code_CODE_PERMISSION_DENIED:
+		return CodePermissionDenied
 	}
 	return CodeUnavailable
 }
@@ -238,7 +242,7 @@ func resultFromWire(m *pb.Result, r *Result) {
 	r.Code = codeFromWire(m.GetCode())
 	r.Message = m.GetMessage()
 	switch m.GetCode() {
-	case pb.Code_CODE_OK, pb.Code_CODE_NOT_OWNER, pb.Code_CODE_INVALID_ARGUMENT, pb.Code_CODE_UNAVAILABLE:
+	case pb.Code_CODE_OK, pb.Code_CODE_NOT_OWNER, pb.Code_CODE_INVALID_ARGUMENT, pb.Code_CODE_UNAVAILABLE, pb.Code_CODE_PERMISSION_DENIED:
 	default:
 		r.Message = fmt.Sprintf("unknown result code %d: %s", int32(m.GetCode()), r.Message)
 	}

@@ -477,7 +477,7 @@ func (m *fwdResponse) decodeResult(b []byte, r *Result) error {
 	r.Code = codeFromWire(code)
 	r.Message = msg
 	switch code {
-	case pb.Code_CODE_OK, pb.Code_CODE_NOT_OWNER, pb.Code_CODE_INVALID_ARGUMENT, pb.Code_CODE_UNAVAILABLE:
+	case pb.Code_CODE_OK, pb.Code_CODE_NOT_OWNER, pb.Code_CODE_INVALID_ARGUMENT, pb.Code_CODE_UNAVAILABLE, pb.Code_CODE_PERMISSION_DENIED:
 	default:
 		r.Message = fmt.Sprintf("unknown result code %d: %s", int32(code), msg)
 	}

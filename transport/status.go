@@ -13,13 +13,14 @@ import (
 )
 
 // ClientMessage is an error's text as a client of the public front doors sees
-// it (gRPC Limiter, HTTP, RESP, the CLI): an *algo.InputError's Message (the
-// field, its value and what is allowed, without package prefixes, which stay
-// in the logs), else the error's text.
+// it (gRPC Limiter, HTTP, RESP, the CLI): the Message of the first error in
+// its chain that has a Message method (an *algo.InputError's field, value and
+// allowed range; node's permission and full-table errors), without package
+// prefixes, which stay in the logs; else the error's text.
 func ClientMessage(err error) string {
-	var ie *algo.InputError
-	if errors.As(err, &ie) {
-		return ie.Message()
+	var m interface{ Message() string }
+	if errors.As(err, &m) {
+		return m.Message()
 	}
 	return err.Error()
 }
@@ -82,7 +83,8 @@ func inputInfo(st *status.Status) *errdetails.ErrorInfo {
 }
 
 // statusFromError maps a handler or validation error to a gRPC status error:
-// invalid input -> InvalidArgument, ErrUnavailable -> Unavailable, context
+// invalid input -> InvalidArgument, ErrPermissionDenied -> PermissionDenied,
+// ErrUnavailable -> Unavailable, context
 // errors -> DeadlineExceeded / Canceled, anything else -> Internal. The message
 // is the error's text, which names the field for invalid input.
 func statusFromError(err error) error {
@@ -96,6 +98,8 @@ func codeOfError(err error) codes.Code {
 	switch {
 	case errors.Is(err, ErrInvalidCheck), errors.Is(err, algo.ErrInvalidInput), errors.Is(err, algo.ErrInvalidLimit):
 		return codes.InvalidArgument
+	case errors.Is(err, ErrPermissionDenied):
+		return codes.PermissionDenied
 	case errors.Is(err, ErrUnavailable):
 		return codes.Unavailable
 	case errors.Is(err, context.DeadlineExceeded):
@@ -107,11 +111,15 @@ func codeOfError(err error) codes.Code {
 }
 
 // itemResultFromError is the per-item form of clientStatus inside a
-// CheckBatch: invalid input -> CodeInvalidArgument, anything else ->
-// CodeUnavailable, with ClientMessage's text.
+// CheckBatch: invalid input -> CodeInvalidArgument, ErrPermissionDenied ->
+// CodePermissionDenied, anything else -> CodeUnavailable, with
+// ClientMessage's text.
 func itemResultFromError(err error) Result {
-	if codeOfError(err) == codes.InvalidArgument {
+	switch codeOfError(err) {
+	case codes.InvalidArgument:
 		return Result{Code: CodeInvalidArgument, Message: ClientMessage(err)}
+	case codes.PermissionDenied:
+		return Result{Code: CodePermissionDenied, Message: ClientMessage(err)}
 	}
 	return Result{Code: CodeUnavailable, Message: ClientMessage(err)}
 }
@@ -121,6 +129,8 @@ func statusFromResult(r Result) error {
 	switch r.Code {
 	case CodeInvalidArgument:
 		return status.Error(codes.InvalidArgument, r.Message)
+	case CodePermissionDenied:
+		return status.Error(codes.PermissionDenied, r.Message)
 	case CodeNotOwner:
 		return status.Error(codes.Unavailable, "not owner: "+r.Message)
 	}
@@ -131,10 +141,14 @@ func statusFromResult(r Result) error {
 // package: InvalidArgument -> an error wrapping ErrInvalidCheck that carries
 // the server's message, and, when the status has statusOf's ErrorInfo, the
 // *algo.InputError it describes (which is algo.ErrInvalidLimit for reason
-// INVALID_LIMIT); every other failure -> ErrUnavailable wrapping the status
-// error. what names the call ("forward to 10.0.0.2:7947").
+// INVALID_LIMIT); PermissionDenied -> an error wrapping ErrPermissionDenied
+// with the server's message; every other failure -> ErrUnavailable wrapping
+// the status error. what names the call ("forward to 10.0.0.2:7947").
 func errorFromStatus(what string, err error) error {
 	st, _ := status.FromError(err)
+	if st.Code() == codes.PermissionDenied {
+		return fmt.Errorf("%w: %s: %s", ErrPermissionDenied, what, st.Message())
+	}
 	if st.Code() != codes.InvalidArgument {
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
 	}

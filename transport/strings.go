@@ -23,7 +23,8 @@ func (r Route) String() string {
 	return "route(" + strconv.Itoa(int(r)) + ")"
 }
 
-// String returns "ok", "not_owner", "invalid_argument" or "unavailable".
+// String returns "ok", "not_owner", "invalid_argument", "unavailable" or
+// "permission_denied".
 func (c Code) String() string {
 	switch c {
 	case CodeOK:
@@ -34,6 +35,8 @@ func (c Code) String() string {
 		return "invalid_argument"
 	case CodeUnavailable:
 		return "unavailable"
+	case CodePermissionDenied:
+		return "permission_denied"
 	}
 	return "code(" + strconv.Itoa(int(c)) + ")"
 }

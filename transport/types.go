@@ -97,6 +97,9 @@ const (
 	CodeInvalidArgument
 	// CodeUnavailable: the receiver is shutting down or cannot decide.
 	CodeUnavailable
+	// CodePermissionDenied: the caller may not make this check (a handler's
+	// error wrapping ErrPermissionDenied); Message says what is forbidden.
+	CodePermissionDenied
 )
 
 // KeyState is the state of one key handed from its old owner to its new owner.

@@ -23,6 +23,12 @@ var ErrInvalidCheck = errors.New("transport: invalid check")
 // answer codes.Unavailable.
 var ErrUnavailable = errors.New("transport: unavailable")
 
+// ErrPermissionDenied is wrapped by a handler's error for a check the caller
+// may not make (node.WireError wraps it around a node.PermissionError); the
+// servers answer it as codes.PermissionDenied with the error's client
+// message (ClientMessage).
+var ErrPermissionDenied = errors.New("transport: permission denied")
+
 // DefaultMaxKeyLen is the default maximum key length, in bytes
 // (algo.DefaultMaxKeyLen).
 const DefaultMaxKeyLen = algo.DefaultMaxKeyLen

@@ -180,6 +180,11 @@ const (
 	Code_CODE_INVALID_ARGUMENT Code = 2
 	// The receiver is shutting down or cannot decide.
 	Code_CODE_UNAVAILABLE Code = 3
+	// The caller's credential may not make this check (Limiter.CheckBatch of
+	// ringlimitd, outside the caller's scope); message says what its scope
+	// forbids. A receiver that does not know this code reads it as
+	// CODE_UNAVAILABLE.
+	Code_CODE_PERMISSION_DENIED Code = 4
 )
 
 // Enum value maps for Code.
@@ -189,12 +194,14 @@ var (
 		1: "CODE_NOT_OWNER",
 		2: "CODE_INVALID_ARGUMENT",
 		3: "CODE_UNAVAILABLE",
+		4: "CODE_PERMISSION_DENIED",
 	}
 	Code_value = map[string]int32{
-		"CODE_OK":               0,
-		"CODE_NOT_OWNER":        1,
-		"CODE_INVALID_ARGUMENT": 2,
-		"CODE_UNAVAILABLE":      3,
+		"CODE_OK":                0,
+		"CODE_NOT_OWNER":         1,
+		"CODE_INVALID_ARGUMENT":  2,
+		"CODE_UNAVAILABLE":       3,
+		"CODE_PERMISSION_DENIED": 4,
 	}
 )
 
@@ -2157,12 +2164,13 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x0fROUTE_FORWARDED\x10\x02\x12\x12\n" +
 	"\x0eROUTE_FALLBACK\x10\x03\x12\x10\n" +
 	"\fROUTE_BACKUP\x10\x04\x12\x17\n" +
-	"\x13ROUTE_CACHED_DENIAL\x10\x05*X\n" +
+	"\x13ROUTE_CACHED_DENIAL\x10\x05*t\n" +
 	"\x04Code\x12\v\n" +
 	"\aCODE_OK\x10\x00\x12\x12\n" +
 	"\x0eCODE_NOT_OWNER\x10\x01\x12\x19\n" +
 	"\x15CODE_INVALID_ARGUMENT\x10\x02\x12\x14\n" +
-	"\x10CODE_UNAVAILABLE\x10\x03*\x8a\x01\n" +
+	"\x10CODE_UNAVAILABLE\x10\x03\x12\x1a\n" +
+	"\x16CODE_PERMISSION_DENIED\x10\x04*\x8a\x01\n" +
 	"\x05KeyOp\x12\x16\n" +
 	"\x12KEY_OP_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eKEY_OP_INSPECT\x10\x01\x12\x10\n" +

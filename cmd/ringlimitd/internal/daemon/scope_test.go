@@ -23,7 +23,8 @@ import (
 // policy-only credential (the client certificate here) may not send limits
 // but checks descriptors; a domain outside a scope is refused; and without a
 // scopes file no caller may lock a key for 100 years or touch the policy's
-// keys.
+// keys. Every refusal is permission denied (HTTP 403, gRPC PermissionDenied,
+// also per item of CheckBatch, RESP -NOPERM), never invalid input.
 func TestCredentialScopes(t *testing.T) {
 	t.Parallel()
 	p := newTestPKI(t)
@@ -55,11 +56,11 @@ clients:
 		inBody string
 	}{
 		{"token, own prefix", p.anon, bearer, "/v1/check", check("tenant-a:1", "1m"), 200, `"allowed":true`},
-		{"token, another tenant's prefix", p.anon, bearer, "/v1/check", check("tenant-b:1", "1m"), 400, "key outside its prefixes"},
-		{"token, period over its cap", p.anon, bearer, "/v1/check", check("tenant-a:2", "876000h"), 400, "over its max_period 1h0m0s"},
+		{"token, another tenant's prefix", p.anon, bearer, "/v1/check", check("tenant-b:1", "1m"), 403, `permission denied: credential \"tester-token\" may only check keys starting with one of its key_prefixes`},
+		{"token, period over its cap", p.anon, bearer, "/v1/check", check("tenant-a:2", "876000h"), 403, "above its max_period 1h0m0s"},
 		{"token, its domain", p.anon, bearer, "/v1/check_descriptors", `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"u"}]}]}`, 200, `"allowed":true`},
-		{"token, another domain", p.anon, bearer, "/v1/check_descriptors", `{"domain":"other","descriptors":[{"entries":[{"key":"user","value":"u"}]}]}`, 400, `domain \"other\" outside its domains`},
-		{"certificate, own limit", p.certClient, "", "/v1/check", check("tenant-a:1", "1m"), 400, "may only check the policy file's descriptors"},
+		{"token, another domain", p.anon, bearer, "/v1/check_descriptors", `{"domain":"other","descriptors":[{"entries":[{"key":"user","value":"u"}]}]}`, 403, `may not check domain \"other\": outside its domains`},
+		{"certificate, own limit", p.certClient, "", "/v1/check", check("tenant-a:1", "1m"), 403, "may only check the policy file's descriptors"},
 		{"certificate, descriptors", p.certClient, "", "/v1/check_descriptors", `{"domain":"other","descriptors":[{"entries":[{"key":"user","value":"u"}]}]}`, 200, `"allowed":true`},
 	} {
 		code, body := httpDoWith(t, tc.hc, http.MethodPost, url+tc.path, tc.body, tc.authz)
@@ -84,8 +85,20 @@ clients:
 	if err := grpcCheck("tenant-a:g"); err != nil {
 		t.Errorf("gRPC own prefix: %v", err)
 	}
-	if err := grpcCheck("tenant-b:g"); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "outside its prefixes") {
-		t.Errorf("gRPC another tenant's prefix: got %v, want InvalidArgument outside its prefixes", err)
+	if err := grpcCheck("tenant-b:g"); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "one of its key_prefixes") {
+		t.Errorf("gRPC another tenant's prefix: got %v, want PermissionDenied naming its key_prefixes", err)
+	}
+	batch, err := pb.NewLimiterClient(conn).CheckBatch(ctx, &pb.CheckBatchRequest{Checks: []*pb.Check{
+		{Key: []byte("tenant-a:b"), Algorithm: pb.Algorithm_ALGORITHM_GCRA, Limit: 10, PeriodNs: int64(time.Minute), Hits: 1},
+		{Key: []byte("tenant-b:b"), Algorithm: pb.Algorithm_ALGORITHM_GCRA, Limit: 10, PeriodNs: int64(time.Minute), Hits: 1}}})
+	if err != nil || len(batch.GetResults()) != 2 {
+		t.Fatalf("gRPC CheckBatch: got %v, %v; want 2 results", batch, err)
+	}
+	if c := batch.GetResults()[0].GetCode(); c != pb.Code_CODE_OK {
+		t.Errorf("gRPC CheckBatch own prefix: got %v, want CODE_OK", c)
+	}
+	if r := batch.GetResults()[1]; r.GetCode() != pb.Code_CODE_PERMISSION_DENIED || !strings.Contains(r.GetMessage(), "one of its key_prefixes") {
+		t.Errorf("gRPC CheckBatch another tenant's prefix: got %v %q, want CODE_PERMISSION_DENIED naming its key_prefixes", r.GetCode(), r.GetMessage())
 	}
 
 	// RESP, the same token (its name comes from the token file).
@@ -94,22 +107,24 @@ clients:
 	if _, err := rc.Do(ctx, "CL.THROTTLE", "tenant-a:r", "5", "10", "60").Int64Slice(); err != nil {
 		t.Errorf("RESP own prefix: %v", err)
 	}
-	if err := rc.Do(ctx, "CL.THROTTLE", "tenant-b:r", "5", "10", "60").Err(); err == nil || !strings.Contains(err.Error(), "outside its prefixes") {
-		t.Errorf("RESP another tenant's prefix: got %v, want an error naming the prefixes", err)
+	for _, args := range [][]any{{"CL.THROTTLE", "tenant-b:r", "5", "10", "60"}, {"RL.CHECK", "tenant-b:r", "gcra", "10", "1m"}} {
+		if err := rc.Do(ctx, args...).Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM permission denied: ") || !strings.Contains(err.Error(), "one of its key_prefixes") {
+			t.Errorf("RESP %v another tenant's prefix: got %v, want NOPERM naming the prefixes", args[0], err)
+		}
 	}
-	if err := rc.Do(ctx, "RL.POLICY", "other", "1", "user", "u").Err(); err == nil || !strings.Contains(err.Error(), "outside its domains") {
-		t.Errorf("RESP RL.POLICY in another domain: got %v, want an error naming the domains", err)
+	if err := rc.Do(ctx, "RL.POLICY", "other", "1", "user", "u").Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM ") || !strings.Contains(err.Error(), "outside its domains") {
+		t.Errorf("RESP RL.POLICY in another domain: got %v, want NOPERM naming the domains", err)
 	}
 
 	// Without a scopes file: the default scope.
 	plain := startDaemon(t, testConfig(t, p, "unscoped", "--policy-file", policyPath))
 	for _, tc := range []struct{ name, body, inBody string }{
-		{"100-year lock", check("victim", "876000h"), "over its max_period 744h0m0s"},
-		{"a policy key", check("rl:3:api4:user1:u", "1m"), `keys starting \"rl:\" belong to the policy file`},
+		{"100-year lock", check("victim", "876000h"), "above its max_period 744h0m0s"},
+		{"a policy key", check("rl:3:api4:user1:u", "1m"), `may not check keys starting \"rl:\": they belong to the policy file`},
 	} {
 		code, body := httpDoWith(t, p.anon, http.MethodPost, "https://"+plain.HTTPAddr()+"/v1/check", tc.body, bearer)
-		if code != 400 || !strings.Contains(body, tc.inBody) {
-			t.Errorf("default scope, %s: got %d %s, want 400 with %s", tc.name, code, body, tc.inBody)
+		if code != 403 || !strings.Contains(body, tc.inBody) {
+			t.Errorf("default scope, %s: got %d %s, want 403 with %s", tc.name, code, body, tc.inBody)
 		}
 	}
 }

@@ -434,6 +434,8 @@ func statusOf(err error) int {
 	switch node.Classify(err) {
 	case node.ClassInvalid:
 		return http.StatusBadRequest
+	case node.ClassPermission:
+		return http.StatusForbidden
 	case node.ClassTimeout:
 		return http.StatusGatewayTimeout
 	case node.ClassCanceled:

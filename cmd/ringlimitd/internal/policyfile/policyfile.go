@@ -396,6 +396,8 @@ func httpStatus(err error) int {
 	switch node.Classify(err) {
 	case node.ClassInvalid:
 		return http.StatusBadRequest
+	case node.ClassPermission:
+		return http.StatusForbidden
 	case node.ClassTimeout:
 		return http.StatusGatewayTimeout
 	case node.ClassCanceled:

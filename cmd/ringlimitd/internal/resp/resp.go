@@ -473,6 +473,8 @@ func checkError(err error) string {
 	switch node.Classify(err) {
 	case node.ClassInvalid:
 		return "ERR " + node.Message(err)
+	case node.ClassPermission:
+		return "NOPERM " + node.Message(err) // Redis's ACL refusal
 	case node.ClassTimeout:
 		return "ERR timeout: the check was not decided in time"
 	case node.ClassCanceled:

@@ -157,12 +157,14 @@ func envoyUnit(name string) (ratelimitv3.RateLimitResponse_RateLimit_Unit, bool)
 }
 
 // statusOf maps an error of a descriptor check to a gRPC status by its
-// node.Class; an invalid request's message is its node.Message (the field, its
-// value and what is allowed).
+// node.Class; an invalid or forbidden request's message is its node.Message
+// (the field, its value and what is allowed; what the caller's scope forbids).
 func statusOf(err error) error {
 	switch node.Classify(err) {
 	case node.ClassInvalid:
 		return status.Error(codes.InvalidArgument, node.Message(err))
+	case node.ClassPermission:
+		return status.Error(codes.PermissionDenied, node.Message(err))
 	case node.ClassTimeout:
 		return status.Error(codes.DeadlineExceeded, "the check was not decided in time")
 	case node.ClassCanceled:

@@ -2,7 +2,9 @@ package rls
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ringlimit/ringlimit/cmd/ringlimitd/internal/clustertest"
+	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/node/policy"
 )
 
@@ -201,5 +204,28 @@ func TestShouldRateLimitExactUnderConcurrency(t *testing.T) {
 	wg.Wait()
 	if ok.Load() != 100 || over.Load() != 540 {
 		t.Errorf("got %d OK and %d OVER_LIMIT, want exactly 100 OK of 640 (cluster: %v)", ok.Load(), over.Load(), deg)
+	}
+}
+
+// TestStatusOfClasses: the RLS door answers each node.Class with its own gRPC
+// code; a check outside the caller's scope is PermissionDenied with the
+// refusal's message, not InvalidArgument.
+func TestStatusOfClasses(t *testing.T) {
+	t.Parallel()
+	pe := &node.PermissionError{Who: `credential "envoy"`, Forbids: `may not check domain "x": outside its domains ["api"]`}
+	for _, tc := range []struct {
+		err  error
+		want codes.Code
+		msg  string
+	}{
+		{&node.InputError{Field: "key", Value: "0 bytes", Allowed: "must be 1..1024 bytes"}, codes.InvalidArgument, "field key"},
+		{fmt.Errorf("policy: descriptor 0: %w", pe), codes.PermissionDenied, `permission denied: credential "envoy" may not check domain "x"`},
+		{node.ErrStopped, codes.Unavailable, "try later"},
+		{context.DeadlineExceeded, codes.DeadlineExceeded, ""},
+	} {
+		st, _ := status.FromError(statusOf(tc.err))
+		if st.Code() != tc.want || !strings.Contains(st.Message(), tc.msg) {
+			t.Errorf("statusOf(%v): got %v %q, want %v with %q", tc.err, st.Code(), st.Message(), tc.want, tc.msg)
+		}
 	}
 }

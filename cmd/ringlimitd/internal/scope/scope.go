@@ -11,9 +11,10 @@
 // default). The daemon wraps the checker of every door with Direct (checks
 // that carry their own limit) and the policy file's checker with Policy
 // (descriptor checks, after the policy chose the limit); both find the
-// caller's name in the request context and refuse out-of-scope checks with an
-// *node.InputError matching ErrOutOfScope and node.ErrInvalid, which each door
-// answers as invalid input, never as a decision.
+// caller's name in the request context and refuse out-of-scope checks with a
+// *node.PermissionError matching ErrOutOfScope and node.ErrPermissionDenied,
+// which each door answers as permission denied (HTTP 403, gRPC
+// PermissionDenied, RESP -NOPERM), never as a decision nor as invalid input.
 //
 // The key cap counts, per credential, the distinct keys it checked through
 // this node whose state may still be held (a key counts until its period has
@@ -48,8 +49,8 @@ const DefaultMaxPeriod = 31 * 24 * time.Hour
 
 // Named errors of package scope.
 var (
-	// ErrOutOfScope is matched, with node.ErrInvalid, by every refusal
-	// of a check outside the caller's scope.
+	// ErrOutOfScope is matched, with node.ErrPermissionDenied, by every
+	// refusal of a check outside the caller's scope.
 	ErrOutOfScope = errors.New("scope: outside the caller's scope")
 	// ErrNotAdmin is matched, with ErrOutOfScope, by the refusal of a key
 	// operation to a credential without the admin permission.
@@ -226,45 +227,51 @@ func (s *Scopes) For(name string) Scope {
 // Len returns the number of credentials the file names.
 func (s *Scopes) Len() int { return len(s.clients) }
 
-func refuse(name, format string, args ...any) error {
-	who := "this caller"
-	if name != "" {
-		who = strconv.Quote(name)
+// refuse returns the *node.PermissionError of a check outside the scope of
+// the credential named name; forbids completes "<credential> ...".
+func refuse(name, format string, args ...any) *node.PermissionError {
+	return &node.PermissionError{Who: who(name), Forbids: fmt.Sprintf(format, args...), Err: ErrOutOfScope}
+}
+
+// who names a credential as a refusal shows it.
+func who(name string) string {
+	if name == "" {
+		return "this caller"
 	}
-	return &node.InputError{Field: "scope", Value: who, Allowed: fmt.Sprintf(format, args...), Err: ErrOutOfScope}
+	return "credential " + strconv.Quote(name)
 }
 
 // Admin returns nil when the credential named name may operate keys
-// (Scope.Admin), else a *node.InputError (field "scope") matching
-// ErrOutOfScope and ErrNotAdmin.
+// (Scope.Admin), else a *node.PermissionError matching ErrOutOfScope and
+// ErrNotAdmin.
 func (s *Scopes) Admin(name string) error {
 	if s.For(name).Admin {
 		return nil
 	}
-	e := refuse(name, "may not inspect, reset or unban keys (the scope has no admin permission)").(*node.InputError)
+	e := refuse(name, "may not inspect, reset or unban keys (its scope has no admin permission)")
 	e.Err = ErrNotAdmin
 	return e
 }
 
 // Direct decides whether the credential named name may check key under its
-// own limit l: nil, or a *node.InputError (field "scope", matching
-// ErrOutOfScope and node.ErrInvalid) saying which bound it broke.
+// own limit l: nil, or a *node.PermissionError (matching ErrOutOfScope and
+// node.ErrPermissionDenied) saying which bound of its scope it broke.
 func (s *Scopes) Direct(name, key string, l algo.Limit) error {
 	sc := s.For(name)
 	if !sc.OwnLimits {
 		return refuse(name, "may only check the policy file's descriptors, not send its own limits")
 	}
 	if strings.HasPrefix(key, PolicyPrefix) {
-		return refuse(name, "keys starting %q belong to the policy file's descriptors", PolicyPrefix)
+		return refuse(name, "may not check keys starting %q: they belong to the policy file's descriptors", PolicyPrefix)
 	}
 	if len(sc.KeyPrefixes) > 0 && !hasPrefix(key, sc.KeyPrefixes) {
-		return refuse(name, "key outside its prefixes %q", sc.KeyPrefixes)
+		return refuse(name, "may only check keys starting with one of its key_prefixes %q", sc.KeyPrefixes)
 	}
 	if sc.MaxPeriod > 0 && l.Period > sc.MaxPeriod {
-		return refuse(name, "period %v over its max_period %v", l.Period, sc.MaxPeriod)
+		return refuse(name, "may not ask for period %v: above its max_period %v", l.Period, sc.MaxPeriod)
 	}
 	if sc.MaxLimit > 0 && (l.Limit > sc.MaxLimit || l.Burst > sc.MaxLimit) {
-		return refuse(name, "limit %d (burst %d) over its max_limit %d", l.Limit, l.Burst, sc.MaxLimit)
+		return refuse(name, "may not ask for limit %d (burst %d): above its max_limit %d", l.Limit, l.Burst, sc.MaxLimit)
 	}
 	return s.hold(name, sc, key, l.Period)
 }
@@ -274,7 +281,7 @@ func (s *Scopes) Direct(name, key string, l algo.Limit) error {
 func (s *Scopes) Policy(name, domain, key string, l algo.Limit) error {
 	sc := s.For(name)
 	if len(sc.Domains) > 0 && !contains(sc.Domains, domain) {
-		return refuse(name, "domain %q outside its domains %q", domain, sc.Domains)
+		return refuse(name, "may not check domain %q: outside its domains %q", domain, sc.Domains)
 	}
 	return s.hold(name, sc, key, l.Period)
 }

@@ -40,12 +40,12 @@ func TestDirect(t *testing.T) {
 		want      string // "" allowed, else in the error
 	}{
 		{"", "any:key", gcra(10, time.Hour), ""},
-		{"", "any:key", gcra(1, 876000*time.Hour), "period 876000h0m0s over its max_period 48h0m0s"},
-		{"", "rl:4:edge3:key", gcra(1, time.Second), `keys starting "rl:" belong to the policy file`},
+		{"", "any:key", gcra(1, 876000*time.Hour), "this caller may not ask for period 876000h0m0s: above its max_period 48h0m0s"},
+		{"", "rl:4:edge3:key", gcra(1, time.Second), `may not check keys starting "rl:": they belong to the policy file`},
 		{"other", "x", gcra(1, 48*time.Hour), ""},
 		{"billing", "billing:a", gcra(100, time.Hour), ""},
-		{"billing", "orders:a", gcra(1, time.Hour), "key outside its prefixes"},
-		{"billing", "billing:b", gcra(101, time.Hour), "limit 101 (burst 0) over its max_limit 100"},
+		{"billing", "orders:a", gcra(1, time.Hour), `credential "billing" may only check keys starting with one of its key_prefixes ["billing:"]`},
+		{"billing", "billing:b", gcra(101, time.Hour), "limit 101 (burst 0): above its max_limit 100"},
 		{"billing", "billing:c", gcra(1, 49*time.Hour), "max_period 48h"}, // inherited from default
 		{"envoy", "k", gcra(1, time.Second), "only check the policy file's descriptors"},
 	} {
@@ -56,8 +56,9 @@ func TestDirect(t *testing.T) {
 			}
 			continue
 		}
-		if !errors.Is(err, ErrOutOfScope) || !errors.Is(err, node.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Direct(%q, %q, %v): got %v, want ErrOutOfScope with %q", tc.name, tc.key, tc.l, err, tc.want)
+		if !errors.Is(err, ErrOutOfScope) || !errors.Is(err, node.ErrPermissionDenied) || errors.Is(err, node.ErrInvalid) ||
+			node.Classify(err) != node.ClassPermission || !strings.Contains(node.Message(err), tc.want) {
+			t.Errorf("Direct(%q, %q, %v): got %v (class %v), want ClassPermission, ErrOutOfScope, not ErrInvalid, with %q", tc.name, tc.key, tc.l, err, node.Classify(err), tc.want)
 		}
 	}
 }
