@@ -48,8 +48,8 @@ func (c *Check) cacheable() bool {
 // answerDenied fills *out from a cached denial of c (ring hash h) at now
 // (node clock) and reports whether one decided it.
 func (n *Node) answerDenied(c *Check, h uint64, now int64, out *Decision) bool {
-	d, ok := n.denied.Answer(h, c.Limit, c.Penalty, c.Hits, now)
-	if !ok {
+	var d denycache.Denial
+	if !n.denied.Answer(h, c.Limit, denycache.Rule(c.Penalty), c.Hits, now, &d) {
 		return false
 	}
 	out.Allowed = false
@@ -68,7 +68,7 @@ func (n *Node) storeDenied(c *Check, h uint64, sent int64, epoch uint64, d *Deci
 	if d.Allowed || !c.cacheable() || (!c.Penalty.IsZero() && !d.Banned) {
 		return
 	}
-	n.denied.Store(h, c.Limit, c.Penalty, c.Hits, sent, epoch, denycache.Denial{
+	n.denied.Store(h, c.Limit, denycache.Rule(c.Penalty), c.Hits, sent, epoch, denycache.Denial{
 		Limit: d.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Banned: d.Banned, Owner: d.Owner})
 }
 

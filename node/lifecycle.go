@@ -46,7 +46,7 @@ func New(cfg Config) (*Node, error) {
 		id:        newInstanceID(),
 		ring:      r,
 		bans:      &store.Bans{Track: cfg.Replication != ReplicationOff},
-		denied:    denycache.New[Penalty](cfg.DeniedCacheSize, cfg.DeniedCacheMaxTTL),
+		denied:    denycache.New(cfg.DeniedCacheSize, cfg.DeniedCacheMaxTTL),
 		top:       topdenied.New(cfg.TopDeniedKeys),
 		memberSig: make(chan struct{}, 1),
 		members:   make(map[string]Member),

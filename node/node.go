@@ -161,7 +161,7 @@ type Node struct {
 	peers    peerClient
 
 	// denied caches owners' denials (denials.go); nil when off.
-	denied *denycache.Cache[Penalty]
+	denied *denycache.Cache
 	// top counts the denials of this node's callers by key
 	// (topdenied.go); nil when off.
 	top *topdenied.Tracker

@@ -16,14 +16,22 @@ import (
 	"github.com/ringlimit/ringlimit/algo"
 )
 
-// Cache holds at most Size() denials (the size given to New rounded up to a
-// power of two), one per slot, each slot chosen by the key's ring hash; a
-// new denial replaces the slot's entry. P is the caller's penalty rule
-// type: a different limit or rule is a different entry. Memory is about
+// Rule is the penalty rule a check carries (node.Penalty's fields: denials,
+// window and ban length in ns); the zero Rule is none. A different limit or
+// rule is a different entry.
+type Rule struct {
+	Denials int64
+	Within  time.Duration
+	Ban     time.Duration
+}
+
+// Cache holds the denials (the size given to New rounded up to a power of
+// two), one per slot, each slot chosen by the key's ring hash; a new denial
+// replaces the slot's entry. Memory is about
 // 120 bytes per entry. Its methods are safe for concurrent use.
-type Cache[P comparable] struct {
+type Cache struct {
 	mask   uint64
-	slots  []slot[P]
+	slots  []slot
 	maxTTL int64
 	// epoch counts invalidations; a forward reads it before its send and its
 	// denial is stored only if it has not moved.
@@ -31,15 +39,15 @@ type Cache[P comparable] struct {
 	hits  atomic.Uint64
 }
 
-type slot[P comparable] struct {
+type slot struct {
 	mu sync.Mutex
-	e  entry[P]
+	e  entry
 }
 
-type entry[P comparable] struct {
+type entry struct {
 	h       uint64
 	limit   algo.Limit
-	pen     P
+	pen     Rule
 	hits    int64 // the smallest hits denied
 	until   int64 // clock (ns): no admission before it (what the answer reports)
 	expires int64 // clock (ns): the entry is used until then, at most until and maxTTL after the send
@@ -61,7 +69,7 @@ type Denial struct {
 // New returns a cache of size entries (rounded up to a power of two) whose
 // entries are used at most maxTTL after their forward was sent, or nil when
 // size <= 0 (off).
-func New[P comparable](size int, maxTTL time.Duration) *Cache[P] {
+func New(size int, maxTTL time.Duration) *Cache {
 	if size <= 0 {
 		return nil
 	}
@@ -69,33 +77,33 @@ func New[P comparable](size int, maxTTL time.Duration) *Cache[P] {
 	for n < size {
 		n <<= 1
 	}
-	return &Cache[P]{mask: uint64(n - 1), slots: make([]slot[P], n), maxTTL: int64(maxTTL)}
+	return &Cache{mask: uint64(n - 1), slots: make([]slot, n), maxTTL: int64(maxTTL)}
 }
 
-// Answer returns the cached denial of a check of hits under limit and pen
-// of the key with ring hash h at now (ns, the clock Store's sent uses), its
-// RetryAfter and ResetAfter counted down, and true; false when no entry
-// decides it (none, expired, another limit or rule, or fewer hits than the
-// smallest denied).
-func (c *Cache[P]) Answer(h uint64, limit algo.Limit, pen P, hits, now int64) (Denial, bool) {
+// Answer fills *out with the cached denial of a check of hits under limit
+// and rule of the key with ring hash h at now (ns, the clock Store's sent
+// uses), its RetryAfter and ResetAfter counted down, and reports true;
+// false (out untouched) when no entry decides it (none, expired, another
+// limit or rule, or fewer hits than the smallest denied).
+func (c *Cache) Answer(h uint64, limit algo.Limit, rule Rule, hits, now int64, out *Denial) bool {
 	s := &c.slots[h&c.mask]
 	s.mu.Lock()
 	e := &s.e
-	if e.h != h || e.expires <= now || hits < e.hits || e.limit != limit || e.pen != pen {
+	if e.h != h || e.expires <= now || hits < e.hits || e.limit != limit || e.pen != rule {
 		s.mu.Unlock()
-		return Denial{}, false
+		return false
 	}
-	d := e.d
-	d.RetryAfter = time.Duration(e.until - now)
-	d.ResetAfter = time.Duration(max(e.resetAt-now, e.until-now))
+	*out = e.d
+	out.RetryAfter = time.Duration(e.until - now)
+	out.ResetAfter = time.Duration(max(e.resetAt-now, e.until-now))
 	s.mu.Unlock()
 	c.hits.Add(1)
-	return d, true
+	return true
 }
 
 // Epoch returns the count of invalidations, to read before a forward's send
 // and give to Store with its answer.
-func (c *Cache[P]) Epoch() uint64 { return c.epoch.Load() }
+func (c *Cache) Epoch() uint64 { return c.epoch.Load() }
 
 // Store caches the owner's denial d of a check of hits under limit and pen
 // of the key with ring hash h, whose forward was sent at sent (ns) when the
@@ -103,7 +111,7 @@ func (c *Cache[P]) Epoch() uint64 { return c.epoch.Load() }
 // when d has no RetryAfter (or algo.RetryNever), or when a denial of fewer
 // hits of the same key and limit still holds (it answers more checks). A
 // ban denies every check of at least one hit.
-func (c *Cache[P]) Store(h uint64, limit algo.Limit, pen P, hits, sent int64, epoch uint64, d Denial) {
+func (c *Cache) Store(h uint64, limit algo.Limit, pen Rule, hits, sent int64, epoch uint64, d Denial) {
 	if d.RetryAfter <= 0 || d.RetryAfter == algo.RetryNever || sent > math.MaxInt64-int64(d.RetryAfter) {
 		return
 	}
@@ -127,21 +135,21 @@ func (c *Cache[P]) Store(h uint64, limit algo.Limit, pen P, hits, sent int64, ep
 	if e.h == h && e.limit == limit && e.pen == pen && e.expires > sent && e.hits < hits {
 		return
 	}
-	*e = entry[P]{h: h, limit: limit, pen: pen, hits: hits, until: until, expires: expires,
+	*e = entry{h: h, limit: limit, pen: pen, hits: hits, until: until, expires: expires,
 		resetAt: sent + min(int64(d.ResetAfter), math.MaxInt64-sent), d: d}
 }
 
 // Invalidate drops the cached denials of the key with ring hash h (every
 // limit) and keeps the answers of forwards in flight out of the cache.
-func (c *Cache[P]) Invalidate(h uint64) {
+func (c *Cache) Invalidate(h uint64) {
 	s := &c.slots[h&c.mask]
 	s.mu.Lock()
 	c.epoch.Add(1)
 	if s.e.h == h {
-		s.e = entry[P]{}
+		s.e = entry{}
 	}
 	s.mu.Unlock()
 }
 
 // Hits returns how many checks Answer decided.
-func (c *Cache[P]) Hits() uint64 { return c.hits.Load() }
+func (c *Cache) Hits() uint64 { return c.hits.Load() }

@@ -10,7 +10,8 @@ import (
 func TestCacheRules(t *testing.T) {
 	t.Parallel()
 	lim := algo.Limit{Kind: algo.GCRA, Limit: 1, Period: time.Hour}
-	c := New[string](3, 10*time.Second)
+	ban := Rule{Denials: 1, Within: time.Second, Ban: time.Minute}
+	c := New(3, 10*time.Second)
 	if len(c.slots) != 4 {
 		t.Fatalf("size 3 gave %d slots, want 4", len(c.slots))
 	}
@@ -20,43 +21,44 @@ func TestCacheRules(t *testing.T) {
 	// An invalidation while the forward was in flight keeps its answer out.
 	e := c.Epoch()
 	c.Invalidate(7)
-	c.Store(h, lim, "", 2, sent, e, d)
-	if _, ok := c.Answer(h, lim, "", 2, sent+1); ok {
+	c.Store(h, lim, Rule{}, 2, sent, e, d)
+	var got Denial
+	if c.Answer(h, lim, Rule{}, 2, sent+1, &got) {
 		t.Fatal("a denial stored across an invalidation answered")
 	}
 
-	c.Store(h, lim, "", 2, sent, c.Epoch(), d)
-	got, ok := c.Answer(h, lim, "", 3, sent+int64(time.Second))
+	c.Store(h, lim, Rule{}, 2, sent, c.Epoch(), d)
+	ok := c.Answer(h, lim, Rule{}, 3, sent+int64(time.Second), &got)
 	if !ok || got.RetryAfter != time.Hour-time.Second || got.Owner != "node-a" {
 		t.Fatalf("Answer = %+v, %v; want the hour counted down by 1 s", got, ok)
 	}
 	// A denial of 2 hits says nothing of 1; another limit or rule misses.
 	for _, tc := range []struct {
 		lim  algo.Limit
-		pen  string
+		pen  Rule
 		hits int64
-	}{{lim, "", 1}, {algo.Limit{Kind: algo.GCRA, Limit: 2, Period: time.Hour}, "", 2}, {lim, "ban", 2}} {
-		if _, ok := c.Answer(h, tc.lim, tc.pen, tc.hits, sent+1); ok {
-			t.Errorf("Answer(%+v, %q, hits %d) answered from a denial of 2 hits", tc.lim, tc.pen, tc.hits)
+	}{{lim, Rule{}, 1}, {algo.Limit{Kind: algo.GCRA, Limit: 2, Period: time.Hour}, Rule{}, 2}, {lim, ban, 2}} {
+		if c.Answer(h, tc.lim, tc.pen, tc.hits, sent+1, &got) {
+			t.Errorf("Answer(%+v, %+v, hits %d) answered from a denial of 2 hits", tc.lim, tc.pen, tc.hits)
 		}
 	}
 	// The entry is used no longer than maxTTL after the send, whatever its RetryAfter.
-	if _, ok := c.Answer(h, lim, "", 2, sent+int64(10*time.Second)); ok {
+	if c.Answer(h, lim, Rule{}, 2, sent+int64(10*time.Second), &got) {
 		t.Error("an entry answered past maxTTL")
 	}
 	// A ban denies every check of at least one hit; Invalidate drops it.
-	c.Store(h, lim, "ban", 5, sent, c.Epoch(), Denial{RetryAfter: time.Minute, Banned: true})
-	if got, ok := c.Answer(h, lim, "ban", 1, sent+1); !ok || !got.Banned {
+	c.Store(h, lim, ban, 5, sent, c.Epoch(), Denial{RetryAfter: time.Minute, Banned: true})
+	if ok := c.Answer(h, lim, ban, 1, sent+1, &got); !ok || !got.Banned {
 		t.Fatalf("a ban did not answer a check of 1 hit: %+v, %v", got, ok)
 	}
 	c.Invalidate(h)
-	if _, ok := c.Answer(h, lim, "ban", 1, sent+1); ok {
+	if c.Answer(h, lim, ban, 1, sent+1, &got) {
 		t.Error("an invalidated ban answered")
 	}
 	if c.Hits() != 2 {
 		t.Errorf("Hits = %d, want 2", c.Hits())
 	}
-	if New[string](0, time.Second) != nil {
+	if New(0, time.Second) != nil {
 		t.Error("New(0) is not off")
 	}
 }
