@@ -282,9 +282,9 @@ type Config struct {
 	// claiming a limit of 1 per century. Default DefaultMaxPeriod (366 days:
 	// the policy file's longest unit, a 365-day YEAR, fits). Every member
 	// should have the same value: a backup with a shorter one refuses the
-	// replicas of the keys above it. A GCRA or TokenBucket Limit whose Burst
-	// exceeds its Limit can hold a key for up to Period·(Burst+1)/Limit after
-	// its burst is spent; MaxLimit bounds Burst.
+	// replicas of the keys above it. A GCRA or TokenBucket burst that takes
+	// longer than MaxPeriod to drain (Burst × Period/Limit) is refused alike
+	// (field "burst"), so no key is held longer than MaxPeriod.
 	MaxPeriod time.Duration
 	// MaxLimit is the largest Limit.Limit and Limit.Burst this node accepts,
 	// in checks and in peers' key states, as MaxPeriod. Default

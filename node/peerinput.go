@@ -2,6 +2,8 @@ package node
 
 import (
 	"fmt"
+	"math"
+	"math/bits"
 	"sync/atomic"
 	"time"
 
@@ -14,10 +16,11 @@ import (
 
 // withinMaxima returns nil if l is within this node's maxima, else an
 // *InputError (Err ErrLimitAboveMax) naming the field: Period at most
-// MaxPeriod, Limit and Burst at most MaxLimit. (A GCRA or TokenBucket burst
-// above the Limit may still hold a key for Period·(Burst+1)/Limit after a
-// burst, as its caller asked; what a peer may claim is bounded by the same
-// maxima.)
+// MaxPeriod, Limit and Burst at most MaxLimit, and a burst whose length (the
+// time the key takes to drain it, see burstWithin) at most MaxPeriod. A client's
+// check, a peer's forwarded check and a peer's key state (handoff, replica)
+// are judged by it alike, so no caller or peer holds a key longer than
+// MaxPeriod after its last check by a large burst at a slow rate.
 func (n *Node) withinMaxima(l algo.Limit) error {
 	maxP, maxL := n.cfg.MaxPeriod, n.cfg.MaxLimit
 	switch {
@@ -27,6 +30,57 @@ func (n *Node) withinMaxima(l algo.Limit) error {
 		return &InputError{Field: "limit", Value: fmt.Sprint(l.Limit), Allowed: fmt.Sprintf("must be at most this node's MaxLimit, %d", maxL), Err: ErrLimitAboveMax}
 	case l.Burst > maxL:
 		return &InputError{Field: "burst", Value: fmt.Sprint(l.Burst), Allowed: fmt.Sprintf("must be at most this node's MaxLimit, %d", maxL), Err: ErrLimitAboveMax}
+	}
+	if l.Burst < l.Limit || l.Limit <= 0 || l.Period <= 0 {
+		// A burst below the limit drains within Period (checked above); an
+		// invalid Limit is algo's to refuse.
+		return nil
+	}
+	return burstWithin(l, maxP)
+}
+
+// burstWithin returns nil if the burst of a GCRA or TokenBucket Limit with
+// Limit, Period > 0 drains within maxP, else an *InputError (field "burst",
+// Err ErrLimitAboveMax) giving the largest burst that does:
+//
+//   - GCRA: tau = T·(Burst+1), T = Period/Limit rounded down (the emission
+//     interval, as algo's GCRA computes it); a key's TAT lies at most tau
+//     after its last check, so tau <= maxP, Burst <= maxP/T - 1;
+//   - TokenBucket: an empty bucket refills in Burst·Period/Limit, so
+//     Burst·Period <= maxP·Limit (compared in 128 bits).
+//
+// The window algorithms ignore Burst.
+func burstWithin(l algo.Limit, maxP time.Duration) error {
+	refuse := func(most uint64, length string) error {
+		return &InputError{Field: "burst", Value: fmt.Sprint(l.Burst), Allowed: fmt.Sprintf("must be at most %d at limit %d per %v: the burst takes %s to drain, above this node's MaxPeriod, %v", most, l.Limit, l.Period, length, maxP), Err: ErrLimitAboveMax}
+	}
+	switch l.Kind {
+	case algo.GCRA:
+		t := uint64(l.Period) / uint64(l.Limit) // >= 1: algo refuses T < 1
+		if t == 0 {
+			return nil
+		}
+		hi, tau := bits.Mul64(t, uint64(l.Burst)+1)
+		if hi != 0 || tau > uint64(maxP) {
+			length := "longer than int64 ns"
+			if hi == 0 {
+				length = time.Duration(tau).String()
+			}
+			return refuse(uint64(maxP)/t-1, length)
+		}
+	case algo.TokenBucket:
+		hiB, loB := bits.Mul64(uint64(l.Burst), uint64(l.Period))
+		hiM, loM := bits.Mul64(uint64(maxP), uint64(l.Limit))
+		if hiB > hiM || hiB == hiM && loB > loM {
+			most, _ := bits.Div64(hiM, loM, uint64(l.Period)) // < Burst: no overflow
+			length := "longer than int64 ns"
+			if hiB < uint64(l.Limit) {
+				if q, _ := bits.Div64(hiB, loB, uint64(l.Limit)); q <= uint64(math.MaxInt64) {
+					length = time.Duration(q).String()
+				}
+			}
+			return refuse(most, length)
+		}
 	}
 	return nil
 }

@@ -344,3 +344,79 @@ func TestTransfersBoundedByMaxKeys(t *testing.T) {
 		t.Errorf("Eviction(refused) = %d, want %d", got, 30_000-n.cfg.MaxKeys)
 	}
 }
+
+// A GCRA or TokenBucket burst that takes longer than MaxPeriod to drain is
+// refused as input (field "burst", the largest allowed burst named) on every
+// path: a client's check, a peer's forwarded check, a handed-off state and a
+// replica; bursts that drain within MaxPeriod pass.
+func TestBurstLongerThanMaxPeriodRefused(t *testing.T) {
+	t.Parallel()
+	day := 24 * time.Hour
+	n := testNode(t, func(c *Config) { c.MaxPeriod = 31 * day })
+	ctx := context.Background()
+	for _, tc := range []struct {
+		l    algo.Limit
+		most string // "" allowed, else the largest burst the error names
+	}{
+		{algo.Limit{Kind: algo.GCRA, Limit: 10, Period: time.Minute, Burst: 100}, ""},
+		{algo.Limit{Kind: algo.GCRA, Limit: 1, Period: 15 * day, Burst: 1}, ""},           // tau 30 days
+		{algo.Limit{Kind: algo.GCRA, Limit: 1, Period: 30 * day, Burst: 1}, "0"},          // tau 60 days
+		{algo.Limit{Kind: algo.GCRA, Limit: 2, Period: day, Burst: 61}, ""},               // tau 31 days
+		{algo.Limit{Kind: algo.GCRA, Limit: 2, Period: day, Burst: 62}, "61"},             // tau 31.5 days
+		{algo.Limit{Kind: algo.TokenBucket, Limit: 1, Period: day, Burst: 31}, ""},        // refill 31 days
+		{algo.Limit{Kind: algo.TokenBucket, Limit: 1, Period: day, Burst: 32}, "31"},      // refill 32 days
+		{algo.Limit{Kind: algo.TokenBucket, Limit: 3, Period: 30 * day, Burst: 4}, "3"},   // refill 40 days
+		{algo.Limit{Kind: algo.FixedWindow, Limit: 1, Period: 30 * day, Burst: 1000}, ""}, // windows ignore Burst
+	} {
+		_, err := n.Allow(ctx, "client", tc.l)
+		var ie *InputError
+		switch {
+		case tc.most == "" && err != nil:
+			t.Errorf("client check under %+v: got %v, want allowed", tc.l, err)
+		case tc.most != "" && (!errors.As(err, &ie) || ie.Field != "burst" || !errors.Is(err, ErrLimitAboveMax) || Classify(err) != ClassInvalid ||
+			!strings.HasPrefix(ie.Allowed, "must be at most "+tc.most+" at limit") || !strings.Contains(ie.Allowed, "MaxPeriod, 744h0m0s")):
+			t.Errorf("client check under %+v: got %v, want field burst refused with at most %s", tc.l, err, tc.most)
+		}
+		out := make([]transport.Result, 1)
+		(peerService{n}).Forward(ctx, []transport.Check{{Key: "fwd", Limit: tc.l, Hits: 1}}, out)
+		if want := tc.most != ""; (out[0].Code == transport.CodeInvalidArgument) != want || want && !strings.Contains(out[0].Message, "field burst") {
+			t.Errorf("forwarded check under %+v: got %v %q, want refused %v", tc.l, out[0].Code, out[0].Message, want)
+		}
+	}
+
+	long := algo.Limit{Kind: algo.GCRA, Limit: 1, Period: 30 * day, Burst: 1}
+	fine := algo.Limit{Kind: algo.GCRA, Limit: 1, Period: 15 * day, Burst: 1}
+	now := n.clock()
+	batch := transport.TransferBatch{From: "solo", Sender: "solo", States: []transport.KeyState{
+		{Key: "held-long", Limit: long, State: gcraState(t, now, long, 2), LastNow: now},
+		{Key: "held-fine", Limit: fine, State: gcraState(t, now, fine, 2), LastNow: now},
+	}}
+	if err := (peerService{n}).Transfer(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Stats().RefusedStates; got != 1 {
+		t.Errorf("RefusedStates after a handoff: got %d, want 1 (the long burst's state)", got)
+	}
+	if d, err := n.Allow(ctx, "held-long", algo.Limit{Kind: algo.GCRA, Limit: 10, Period: time.Minute}); err != nil || !d.Allowed {
+		t.Errorf("held-long after the handoff: %+v, %v; want allowed (its state refused)", d, err)
+	}
+	if d := replica(t, n, "held-fine", fine); d.Remaining != 0 {
+		t.Errorf("held-fine after the handoff: %d remaining, want 0 (its state installed)", d.Remaining)
+	}
+
+	// A replica batch is judged by the same rule: the long burst's state is
+	// refused as implausible, so not asked for again, while the other one is
+	// refused only because this node owns its key, and asked for whole.
+	batch.Replica = true
+	again, err := (peerService{n}).Replicate(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := map[uint64]bool{}
+	for _, h := range again {
+		asked[h] = true
+	}
+	if asked[n.owned.Hash("held-long")] || !asked[n.owned.Hash("held-fine")] {
+		t.Errorf("Replicate asks again for %v; want held-fine's hash, not held-long's (refused for its burst)", again)
+	}
+}
