@@ -1,15 +1,19 @@
 // Package bench drives load against a ringlimit cluster and checks that the
 // cluster never admits more than its limits allow.
 //
-// Run starts callers that draw keys (uniform or Zipf, seeded) and send checks
+// Run starts callers that draw keys (uniform, Zipf or hot keys, seeded) and send checks
 // to the targets, either in a closed loop (Concurrency callers, each sending its
 // next check when the previous one is answered) or in an open loop (checks
 // scheduled at Rate per second, sent by up to Concurrency callers; latency is
 // measured from the scheduled send time, so a stalled cluster shows up as
 // latency instead of silently lowering the offered load — no coordinated
-// omission). Latencies go to an HDR histogram per caller, merged at the end;
-// admitted hits are counted per key and each key's count is compared with
-// MaxAdmitted over the run's span.
+// omission). Latencies go to an HDR histogram per target (callers batch them),
+// merged for the totals, and checks are counted per target and route, so that
+// a run with callers on every node shows each node's figures apart: the
+// owner's own callers, decided locally in microseconds, would otherwise hide
+// how slow the forwarded checks of the other nodes' callers are. Admitted hits
+// are counted per key and each key's count is compared with MaxAdmitted over
+// the run's span.
 package bench
 
 import (
@@ -76,6 +80,12 @@ type Options struct {
 	Dist Dist
 	// ZipfS is the Zipf exponent (> 1); 0 means DefaultZipfS.
 	ZipfS float64
+	// HotKeys is, under Hot, how many keys are hot (the first ones), 1..Keys;
+	// 0 means DefaultHotKeys.
+	HotKeys int
+	// HotShare is, under Hot, the share of checks sent to the hot keys, in
+	// (0, 1]; 0 means DefaultHotShare. The rest go uniformly to all Keys keys.
+	HotShare float64
 	// Seed seeds every caller's generator (caller i uses PCG(Seed, i)); 0 means
 	// DefaultSeed. The same seed draws the same keys.
 	Seed uint64
@@ -141,6 +151,12 @@ func (o *Options) defaults() error {
 	if o.ZipfS == 0 {
 		o.ZipfS = DefaultZipfS
 	}
+	if o.HotKeys == 0 {
+		o.HotKeys = DefaultHotKeys
+	}
+	if o.HotShare == 0 {
+		o.HotShare = DefaultHotShare
+	}
 	if o.Seed == 0 {
 		o.Seed = DefaultSeed
 	}
@@ -177,10 +193,15 @@ func (o *Options) defaults() error {
 	if _, err := MaxAdmitted(o.Limit, 0); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
-	if _, err := NewKeyGen(o.Dist, o.Keys, o.ZipfS, rand.New(rand.NewPCG(0, 0))); err != nil {
+	if _, err := NewKeyGen(o.keySpec(), rand.New(rand.NewPCG(0, 0))); err != nil {
 		return err
 	}
 	return nil
+}
+
+// keySpec is the key distribution o describes.
+func (o *Options) keySpec() KeySpec {
+	return KeySpec{Dist: o.Dist, Keys: o.Keys, ZipfS: o.ZipfS, HotKeys: o.HotKeys, HotShare: o.HotShare}
 }
 
 // Report is the outcome of a run.
@@ -191,8 +212,9 @@ type Report struct {
 	// throughput counts these only. Errors counts checks sent but not decided
 	// (connection refused, timeouts, error answers); they are not checks.
 	Checks, Decided, Errors int64
-	// Targets reports, per target in Options.Targets order, what it decided, its
-	// errors, and when it went down or came back.
+	// Targets reports, per target in Options.Targets order, what it decided
+	// (count, rate, latency, routes), its errors, and when it went down or came
+	// back. Their Decided, Routes and Latency add up to the totals.
 	Targets []TargetReport
 	// Unsent counts open-loop checks not sent because every target was down.
 	Unsent int64
@@ -203,7 +225,8 @@ type Report struct {
 	// ErrorSamples holds up to 3 distinct error messages.
 	ErrorSamples []string
 	// Latency holds the latency of decided checks in ns: from send (closed loop)
-	// or from the scheduled send time (open loop) to the answer.
+	// or from the scheduled send time (open loop) to the answer. It is the
+	// merge of the targets' histograms.
 	Latency *hdrhistogram.Histogram
 	// Elapsed is the wall time of the timed phase, from its first check sent to
 	// its last answer: Throughput is Checks/Elapsed.
@@ -288,8 +311,11 @@ func (r *Report) Write(w io.Writer) error {
 		mode = fmt.Sprintf("open loop, %.0f checks/s target, up to %d in flight", o.Rate, o.Concurrency)
 	}
 	dist := o.Dist.String()
-	if o.Dist == Zipf {
+	switch o.Dist {
+	case Zipf:
 		dist += fmt.Sprintf(" s=%v", o.ZipfS)
+	case Hot:
+		dist += fmt.Sprintf(" (%v of checks to the first %d, the rest uniform)", o.HotShare, o.HotKeys)
 	}
 	fmt.Fprintf(tw, "mode\t%s, %d targets\n", mode, len(o.Targets))
 	fmt.Fprintf(tw, "limit\t%s %d per %v, burst %d, %d hits per check\n", o.Limit.Kind, o.Limit.Limit, o.Limit.Period, o.Limit.Burst, o.Hits)
@@ -336,6 +362,29 @@ func (r *Report) Write(w io.Writer) error {
 	fmt.Fprintf(tw, "bound\t%d hits over %d keys (%d per key over %v): %s\n", r.Bound, r.KeysUsed, r.KeyBound, r.Span.Round(time.Millisecond), verdict)
 	if r.WorstKey != "" {
 		fmt.Fprintf(tw, "most admitted key\t%s: %d of %d\n", r.WorstKey, r.WorstAdmitted, r.KeyBound)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return r.writeTargets(w)
+}
+
+// writeTargets prints one row per target: what it decided, at what rate and
+// latency, and by which route.
+func (r *Report) writeTargets(w io.Writer) error {
+	if len(r.Targets) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "\nper target\tdecided\tchecks/s\tp50\tp99\t%s\t%s\t%s\t%s\t%s\terrors\t\n",
+		node.RouteOwner, node.RouteForwarded, node.RouteCachedDenial, node.RouteBackup, node.RouteFallback)
+	for _, t := range r.Targets {
+		p50, p99 := "-", "-"
+		if h := t.Latency; h != nil && h.TotalCount() > 0 {
+			p50, p99 = rnd(time.Duration(h.ValueAtQuantile(50))).String(), rnd(time.Duration(h.ValueAtQuantile(99))).String()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", t.Name, t.Decided, t.Throughput, p50, p99,
+			t.Routes[node.RouteOwner], t.Routes[node.RouteForwarded], t.Routes[node.RouteCachedDenial], t.Routes[node.RouteBackup], t.Routes[node.RouteFallback], t.Errors)
 	}
 	return tw.Flush()
 }
@@ -395,15 +444,81 @@ func (l *admLog) flush() {
 	l.keys = l.keys[:0]
 }
 
+// routeSlots sizes the per-route counters, indexed by node.Route: room for
+// every route (RouteCachedDenial is the highest) and a few more; a Decision
+// with a route beyond them is counted in no route.
+const routeSlots = 8
+
+// targetCounts is what one caller counted of the checks it sent to one target.
+type targetCounts struct {
+	decided, errs int64
+	routes        [routeSlots]int64
+}
+
+// latBufSize is how many latencies a caller holds before it records them into
+// the targets' histograms: 1,024 samples (16 KiB) per caller.
+const latBufSize = 1024
+
+// latSample is one decided check's latency in ns and the target that decided it.
+type latSample struct {
+	target int
+	ns     int64
+}
+
+// targetHists holds one latency histogram per target, made at its first
+// sample. Callers add their samples in batches of latBufSize, taking a
+// target's lock once per run of samples for it (a caller keeps to one target
+// while it is up), not once per check; memory grows with the targets (about
+// 240 KiB each), not with the callers.
+type targetHists struct {
+	mu []sync.Mutex
+	h  []*hdrhistogram.Histogram
+}
+
+func newTargetHists(n int) *targetHists {
+	return &targetHists{mu: make([]sync.Mutex, n), h: make([]*hdrhistogram.Histogram, n)}
+}
+
+// add records the samples, runs of one target under its lock.
+func (th *targetHists) add(samples []latSample) {
+	for i := 0; i < len(samples); {
+		ti := samples[i].target
+		th.mu[ti].Lock()
+		h := th.h[ti]
+		if h == nil {
+			h = hdrhistogram.New(1, maxLatency, 3)
+			th.h[ti] = h
+		}
+		for ; i < len(samples) && samples[i].target == ti; i++ {
+			h.RecordValue(samples[i].ns)
+		}
+		th.mu[ti].Unlock()
+	}
+}
+
 // caller is the state of one sending goroutine; only it writes to it.
 type caller struct {
 	adm                               *admLog
-	hist                              *hdrhistogram.Histogram
+	hists                             *targetHists
+	lat                               []latSample // not yet in hists
 	decided, errs, admChecks, denChks int64
 	unsent                            int64
-	routes                            [4]int64
 	errSample                         []string
-	perTarget                         [][2]int64 // decided, errors per target
+	perTarget                         []targetCounts
+}
+
+// record adds one decided check's latency, flushing the batch when full.
+func (c *caller) record(ti int, ns int64) {
+	c.lat = append(c.lat, latSample{target: ti, ns: ns})
+	if len(c.lat) == latBufSize {
+		c.flushLat()
+	}
+}
+
+// flushLat records the held latencies into the targets' histograms.
+func (c *caller) flushLat() {
+	c.hists.add(c.lat)
+	c.lat = c.lat[:0]
 }
 
 // Run sends load as o describes and returns the report. The error is non-nil for
@@ -452,6 +567,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		return res, ti, nil, decided
 	}
+	hists := newTargetHists(len(o.Targets))
 	var pre PrefillReport
 	if o.Prefill {
 		pre = prefill(ctx, o, send, admitted)
@@ -471,7 +587,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return true
 		case failed:
 			c.errs++
-			c.perTarget[ti][1]++
+			c.perTarget[ti].errs++
 			if len(c.errSample) < 3 {
 				c.errSample = append(c.errSample, hs.ts[ti].name+": "+err.Error())
 			}
@@ -479,10 +595,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		answered.Add(1)
 		c.decided++
-		c.perTarget[ti][0]++
-		c.hist.RecordValue(min(max(lat, 1), maxLatency))
-		if int(res.Route) < len(c.routes) {
-			c.routes[res.Route]++
+		pt := &c.perTarget[ti]
+		pt.decided++
+		c.record(ti, min(max(lat, 1), maxLatency))
+		if int(res.Route) < routeSlots {
+			pt.routes[res.Route]++
 		}
 		if res.Decision.Allowed {
 			c.admChecks++
@@ -554,9 +671,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		})
 	}
 	for i := range o.Concurrency {
-		c := &caller{adm: newAdmLog(admitted), hist: hdrhistogram.New(1, maxLatency, 3), perTarget: make([][2]int64, len(o.Targets))}
+		c := &caller{adm: newAdmLog(admitted), hists: hists, lat: make([]latSample, 0, latBufSize), perTarget: make([]targetCounts, len(o.Targets))}
 		callers[i] = c
-		gen, _ := NewKeyGen(o.Dist, o.Keys, o.ZipfS, rand.New(rand.NewPCG(o.Seed, uint64(i))))
+		gen, _ := NewKeyGen(o.keySpec(), rand.New(rand.NewPCG(o.Seed, uint64(i))))
 		pref := i % len(o.Targets)
 		wg.Go(func() {
 			if sched != nil {
@@ -596,28 +713,43 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.Targets = make([]TargetReport, len(o.Targets))
 	for i, h := range hs.ts {
 		h.mu.Lock()
-		r.Targets[i] = TargetReport{Name: h.name, Down: h.down.Load(), Events: h.events}
+		r.Targets[i] = TargetReport{Name: h.name, Down: h.down.Load(), Events: h.events, Routes: map[node.Route]int64{}}
 		h.mu.Unlock()
 	}
 	for _, c := range callers {
 		c.adm.flush()
+		c.flushLat()
 		for i, pt := range c.perTarget {
-			r.Targets[i].Decided += pt[0]
-			r.Targets[i].Errors += pt[1]
+			t := &r.Targets[i]
+			t.Decided += pt.decided
+			t.Errors += pt.errs
+			for rt, n := range pt.routes {
+				if n > 0 {
+					t.Routes[node.Route(rt)] += n
+					r.Routes[node.Route(rt)] += n
+				}
+			}
 		}
 		r.Unsent += c.unsent
-		r.Latency.Merge(c.hist)
 		r.Decided += c.decided
 		r.Errors += c.errs
 		r.AdmittedChecks += c.admChecks
 		r.DeniedChecks += c.denChks
-		for rt, n := range c.routes {
-			r.Routes[node.Route(rt)] += n
-		}
 		for _, s := range c.errSample {
 			if len(r.ErrorSamples) < 3 && !contains(r.ErrorSamples, s) {
 				r.ErrorSamples = append(r.ErrorSamples, s)
 			}
+		}
+	}
+	for i := range r.Targets {
+		t := &r.Targets[i]
+		t.Latency = hists.h[i]
+		if t.Latency == nil {
+			t.Latency = hdrhistogram.New(1, maxLatency, 3)
+		}
+		r.Latency.Merge(t.Latency)
+		if elapsed > 0 {
+			t.Throughput = float64(t.Decided) / elapsed.Seconds()
 		}
 	}
 	r.Checks = r.Decided

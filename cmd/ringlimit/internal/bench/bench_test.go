@@ -83,7 +83,7 @@ func TestMaxAdmittedRejectsInvalid(t *testing.T) {
 func TestKeyGenUniform(t *testing.T) {
 	t.Parallel()
 	const keys, n = 50, 100_000
-	g, err := NewKeyGen(Uniform, keys, 0, rand.New(rand.NewPCG(1, 2)))
+	g, err := NewKeyGen(KeySpec{Dist: Uniform, Keys: keys}, rand.New(rand.NewPCG(1, 2)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestKeyGenUniform(t *testing.T) {
 func TestKeyGenZipf(t *testing.T) {
 	t.Parallel()
 	const keys, n, s = 1000, 200_000, 1.1
-	g, err := NewKeyGen(Zipf, keys, s, rand.New(rand.NewPCG(3, 4)))
+	g, err := NewKeyGen(KeySpec{Dist: Zipf, Keys: keys, ZipfS: s}, rand.New(rand.NewPCG(3, 4)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,11 +132,71 @@ func TestKeyGenZipf(t *testing.T) {
 	}
 }
 
+// TestKeyGenHot: with 3 hot keys of 1000 and a share of 0.9, the hot keys get
+// 0.9 + 0.1*3/1000 of the draws, evenly, and every cold key is drawn (about
+// 20 times each). Over 200,000 draws the hot share's standard deviation is
+// 0.0007: the 0.005 tolerance is 7 of them, and a generator that ignored the
+// share (0.003 or 1.0 hot) or the cold keys could not pass.
+func TestKeyGenHot(t *testing.T) {
+	t.Parallel()
+	const keys, hot, n, share = 1000, 3, 200_000, 0.9
+	g, err := NewKeyGen(KeySpec{Dist: Hot, Keys: keys, HotKeys: hot, HotShare: share}, rand.New(rand.NewPCG(5, 6)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := make([]int, keys)
+	for range n {
+		k := g.Next()
+		if k < 0 || k >= keys {
+			t.Fatalf("got key %d, want [0, %d)", k, keys)
+		}
+		counts[k]++
+	}
+	hotDraws, coldDrawn := 0, 0
+	for k, c := range counts {
+		if k < hot {
+			hotDraws += c
+		} else if c > 0 {
+			coldDrawn++
+		}
+	}
+	want := share + (1-share)*hot/keys
+	if got := float64(hotDraws) / n; math.Abs(got-want) > 0.005 {
+		t.Errorf("hot share: got %.4f, want %.4f ± 0.005", got, want)
+	}
+	for k := range hot {
+		if got := float64(counts[k]) / float64(hotDraws); math.Abs(got-1.0/hot) > 0.02 {
+			t.Errorf("hot key %d: got %.3f of the hot draws, want %.3f ± 0.02", k, got, 1.0/hot)
+		}
+	}
+	if coldDrawn != keys-hot {
+		t.Errorf("got %d cold keys drawn, want all %d", coldDrawn, keys-hot)
+	}
+
+	// A share of 1 draws only hot keys.
+	g, err = NewKeyGen(KeySpec{Dist: Hot, Keys: keys, HotKeys: 2, HotShare: 1}, rand.New(rand.NewPCG(7, 8)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen [2]int
+	for range 10_000 {
+		k := g.Next()
+		if k >= 2 {
+			t.Fatalf("share 1: got cold key %d, want only keys 0 and 1", k)
+		}
+		seen[k]++
+	}
+	if seen[0] == 0 || seen[1] == 0 {
+		t.Errorf("share 1: got draws %v, want both hot keys", seen)
+	}
+}
+
 func TestKeyGenSeeded(t *testing.T) {
 	t.Parallel()
-	for _, d := range []Dist{Uniform, Zipf} {
-		a, _ := NewKeyGen(d, 100, 1.2, rand.New(rand.NewPCG(9, 9)))
-		b, _ := NewKeyGen(d, 100, 1.2, rand.New(rand.NewPCG(9, 9)))
+	for _, d := range []Dist{Uniform, Zipf, Hot} {
+		spec := KeySpec{Dist: d, Keys: 100, ZipfS: 1.2, HotKeys: 2, HotShare: 0.5}
+		a, _ := NewKeyGen(spec, rand.New(rand.NewPCG(9, 9)))
+		b, _ := NewKeyGen(spec, rand.New(rand.NewPCG(9, 9)))
 		for i := range 1000 {
 			if x, y := a.Next(), b.Next(); x != y {
 				t.Fatalf("%v draw %d: got %d and %d from the same seed", d, i, x, y)
@@ -148,16 +208,24 @@ func TestKeyGenSeeded(t *testing.T) {
 func TestKeyGenRejectsInvalid(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 1))
-	if _, err := NewKeyGen(Zipf, 10, 1.0, rng); err == nil {
-		t.Errorf("zipf s=1: got nil error")
-	}
-	if _, err := NewKeyGen(Uniform, 0, 0, rng); err == nil {
-		t.Errorf("0 keys: got nil error")
+	for name, spec := range map[string]KeySpec{
+		"zipf s=1":       {Dist: Zipf, Keys: 10, ZipfS: 1.0},
+		"0 keys":         {Dist: Uniform, Keys: 0},
+		"no dist":        {Keys: 10},
+		"0 hot keys":     {Dist: Hot, Keys: 10, HotKeys: 0, HotShare: 0.5},
+		"hot keys > all": {Dist: Hot, Keys: 10, HotKeys: 11, HotShare: 0.5},
+		"hot share 0":    {Dist: Hot, Keys: 10, HotKeys: 1, HotShare: 0},
+		"hot share 1.5":  {Dist: Hot, Keys: 10, HotKeys: 1, HotShare: 1.5},
+		"hot share NaN":  {Dist: Hot, Keys: 10, HotKeys: 1, HotShare: math.NaN()},
+	} {
+		if _, err := NewKeyGen(spec, rng); err == nil {
+			t.Errorf("%s: got nil error", name)
+		}
 	}
 	if _, err := ParseDist("pareto"); err == nil {
 		t.Errorf("ParseDist(pareto): got nil error")
 	}
-	for _, d := range []Dist{Uniform, Zipf} {
+	for _, d := range []Dist{Uniform, Zipf, Hot} {
 		if got, err := ParseDist(d.String()); err != nil || got != d {
 			t.Errorf("ParseDist(%q): got %v, %v", d, got, err)
 		}

@@ -6,7 +6,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // Target health defaults (Options.DownAfter, Options.ProbeInterval).
@@ -39,9 +42,19 @@ type TargetEvent struct {
 type TargetReport struct {
 	// Name is the target's name.
 	Name string
-	// Decided counts the checks it decided; Errors the checks sent to it that
-	// were not decided (connection refused, timeouts, error answers).
+	// Decided counts the checks of the timed phase it decided; Errors the
+	// checks sent to it that were not decided (connection refused, timeouts,
+	// error answers). Prefill checks are in neither.
 	Decided, Errors int64
+	// Throughput is Decided over Report.Elapsed, in checks per second.
+	Throughput float64
+	// Latency holds the latency in ns of the checks it decided, measured as
+	// Report.Latency's (never nil in a Report; empty if it decided none).
+	Latency *hdrhistogram.Histogram
+	// Routes counts the checks it decided by the path that decided them: on a
+	// cluster, RouteOwner for the keys this node owns, RouteForwarded for the
+	// others, and so on (see node.Route).
+	Routes map[node.Route]int64
 	// Down is true when the target was down at the end of the run.
 	Down bool
 	// Events lists its health changes in order.
