@@ -315,7 +315,7 @@ func (r *Report) Write(w io.Writer) error {
 	case Zipf:
 		dist += fmt.Sprintf(" s=%v", o.ZipfS)
 	case Hot:
-		dist += fmt.Sprintf(" (%v of checks to the first %d, the rest uniform)", o.HotShare, o.HotKeys)
+		dist += fmt.Sprintf(" (%.4g%% of checks to the first %d keys, the rest uniform over all)", o.HotShare*100, o.HotKeys)
 	}
 	fmt.Fprintf(tw, "mode\t%s, %d targets\n", mode, len(o.Targets))
 	fmt.Fprintf(tw, "limit\t%s %d per %v, burst %d, %d hits per check\n", o.Limit.Kind, o.Limit.Limit, o.Limit.Period, o.Limit.Burst, o.Hits)

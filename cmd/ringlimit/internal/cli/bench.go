@@ -33,8 +33,19 @@ func newBenchCmd(deps Deps) *cobra.Command {
 		Long: `bench sends checks for --duration to an in-process cluster (default: 3 nodes on
 loopback), to daemons (--addr) or to the Redis-backed limiter (--redis URL: the
 same algorithms as Lua scripts, to compare with Redis on the same machine),
-with keys drawn uniformly or from a Zipf distribution, and reports throughput, latency percentiles (HDR histogram) and
-errors.
+with keys drawn uniformly, from a Zipf distribution or with a few hot keys, and
+reports throughput, latency percentiles (HDR histogram) and errors, in total and
+per target.
+
+--dist hot sends --hot-share of the checks (0.9) to the first --hot-keys keys (1),
+uniformly among them, and the rest uniformly over all --keys keys: one owner
+then decides most checks, locally for its own callers and forwarded for the
+other nodes' callers. The per-target table (decided checks, checks/s, p50, p99
+and the routes of the checks sent to each target) shows the two apart, which the
+totals mix.
+
+--replication off|async|sync sets how the in-process cluster's owners copy key
+states to their backups (default async, as a node's); not with --addr or --redis.
 
 Closed loop (default): --concurrency callers, each sending its next check when the
 previous one is answered. Open loop (--rate R): checks scheduled at R per second,
@@ -70,6 +81,8 @@ wait on the network and leave the CPUs idle (unix only).
 A progress bar is drawn on stderr when it is a terminal, unless --quiet.`,
 		Example: `  ringlimit bench --duration 10s --concurrency 64
   ringlimit bench --rate 20000 --keys 100000 --dist zipf --zipf-s 1.2 --algorithm token_bucket --limit 100 --period 1s --burst 20
+  ringlimit bench --dist hot --hot-keys 1 --hot-share 1 --limit 1000000 --period 1s --burst 1000
+  ringlimit bench --replication off --keys 100000
   ringlimit bench --addr 10.0.0.1:8081,10.0.0.2:8081 --duration 30s
   ringlimit bench --redis redis://127.0.0.1:6379/0 --concurrency 64 --keys 100000 --algorithm gcra`,
 		Args: cobra.NoArgs,
@@ -81,12 +94,15 @@ A progress bar is drawn on stderr when it is a terminal, unless --quiet.`,
 			if err := tf.validate(cmd.Flags()); err != nil {
 				return err
 			}
-			if redisU != "" && (cmd.Flags().Changed("addr") || cmd.Flags().Changed("target") || cmd.Flags().Changed("nodes")) {
-				return errors.New("--redis sends to Redis: it excludes --addr, --target and --nodes")
+			if redisU != "" && (cmd.Flags().Changed("addr") || cmd.Flags().Changed("target") || cmd.Flags().Changed("nodes") || cmd.Flags().Changed("replication")) {
+				return errors.New("--redis sends to Redis: it excludes --addr, --target, --nodes and --replication")
 			}
 			d, err := bench.ParseDist(dist)
 			if err != nil {
 				return fmt.Errorf("--dist: %w", err)
+			}
+			if d != bench.Hot && (cmd.Flags().Changed("hot-keys") || cmd.Flags().Changed("hot-share")) {
+				return fmt.Errorf("--hot-keys and --hot-share apply to --dist hot, not --dist %s", d)
 			}
 			switch {
 			case o.Duration <= 0:
@@ -103,6 +119,10 @@ A progress bar is drawn on stderr when it is a terminal, unless --quiet.`,
 				return fmt.Errorf("--rate %v: must be >= 0 (0 = closed loop)", o.Rate)
 			case d == bench.Zipf && !(o.ZipfS > 1):
 				return fmt.Errorf("--zipf-s %v: must be > 1", o.ZipfS)
+			case d == bench.Hot && (o.HotKeys < 1 || o.HotKeys > o.Keys):
+				return fmt.Errorf("--hot-keys %d: want 1..%d (--keys)", o.HotKeys, o.Keys)
+			case d == bench.Hot && !(o.HotShare > 0 && o.HotShare <= 1):
+				return fmt.Errorf("--hot-share %v: want a share in (0, 1]", o.HotShare)
 			}
 			if _, err := bench.MaxAdmitted(l, o.Duration); err != nil {
 				return fmt.Errorf("--limit/--period: %w", err)
@@ -179,8 +199,10 @@ A progress bar is drawn on stderr when it is a terminal, unless --quiet.`,
 	fs.IntVar(&o.Concurrency, "concurrency", bench.DefaultConcurrency, "callers: checks in flight (closed loop) or most in flight (open loop)")
 	fs.Float64Var(&o.Rate, "rate", 0, "open loop: checks per second to offer (0 = closed loop)")
 	fs.IntVar(&o.Keys, "keys", bench.DefaultKeys, "distinct keys")
-	fs.StringVar(&dist, "dist", "uniform", "key distribution: uniform or zipf")
+	fs.StringVar(&dist, "dist", "uniform", "key distribution: uniform, zipf or hot")
 	fs.Float64Var(&o.ZipfS, "zipf-s", bench.DefaultZipfS, "Zipf exponent (> 1; larger = hotter head)")
+	fs.IntVar(&o.HotKeys, "hot-keys", bench.DefaultHotKeys, "--dist hot: how many keys are hot (1..--keys)")
+	fs.Float64Var(&o.HotShare, "hot-share", bench.DefaultHotShare, "--dist hot: share of checks sent to the hot keys, in (0, 1]; the rest go uniformly to all keys")
 	fs.Uint64Var(&o.Seed, "seed", bench.DefaultSeed, "seed of the key generators (caller i uses PCG(seed, i))")
 	fs.StringVar(&prefix, "prefix", "", `key prefix (default "bench:<unix ns>:", fresh per run)`)
 	fs.BoolVarP(&quiet, "quiet", "q", false, "no progress bar")

@@ -13,13 +13,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ringlimit/ringlimit/node"
 	"io"
 	"net/http"
 
 	"github.com/spf13/cobra"
 
+	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/inprocess"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
+	"github.com/ringlimit/ringlimit/node"
 )
 
 // Exit codes of Execute. They follow grep's convention so that scripts can
@@ -37,10 +38,11 @@ const (
 	ExitError = 2
 )
 
-// InProcessFunc starts an in-process cluster of nodes on loopback and returns
-// one Target per node (named after the node) and a function that stops the
-// cluster. acceptCallerTimestamps must be true for replays.
-type InProcessFunc func(ctx context.Context, nodes int, acceptCallerTimestamps bool) (targets []target.Target, stop func() error, err error)
+// InProcessFunc starts an in-process cluster as o describes (o.Nodes nodes on
+// loopback; o.AcceptCallerTimestamps must be true for replays) and returns one
+// Target per node (named after the node) and a function that stops the
+// cluster. inprocess.Start is the real one.
+type InProcessFunc func(ctx context.Context, o inprocess.Options) (targets []target.Target, stop func() error, err error)
 
 // Deps are the outside services the commands use.
 type Deps struct {

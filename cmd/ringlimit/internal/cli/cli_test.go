@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/inprocess"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/transport"
@@ -67,9 +68,9 @@ func (c *exactCluster) Check(ctx context.Context, chk node.Check) (node.Decision
 }
 
 func fakeInProcess(c target.Checker) InProcessFunc {
-	return func(ctx context.Context, nodes int, accept bool) ([]target.Target, func() error, error) {
+	return func(ctx context.Context, o inprocess.Options) ([]target.Target, func() error, error) {
 		var ts []target.Target
-		for i := range nodes {
+		for i := range o.Nodes {
 			ts = append(ts, target.Target{Name: "fake-" + string(rune('0'+i)), Checker: c})
 		}
 		return ts, func() error { return nil }, nil
@@ -132,6 +133,17 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"check", "k", "--algorithm", "x"}, "--algorithm"},
 		{[]string{"members", "--insecure", "--addr", "ftp://x"}, "want host:port or an http(s) URL"},
 		{[]string{"bench", "--no-such-flag"}, "unknown flag"},
+		{[]string{"bench", "--dist", "hot", "--hot-share", "0"}, "--hot-share 0: want a share in (0, 1]"},
+		{[]string{"bench", "--dist", "hot", "--hot-share", "1.5"}, "--hot-share 1.5: want a share in (0, 1]"},
+		{[]string{"bench", "--dist", "hot", "--hot-share", "NaN"}, "--hot-share NaN: want a share in (0, 1]"},
+		{[]string{"bench", "--dist", "hot", "--hot-keys", "0"}, "--hot-keys 0: want 1..1000 (--keys)"},
+		{[]string{"bench", "--dist", "hot", "--keys", "10", "--hot-keys", "11"}, "--hot-keys 11: want 1..10 (--keys)"},
+		{[]string{"bench", "--hot-keys", "3"}, "--hot-keys and --hot-share apply to --dist hot, not --dist uniform"},
+		{[]string{"bench", "--dist", "zipf", "--hot-share", "0.5"}, "apply to --dist hot, not --dist zipf"},
+		{[]string{"bench", "--replication", "eventual"}, `--replication "eventual": want off, async or sync`},
+		{[]string{"bench", "--addr", "127.0.0.1:1", "--replication", "off"}, "excludes --target, --nodes and --replication"},
+		{[]string{"bench", "--redis", "redis://127.0.0.1:1/0", "--replication", "off"}, "--redis sends to Redis"},
+		{[]string{"replay", "--replication", "on"}, `--replication "on"`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -225,6 +237,46 @@ func TestBenchInProcessFake(t *testing.T) {
 	}
 	if stderr != "" {
 		t.Errorf("got stderr %q, want none (not a terminal: no progress bar)", stderr)
+	}
+}
+
+// TestBenchHotAndReplication: --dist hot and --replication are accepted, the
+// replication reaches the in-process cluster (async when not given, as a
+// node's default), and the report names the distribution and has one row per
+// target.
+func TestBenchHotAndReplication(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		flags []string
+		want  node.Replication
+	}{
+		{nil, node.ReplicationAsync},
+		{[]string{"--replication", "off"}, node.ReplicationOff},
+		{[]string{"--replication", "sync"}, node.ReplicationSync},
+		{[]string{"--replication", "async"}, node.ReplicationAsync},
+	} {
+		var mu sync.Mutex
+		var got []inprocess.Options
+		fake := fakeInProcess(newExact())
+		deps := Deps{InProcess: func(ctx context.Context, o inprocess.Options) ([]target.Target, func() error, error) {
+			mu.Lock()
+			got = append(got, o)
+			mu.Unlock()
+			return fake(ctx, o)
+		}}
+		args := append([]string{"bench", "--duration", "100ms", "--concurrency", "4", "--nodes", "2", "--dist", "hot", "--hot-keys", "2", "--hot-share", "0.5", "--limit", "1000", "--period", "1s", "--burst", "10"}, tt.flags...)
+		code, out, stderr := run(t, deps, args...)
+		if code != ExitOK {
+			t.Fatalf("%v: got exit %d, want 0\n%s%s", tt.flags, code, out, stderr)
+		}
+		if len(got) != 1 || got[0] != (inprocess.Options{Nodes: 2, Replication: tt.want}) {
+			t.Errorf("%v: got in-process options %+v, want one start of 2 nodes with replication %v", tt.flags, got, tt.want)
+		}
+		for _, want := range []string{"hot (50% of checks to the first 2 keys", "per target  decided", "fake-0", "fake-1"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%v: output lacks %q:\n%s", tt.flags, want, out)
+			}
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/cmd/internal/duration"
+	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/inprocess"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
 	"github.com/ringlimit/ringlimit/node"
 )
@@ -72,23 +73,27 @@ func (f *limitFlags) parse(kind algo.Kind) (algo.Limit, int64, error) {
 
 // targetFlags choose where checks go: an in-process cluster or daemons.
 type targetFlags struct {
-	target string
-	nodes  int
-	addrs  []string
-	sec    secFlags
+	target      string
+	nodes       int
+	replication string
+	addrs       []string
+	sec         secFlags
+
+	repl node.Replication // --replication parsed by validate
 }
 
 func (f *targetFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.target, "target", "inprocess", "where checks go when --addr is not set: inprocess (a cluster of --nodes nodes started in this process on loopback)")
 	fs.IntVar(&f.nodes, "nodes", 3, "nodes of the in-process cluster")
+	fs.StringVar(&f.replication, "replication", node.DefaultConfig().Replication.String(), "replication of the in-process cluster: off, async or sync (how owners copy key states to their backups)")
 	fs.StringSliceVar(&f.addrs, "addr", nil, "comma-separated gRPC addresses (host:port) of ringlimitd daemons; checks are spread over them")
 	f.sec.register(fs)
 }
 
 func (f *targetFlags) validate(fs *pflag.FlagSet) error {
 	if len(f.addrs) > 0 {
-		if fs.Changed("target") || fs.Changed("nodes") {
-			return errors.New("--addr sends to daemons: it excludes --target and --nodes")
+		if fs.Changed("target") || fs.Changed("nodes") || fs.Changed("replication") {
+			return errors.New("--addr sends to daemons: it excludes --target, --nodes and --replication (set replication on the daemons)")
 		}
 		for _, a := range f.addrs {
 			if strings.TrimSpace(a) == "" {
@@ -103,17 +108,22 @@ func (f *targetFlags) validate(fs *pflag.FlagSet) error {
 	if f.nodes < 1 || f.nodes > 64 {
 		return fmt.Errorf("--nodes %d: want 1..64", f.nodes)
 	}
+	r, err := node.ParseReplication(f.replication)
+	if err != nil {
+		return fmt.Errorf("--replication %q: want off, async or sync", f.replication)
+	}
+	f.repl = r
 	return nil
 }
 
 // open starts or dials the targets. stop releases them. fs is the command's
-// flag set (which security flags were given).
+// flag set (which security flags were given). validate must have passed.
 func (f *targetFlags) open(ctx context.Context, fs *pflag.FlagSet, deps Deps, acceptCallerTimestamps bool) (targets []target.Target, stop func() error, err error) {
 	if len(f.addrs) == 0 {
 		if deps.InProcess == nil {
 			return nil, nil, errors.New("in-process clusters are not available in this build")
 		}
-		return deps.InProcess(ctx, f.nodes, acceptCallerTimestamps)
+		return deps.InProcess(ctx, inprocess.Options{Nodes: f.nodes, AcceptCallerTimestamps: acceptCallerTimestamps, Replication: f.repl})
 	}
 	sec, err := f.sec.resolve(fs)
 	if err != nil {

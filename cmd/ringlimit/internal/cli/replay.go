@@ -16,6 +16,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/accesslog"
+	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/inprocess"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/replay"
 	"github.com/ringlimit/ringlimit/node"
 )
@@ -207,7 +208,7 @@ any replay differs from the single-node reference.`,
 			}
 			out := cmd.OutOrStdout()
 			start := time.Now()
-			targets, stop, err := deps.InProcess(cmd.Context(), nodes, true)
+			targets, stop, err := deps.InProcess(cmd.Context(), inprocess.Options{Nodes: nodes, AcceptCallerTimestamps: true})
 			if err != nil {
 				return fmt.Errorf("start cluster: %w", err)
 			}

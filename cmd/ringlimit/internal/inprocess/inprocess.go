@@ -29,29 +29,41 @@ const ForwardTimeout = time.Minute
 // has no earlier deadline.
 const StartTimeout = 30 * time.Second
 
-// Start starts a cluster of nodes nodes (>= 1) from nodetest.TestConfig with
+// Options configure Start.
+type Options struct {
+	// Nodes is the cluster's size, >= 1.
+	Nodes int
+	// AcceptCallerTimestamps sets node.Config.AcceptCallerTimestamps (replays
+	// need it). Default false.
+	AcceptCallerTimestamps bool
+	// Replication sets node.Config.Replication: how owners copy key states to
+	// their backups. The zero value, node.ReplicationAsync, is node's default.
+	Replication node.Replication
+}
+
+// Start starts a cluster of o.Nodes nodes from nodetest.TestConfig with
 // ForwardTimeout: secure, with mutual TLS between the nodes and encrypted
 // gossip from an in-memory CA and key made for this cluster. Idle keys are
 // dropped at node.DefaultConfig's interval (every 10 s), not the test
 // profile's (every second): what bench measures at a million keys should not
 // include a full scan of every node's keys each second, which a deployment
 // does not run. (Gossip keeps the test profile's timings: with a LAN's, the
-// CLI's cluster took about 3.7 s longer to start and stop.) acceptCallerTimestamps sets
-// node.Config.AcceptCallerTimestamps (replays need it). stop closes every node
-// gracefully. Errors: an invalid size or config (wrapping
-// node.ErrInvalidConfig), a listener that cannot bind, or a cluster that does not
-// converge within StartTimeout.
-func Start(ctx context.Context, nodes int, acceptCallerTimestamps bool) (targets []target.Target, stop func() error, err error) {
+// CLI's cluster took about 3.7 s longer to start and stop.) o sets caller
+// timestamps and replication. stop closes every node gracefully. Errors: an
+// invalid size or config (wrapping node.ErrInvalidConfig), a listener that
+// cannot bind, or a cluster that does not converge within StartTimeout.
+func Start(ctx context.Context, o Options) (targets []target.Target, stop func() error, err error) {
 	cfg := nodetest.TestConfig()
 	def := node.DefaultConfig()
 	cfg.IdleScanInterval = def.IdleScanInterval
-	cfg.AcceptCallerTimestamps = acceptCallerTimestamps
+	cfg.AcceptCallerTimestamps = o.AcceptCallerTimestamps
+	cfg.Replication = o.Replication
 	cfg.ForwardTimeout = ForwardTimeout
 	ctx, cancel := context.WithTimeout(ctx, StartTimeout)
 	defer cancel()
-	c, err := nodetest.StartCluster(ctx, nodes, cfg)
+	c, err := nodetest.StartCluster(ctx, o.Nodes, cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("inprocess: start %d nodes: %w", nodes, err)
+		return nil, nil, fmt.Errorf("inprocess: start %d nodes: %w", o.Nodes, err)
 	}
 	for _, n := range c.Nodes() {
 		targets = append(targets, target.Target{Name: n.Name(), Checker: n})

@@ -3,6 +3,7 @@ package inprocess
 import (
 	"context"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -31,7 +32,7 @@ func TestReplayBundledLog(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	targets, stop, err := Start(ctx, 3, true)
+	targets, stop, err := Start(ctx, Options{Nodes: 3, AcceptCallerTimestamps: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestBenchWithinBounds(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	targets, stop, err := Start(ctx, 3, false)
+	targets, stop, err := Start(ctx, Options{Nodes: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +87,7 @@ func TestDemoRunsSecure(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	targets, stop, err := Start(ctx, 2, false)
+	targets, stop, err := Start(ctx, Options{Nodes: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,5 +100,40 @@ func TestDemoRunsSecure(t *testing.T) {
 		if n.Insecure() {
 			t.Errorf("demo node %s runs insecure", tg.Name)
 		}
+	}
+}
+
+// TestStartReplication: Options.Replication reaches the nodes. With
+// replication off each key is held once in the cluster; with sync, whose
+// decisions return once the backup holds the new state, twice.
+func TestStartReplication(t *testing.T) {
+	t.Parallel()
+	const keys = 20
+	for _, tt := range []struct {
+		r    node.Replication
+		want int
+	}{{node.ReplicationOff, keys}, {node.ReplicationSync, 2 * keys}} {
+		t.Run(tt.r.String(), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			targets, stop, err := Start(ctx, Options{Nodes: 2, Replication: tt.r})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop()
+			l := algo.Limit{Kind: algo.GCRA, Limit: 10, Period: time.Minute, Burst: 5}
+			for k := range keys {
+				if _, err := targets[k%2].Checker.Check(ctx, node.Check{Key: "repl:" + strconv.Itoa(k), Limit: l, Hits: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			held := 0
+			for _, tg := range targets {
+				held += tg.Checker.(*node.Node).Stats().Keys
+			}
+			if held != tt.want {
+				t.Errorf("got %d key states in the cluster, want %d", held, tt.want)
+			}
+		})
 	}
 }
