@@ -383,6 +383,33 @@ type Config struct {
 	HandoffTimeout time.Duration
 	// CloseTimeout bounds Close: leave, hand off, drain. Default 10 s.
 	CloseTimeout time.Duration
+	// StateDir, when set, is a directory where this node saves the key states
+	// it holds (those it owns and the replicas it backs up, skipping those
+	// back to full capacity) so that they survive a restart of every member at
+	// once, when no running member is left to hand them to: a quota of one per
+	// user per day is not handed out again after a cluster-wide upgrade or a
+	// power cut. The snapshot is the file ringlimit-<Name>.snapshot, written
+	// atomically (temporary file, fsync, rename) every SnapshotInterval and at
+	// the start of Close and of Abort; New restores it before the node decides
+	// any check, judging each state as a peer's handoff (MaxPeriod, MaxLimit,
+	// MaxPeerClockSkew, MaxKeys), and its first ring hands the states of keys
+	// other members own to them, where the copies merge keeping the more
+	// restrictive. A file that is torn, altered, of another format version or
+	// of another ClusterLabel is refused (logged at ERROR, counted in
+	// Stats.SnapshotFailures, moved aside to <file>.refused) and the node
+	// starts empty. Hits admitted after the last snapshot of a member that
+	// crashes are lost with it. New creates the directory (0700) if needed and
+	// returns ErrInvalidConfig if it cannot create a file in it. Give every
+	// member its own directory (or at least its own Name). Default "": off,
+	// nothing is written.
+	StateDir string
+	// SnapshotInterval is how often a node with StateDir writes its snapshot;
+	// a crash loses at most the hits admitted since the last one (and a
+	// snapshot costs about 0.1 to 0.3 µs and 25 to 40 bytes per key on this
+	// project's VMs, see docs/operations.md). Default 30 s
+	// (DefaultSnapshotInterval); 0: only at Close and Abort. Negative is
+	// ErrInvalidConfig.
+	SnapshotInterval time.Duration
 	// RejoinInterval is how often the seeds in Join are joined again so that a
 	// healed partition re-forms. Default 30 s; 0 disables.
 	RejoinInterval time.Duration
@@ -479,6 +506,7 @@ func DefaultConfig() Config {
 		BreakerCooldown:    time.Second,
 		CloseTimeout:       10 * time.Second,
 		RejoinInterval:     30 * time.Second,
+		SnapshotInterval:   DefaultSnapshotInterval,
 		Gossip: GossipConfig{
 			ProbeInterval:           time.Second,
 			ProbeTimeout:            500 * time.Millisecond,
@@ -566,6 +594,8 @@ func (c *Config) validate() error {
 		return bad("HandoffTimeout", c.HandoffTimeout)
 	case c.CloseTimeout <= 0:
 		return bad("CloseTimeout", c.CloseTimeout)
+	case c.SnapshotInterval < 0:
+		return bad("SnapshotInterval", c.SnapshotInterval)
 	case c.TLSSweepInterval < 0:
 		return bad("TLSSweepInterval", c.TLSSweepInterval)
 	case c.RejoinInterval < 0:

@@ -75,6 +75,13 @@ func New(cfg Config) (*Node, error) {
 	if sm, ok := cfg.Metrics.(SecurityMetrics); ok {
 		n.smetrics = sm
 	}
+	if cfg.StateDir != "" {
+		// Before the first ring: restored states are in the store before any
+		// check is decided, and that ring's handoff moves them to their owners.
+		if err := n.openStateDir(); err != nil {
+			return nil, err
+		}
+	}
 	var serverTLS, clientTLS *tls.Config
 	var gate transport.PeerGate
 	if n.secure {
@@ -167,6 +174,10 @@ func New(cfg Config) (*Node, error) {
 	go n.rejoinLoop()
 	go n.idleLoop()
 	go n.replicationLoop()
+	if n.persist != nil && cfg.SnapshotInterval > 0 {
+		n.wg.Add(1)
+		go n.snapshotLoop()
+	}
 	if n.secure {
 		if err := n.watchTLS(); err != nil {
 			_ = n.Abort()
@@ -189,7 +200,8 @@ func newInstanceID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Close leaves the cluster gracefully: it stops owning keys, hands every state to
+// Close leaves the cluster gracefully: with Config.StateDir it first writes
+// its state snapshot; then it stops owning keys, hands every state to
 // its new owner, leaves the gossip cluster, waits until peers stop forwarding to it
 // (bounded), then stops the gRPC server and all goroutines. The whole sequence is
 // bounded by Config.CloseTimeout. It is safe to call more than once; later calls
@@ -203,6 +215,9 @@ func (n *Node) Close() error {
 	n.closed = true
 	deadline := time.Now().Add(n.cfg.CloseTimeout)
 	var errs []error
+	// Before the handoff empties the store; a failure is logged and counted,
+	// and does not fail Close.
+	_ = n.writeSnapshot("close", true)
 
 	n.leaving.Store(true)
 	n.rebuild() // a ring without this node: every key is handed off
@@ -274,7 +289,8 @@ func (n *Node) othersAlive() int {
 
 // Abort stops the node at once, as a crash would: no leave, no handoff. Peers
 // detect the failure by gossip. For tests of failure handling, and for processes
-// that must exit now. Safe to call more than once, and after Close.
+// that must exit now. With Config.StateDir it writes its state snapshot
+// first (as Close does; a crash does not). Safe to call more than once, and after Close.
 func (n *Node) Abort() error {
 	n.closeMu.Lock()
 	defer n.closeMu.Unlock()
@@ -282,6 +298,7 @@ func (n *Node) Abort() error {
 		return n.closeErr
 	}
 	n.closed = true
+	_ = n.writeSnapshot("abort", true)
 	n.stopping.Store(true)
 	n.closeErr = errors.Join(n.shutdown(time.Now())...)
 	return n.closeErr

@@ -140,6 +140,12 @@ type Stats struct {
 	// TLSConnsClosed counts the accepted peer connections closed because the
 	// material they were authenticated with is no longer trusted.
 	TLSConnsClosed uint64
+	// SnapshotWrites and SnapshotFailures count the state snapshots written
+	// (Config.StateDir) and the writes or restores that failed (a refused
+	// snapshot file is one), since New; RestoredStates is the number of saved
+	// states New accepted from the snapshot (each judged as a peer's handoff;
+	// those refused are in RefusedStates). All 0 without StateDir.
+	SnapshotWrites, SnapshotFailures, RestoredStates uint64
 }
 
 // Node is one member of a ringlimit cluster. Create it with New; its methods are
@@ -169,6 +175,7 @@ type Node struct {
 	// bans holds the ban states of keys checked with a penalty (see penalty.go).
 	bans *store.Bans
 
+	persist  *persister   // the state snapshot (persist.go); nil without StateDir
 	repl     *replicator  // sends changed states to backups
 	breakers *breaker.Set // per-peer circuit breaker
 
@@ -296,6 +303,7 @@ func (n *Node) Stats() Stats {
 	s := Stats{Keys: n.owned.Len(), FallbackKeys: n.fallback.Len(), Members: n.rs.Load().snap.Len(), Refused: n.refusedCount(), Insecure: !n.secure,
 		Rebuilds: n.rebuilds.Load(), RebuildTime: time.Duration(n.rebuildNs.Load()), RefusedStates: n.refusedStates.Load(), CachedDenials: n.cachedDenials()}
 	n.tlsStats(&s)
+	n.persistStats(&s)
 	return s
 }
 

@@ -282,6 +282,7 @@ type anyKindTable interface {
 	sendWhole(sh *shard, k algo.Kind, h uint64)
 	clearDirty(h uint64)
 	appendLog(sh *shard, m Moved, wall int64) bool
+	appendLive(sh *shard, k algo.Kind, wall int64, out []Moved) []Moved
 }
 
 // MoveAction is what a ring change does with one stored state (see
