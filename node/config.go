@@ -404,9 +404,8 @@ type Config struct {
 	// nothing is written.
 	StateDir string
 	// SnapshotInterval is how often a node with StateDir writes its snapshot;
-	// a crash loses at most the hits admitted since the last one (and a
-	// snapshot costs about 0.1 to 0.3 µs and 25 to 40 bytes per key on this
-	// project's VMs, see docs/operations.md). Default 30 s
+	// a crash loses at most the hits admitted since the last one (what a
+	// snapshot costs per key, in time and bytes: docs/operations.md). Default 30 s
 	// (DefaultSnapshotInterval); 0: only at Close and Abort. Negative is
 	// ErrInvalidConfig.
 	SnapshotInterval time.Duration
