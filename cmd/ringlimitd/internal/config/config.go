@@ -197,6 +197,16 @@ type Config struct {
 	// RejoinInterval is how often the seeds are joined again so a healed partition
 	// re-forms (--rejoin-interval). Default 30 s; 0 disables.
 	RejoinInterval time.Duration
+	// StateDir is the directory where this node saves the key states it
+	// holds, so that a restart of every member at once keeps the limits
+	// (--state-dir; node.Config.StateDir): written every SnapshotInterval and
+	// at shutdown, restored at start. Give each member its own directory on
+	// storage that outlives the process (a PersistentVolume). Default "":
+	// nothing saved; a full restart starts every key full.
+	StateDir string
+	// SnapshotInterval is how often the state snapshot is written with
+	// StateDir (--snapshot-interval; 0: only at shutdown). Default 30 s.
+	SnapshotInterval time.Duration
 	// GossipProfile selects failure-detection timings (--gossip-profile: lan or
 	// fast). Default lan.
 	GossipProfile string
@@ -265,6 +275,7 @@ func Default() Config {
 		MaxLimit:         d.MaxLimit,
 		ForwardTimeout:   d.ForwardTimeout,
 		RejoinInterval:   d.RejoinInterval,
+		SnapshotInterval: d.SnapshotInterval,
 		GossipProfile:    ProfileLAN,
 		ShutdownTimeout:  10 * time.Second,
 		LogLevel:         "info",
@@ -309,6 +320,8 @@ func (c *Config) Register(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.AcceptCallerTimestamps, "accept-caller-timestamps", c.AcceptCallerTimestamps, "honour caller timestamps (created_at_unix_ns); needed for replays")
 	fs.DurationVar(&c.ForwardTimeout, "forward-timeout", c.ForwardTimeout, "deadline of a forward to a key's owner")
 	fs.DurationVar(&c.RejoinInterval, "rejoin-interval", c.RejoinInterval, "how often seeds are joined again so partitions heal (0 = never)")
+	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory where this node saves its key states so a restart of every member at once keeps the limits (default: none, a full restart starts every key full)")
+	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", c.SnapshotInterval, "with --state-dir: how often the key states are saved, besides at shutdown (0 = only at shutdown)")
 	fs.StringVar(&c.GossipProfile, "gossip-profile", c.GossipProfile, "failure-detection timings: lan (dead after ~5 s) or fast (~1 s, single host)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on the graceful stop (HTTP drain, leave, handoff)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
@@ -458,6 +471,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RejoinInterval < 0 {
 		return bad("rejoin-interval", c.RejoinInterval, "must be >= 0")
+	}
+	if c.SnapshotInterval < 0 {
+		return bad("snapshot-interval", c.SnapshotInterval, "must be >= 0")
 	}
 	if c.GossipProfile != ProfileLAN && c.GossipProfile != ProfileFast {
 		return bad("gossip-profile", strconv.Quote(c.GossipProfile), "want lan or fast")
@@ -635,6 +651,8 @@ func (c *Config) NodeConfig(logger *slog.Logger, metrics node.Metrics) (node.Con
 	nc.AcceptCallerTimestamps = c.AcceptCallerTimestamps
 	nc.ForwardTimeout = c.ForwardTimeout
 	nc.RejoinInterval = c.RejoinInterval
+	nc.StateDir = c.StateDir
+	nc.SnapshotInterval = c.SnapshotInterval
 	nc.CloseTimeout = c.ShutdownTimeout
 	nc.Logger = logger
 	nc.Metrics = metrics

@@ -174,6 +174,7 @@ func TestInvalid(t *testing.T) {
 		{"max limit", []string{"--max-limit", "-1"}, nil, "--max-limit"},
 		{"forward timeout", []string{"--forward-timeout", "0s"}, nil, "--forward-timeout"},
 		{"rejoin", []string{"--rejoin-interval", "-1s"}, nil, "--rejoin-interval"},
+		{"snapshot interval", []string{"--snapshot-interval", "-1s"}, nil, "--snapshot-interval"},
 		{"profile", []string{"--gossip-profile", "wan"}, nil, "--gossip-profile"},
 		{"shutdown", []string{"--shutdown-timeout", "0s"}, nil, "--shutdown-timeout"},
 		{"duration syntax", nil, map[string]string{"RINGLIMIT_SHUTDOWN_TIMEOUT": "10"}, "RINGLIMIT_SHUTDOWN_TIMEOUT"},
@@ -269,6 +270,7 @@ func TestNodeConfig(t *testing.T) {
 		"--replication", "sync", "--replication-lag", "7ms",
 		"--accept-caller-timestamps", "--forward-timeout", "300ms", "--rejoin-interval", "2s",
 		"--gossip-profile", "fast", "--shutdown-timeout", "4s",
+		"--state-dir", "/var/lib/ringlimit", "--snapshot-interval", "1m",
 		"--certs-dir", "/certs", "--gossip-key-file", keyFile,
 	}, envOnly(nil))
 	if err != nil {
@@ -295,6 +297,8 @@ func TestNodeConfig(t *testing.T) {
 	want.ForwardTimeout = 300 * time.Millisecond
 	want.RejoinInterval = 2 * time.Second
 	want.CloseTimeout = 4 * time.Second
+	want.StateDir = "/var/lib/ringlimit"
+	want.SnapshotInterval = time.Minute
 	want.TLSCertFile, want.TLSKeyFile, want.TLSCAFile = "/certs/node.crt", "/certs/node.key", "/certs/ca.crt"
 	want.SecretKey = key
 	if !reflect.DeepEqual(nc, want) {

@@ -72,6 +72,13 @@ const (
 	// TLSConnsClosedTotal counts accepted peer connections closed because the
 	// material they were authenticated with is no longer trusted.
 	TLSConnsClosedTotal = "ringlimit_tls_connections_closed_total"
+	// SnapshotWritesTotal, SnapshotFailuresTotal and RestoredStatesTotal
+	// count the state snapshots written (--state-dir), the writes or restores
+	// that failed (a refused snapshot file is one), and the saved states
+	// restored at start (node.Stats).
+	SnapshotWritesTotal   = "ringlimit_snapshot_writes_total"
+	SnapshotFailuresTotal = "ringlimit_snapshot_failures_total"
+	RestoredStatesTotal   = "ringlimit_restored_states_total"
 	// TokenReloadsTotal counts reloads of --client-token-file by result
 	// ("ok", "error": the previous tokens stay).
 	TokenReloadsTotal = "ringlimit_token_reloads_total"
@@ -210,11 +217,23 @@ func New(stats func() node.Stats) *Metrics {
 		Name: TLSConnsClosedTotal,
 		Help: "Accepted peer connections closed because their TLS material is no longer trusted.",
 	}, func() float64 { return float64(stats().TLSConnsClosed) })
+	snapWrites := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: SnapshotWritesTotal,
+		Help: "State snapshots written to --state-dir.",
+	}, func() float64 { return float64(stats().SnapshotWrites) })
+	snapFailures := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: SnapshotFailuresTotal,
+		Help: "State snapshots not written, or refused at start (torn, altered, another version or cluster).",
+	}, func() float64 { return float64(stats().SnapshotFailures) })
+	restored := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: RestoredStatesTotal,
+		Help: "Saved key states restored from --state-dir at start.",
+	}, func() float64 { return float64(stats().RestoredStates) })
 	m.tokenReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: TokenReloadsTotal,
 		Help: "Reloads of the client token file by result (ok, error: the previous tokens stay).",
 	}, []string{"result"})
-	m.reg.MustRegister(tlsExpiry, tlsReloads, tlsFailures, tlsClosed, m.tokenReloads)
+	m.reg.MustRegister(tlsExpiry, tlsReloads, tlsFailures, tlsClosed, m.tokenReloads, snapWrites, snapFailures, restored)
 	m.reg.MustRegister(m.checks, m.forward, m.batchSize, m.handoffs, m.handoffKeys, m.handoffTime, m.evictions, keys, fallbackKeys, members,
 		insecure, refused, m.peerRefused, m.authFailures, m.replSends, m.replStates,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
