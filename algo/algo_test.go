@@ -805,3 +805,42 @@ func TestKindNameTable(t *testing.T) {
 		t.Errorf(`ParseKind("leaky"): got %v, want an InputError listing the names`, err)
 	}
 }
+
+// TestIdleAfter: for every algorithm, a key that took hits becomes Idle
+// exactly IdleAfter later, not a nanosecond sooner; an idle key's IdleAfter
+// is 0; an invalid limit is never idle (MaxDuration).
+func TestIdleAfter(t *testing.T) {
+	t.Parallel()
+	for _, k := range Kinds() {
+		for _, tc := range []struct {
+			l    Limit
+			hits int64
+		}{
+			{Limit{Kind: k, Limit: 10, Period: time.Minute, Burst: 4}, 1},
+			{Limit{Kind: k, Limit: 10, Period: time.Minute, Burst: 4}, 3},
+			{Limit{Kind: k, Limit: 3, Period: 7 * time.Second, Burst: 2}, 2},
+		} {
+			var s State
+			now := t0 + 1234567
+			if _, err := s.Take(now, tc.hits, tc.l); err != nil {
+				t.Fatalf("%v: %v", k, err)
+			}
+			d := s.IdleAfter(now, tc.l)
+			if d <= 0 || d > 2*tc.l.Period {
+				t.Errorf("%v %+v after %d hits: IdleAfter got %v, want in (0, 2 periods]", k, tc.l, tc.hits, d)
+				continue
+			}
+			if s.Idle(now+int64(d)-1, tc.l) || !s.Idle(now+int64(d), tc.l) {
+				t.Errorf("%v %+v after %d hits: IdleAfter %v, but Idle 1 ns sooner %v, at it %v; want false, true", k, tc.l, tc.hits, d,
+					s.Idle(now+int64(d)-1, tc.l), s.Idle(now+int64(d), tc.l))
+			}
+			if got := s.IdleAfter(now+int64(d), tc.l); got != 0 {
+				t.Errorf("%v: IdleAfter once idle: got %v, want 0", k, got)
+			}
+		}
+	}
+	var s State
+	if got := s.IdleAfter(t0, Limit{}); got != MaxDuration {
+		t.Errorf("IdleAfter under an invalid limit: got %v, want MaxDuration", got)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 )
 
 // ErrInvalidState is returned, wrapped with what is wrong, by
@@ -191,6 +192,22 @@ func (s *State) Idle(now int64, l Limit) bool {
 		return SlidingWindowCounterState{start: s.a, prev: s.b, cur: s.c}.idle(now, l)
 	}
 	return s.peek(now, l).ResetAfter == 0 // TokenBucket, SlidingWindowLog, BucketedSlidingWindow
+}
+
+// IdleAfter returns how long after now (Unix ns) s becomes Idle under l if no
+// further check comes: 0 when it is idle at now, else the peek's ResetAfter
+// (the time until the key is back to full capacity), at least 1 ns. A check
+// under another Limit, or a clock that steps back, may move that time; the
+// caller treats it as an estimate. An invalid l or now returns MaxDuration, as
+// Idle never reports such a state idle. It does not change s.
+func (s *State) IdleAfter(now int64, l Limit) time.Duration {
+	if l.Validate() != nil || validateNow(now) != nil {
+		return MaxDuration
+	}
+	if s.Idle(now, l) {
+		return 0
+	}
+	return max(s.peek(now, l).ResetAfter, 1)
 }
 
 // Merge keeps in s the more restrictive of s and other at now (Unix ns) under

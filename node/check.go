@@ -219,9 +219,9 @@ const (
 	// ClassInvalid: bad input (ErrInvalid, algo.ErrInvalidLimit); Message
 	// names the field. Retrying the same check fails the same way.
 	ClassInvalid
-	// ClassUnavailable: the node is stopping or stopped, full (ErrTooManyKeys),
-	// or the cluster could not decide (ErrUnavailable). Another node or a
-	// later retry may succeed.
+	// ClassUnavailable: the node is stopping or stopped, or the cluster
+	// could not decide (ErrUnavailable). Another node or a later retry may
+	// succeed.
 	ClassUnavailable
 	// ClassTimeout: the caller's deadline passed (context.DeadlineExceeded).
 	ClassTimeout
@@ -231,12 +231,18 @@ const (
 	// (ErrPermissionDenied, a *PermissionError); Message names what its
 	// permissions forbid. Retrying with the same credential fails the same way.
 	ClassPermission
+	// ClassFull: the check would create a new key in a full key table
+	// (ErrTooManyKeys, a *KeyTableFullError: the node's MaxKeys, or a daemon
+	// credential's max_keys); Message names the bound, RetryAfter says when
+	// the earliest key frees room, when known. Checks of keys already held
+	// still pass.
+	ClassFull
 	// ClassInternal: anything else, a bug.
 	ClassInternal
 )
 
 // String returns "none", "invalid", "unavailable", "timeout", "canceled",
-// "permission" or "internal".
+// "permission", "full" or "internal".
 func (c Class) String() string {
 	switch c {
 	case ClassNone:
@@ -251,6 +257,8 @@ func (c Class) String() string {
 		return "canceled"
 	case ClassPermission:
 		return "permission"
+	case ClassFull:
+		return "full"
 	}
 	return "internal"
 }
@@ -271,10 +279,24 @@ func Classify(err error) Class {
 		return ClassTimeout
 	case errors.Is(err, context.Canceled):
 		return ClassCanceled
-	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrStopped), errors.Is(err, ErrTooManyKeys), errors.Is(err, transport.ErrUnavailable):
+	case errors.Is(err, ErrTooManyKeys), errors.Is(err, transport.ErrResourceExhausted):
+		return ClassFull
+	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrStopped), errors.Is(err, transport.ErrUnavailable):
 		return ClassUnavailable
 	}
 	return ClassInternal
+}
+
+// RetryAfter is how long the caller should wait before the same check may
+// pass, for an error of ClassFull: the *KeyTableFullError's RetryAfter in its
+// chain (0 when unknown, and for every other error). Front doors answer it
+// as HTTP Retry-After and gRPC RetryInfo.
+func RetryAfter(err error) time.Duration {
+	var fe *KeyTableFullError
+	if errors.As(err, &fe) {
+		return max(fe.RetryAfter, 0)
+	}
+	return 0
 }
 
 // Message is err's text as a client of a front door sees it: the Message of

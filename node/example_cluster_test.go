@@ -40,7 +40,7 @@ func ExampleNew() {
 		limit := algo.Limit{Kind: algo.GCRA, Burst: 15, Limit: 30, Period: time.Minute}
 		d, err := n.Allow(ctx, "reply:laoqian", limit)
 		if err != nil {
-			return err // invalid input, node stopped, too many keys, ctx done
+			return err // invalid input, node stopped, key table full, ctx done
 		}
 		if !d.Allowed {
 			fmt.Printf("retry in %v (decided by %s, route %s)\n", d.RetryAfter, d.Owner, d.Route)

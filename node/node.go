@@ -44,8 +44,9 @@ import (
 var (
 	// ErrStopped is returned by every check after Close or Abort began.
 	ErrStopped = errors.New("node: stopped")
-	// ErrTooManyKeys is returned for a check that would create a new key on a node
-	// that holds Config.MaxKeys keys, none of them idle.
+	// ErrTooManyKeys is matched by the *KeyTableFullError of a check that
+	// would create a new key on a node that holds Config.MaxKeys keys, none of
+	// them idle (Classify: ClassFull).
 	ErrTooManyKeys = store.ErrTooManyKeys
 	// ErrCallerTimestamp is matched (errors.Is) by the *InputError (field
 	// created_at) of a check carrying CreatedAt on a node with
@@ -100,6 +101,19 @@ type Member struct {
 	Reason string
 }
 
+// KeyTableFullError is the error of a check that would create a new key in a
+// full key table, matching ErrTooManyKeys; Classify sorts it as ClassFull.
+// Who says whose table: "this node" (Config.MaxKeys), "node-2 (the key's
+// owner)" for a forwarded check, or a daemon credential's own max_keys. Its
+// Message is "key table full: <Who> <Text>" and, when RetryAfter is known,
+// "; the earliest key frees in <RetryAfter>" (whole seconds, at least 1 s): the
+// time until the earliest key held becomes idle if no check comes for it, as
+// the node's last scan of its keys found it (the scan runs at most once a
+// second, or when that key frees, while the table is full). Every key frees
+// within MaxPeriod (a burst included) of its last check, so a full table
+// never stays full for keys nobody checks.
+type KeyTableFullError = store.FullError
+
 // Stats is a point-in-time view of a node for monitoring.
 type Stats struct {
 	// Keys is the number of key states this node holds, as owner or as backup
@@ -127,6 +141,11 @@ type Stats struct {
 	// off or replicated that this node refused since New (each one alone: the
 	// rest of its batch is kept), see Transfer.
 	RefusedStates uint64
+	// RefusedKeys is the number of new keys refused since New because the
+	// key table was full (MaxKeys): checks (KeyTableFullError) and peers'
+	// handed-off or replicated states. Metrics.Eviction("refused") counts
+	// the same.
+	RefusedKeys uint64
 	// CachedDenials is the number of checks this node denied from a cached
 	// denial, without a forward (RouteCachedDenial), since New.
 	CachedDenials uint64
@@ -195,6 +214,10 @@ type Node struct {
 	refusedStates atomic.Uint64
 	refusedLog    logEvery
 	replFailLog   logEvery
+	// refusedKeys counts new keys refused at MaxKeys (Stats.RefusedKeys),
+	// fullLog holds back its WARN to one a second.
+	refusedKeys atomic.Uint64
+	fullLog     logEvery
 	// deny is the peer deny list (peergate.go); certsSeen (member -> serial
 	// of the certificate it presented last) and departed (member -> when it
 	// left the gossip) are under membersMu.
@@ -301,7 +324,7 @@ func (n *Node) OwnedKeys() int {
 // Stats returns the node's key and member counts.
 func (n *Node) Stats() Stats {
 	s := Stats{Keys: n.owned.Len(), FallbackKeys: n.fallback.Len(), Members: n.rs.Load().snap.Len(), Refused: n.refusedCount(), Insecure: !n.secure,
-		Rebuilds: n.rebuilds.Load(), RebuildTime: time.Duration(n.rebuildNs.Load()), RefusedStates: n.refusedStates.Load(), CachedDenials: n.cachedDenials()}
+		Rebuilds: n.rebuilds.Load(), RebuildTime: time.Duration(n.rebuildNs.Load()), RefusedStates: n.refusedStates.Load(), RefusedKeys: n.refusedKeys.Load(), CachedDenials: n.cachedDenials()}
 	n.tlsStats(&s)
 	n.persistStats(&s)
 	return s
@@ -367,8 +390,19 @@ func (n *Node) observe(k algo.Kind, r Route, allowed bool) {
 	}
 }
 
+// onEvict reports a key dropped or refused by a store. A refused key ("the
+// key table is full") is also counted and logged at WARN at most once a
+// second: a full table must not pass unnoticed, nor fill the log.
 func (n *Node) onEvict(reason string) {
 	if n.cfg.Metrics != nil {
 		n.cfg.Metrics.Eviction(reason)
+	}
+	if reason != "refused" {
+		return
+	}
+	total := n.refusedKeys.Add(1)
+	if ok, held := n.fullLog.allow(); ok {
+		n.log.Warn("key table full: new keys are refused until a key frees (idle keys are dropped first; a key frees within MaxPeriod of its last check)",
+			"max_keys", n.cfg.MaxKeys, "refused_total", total, "not_logged", held)
 	}
 }

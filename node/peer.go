@@ -163,6 +163,11 @@ func errorResult(err error) transport.Result {
 	case Classify(err) == ClassInvalid:
 		return transport.Result{Code: transport.CodeInvalidArgument, Message: err.Error()}
 	}
+	var full *KeyTableFullError
+	if errors.As(err, &full) {
+		// The sender rebuilds the error naming this node as the key's owner.
+		return transport.Result{Code: transport.CodeResourceExhausted, Message: full.Text, Decision: algo.Decision{RetryAfter: full.RetryAfter}}
+	}
 	return transport.Result{Code: transport.CodeUnavailable, Message: err.Error()}
 }
 

@@ -138,6 +138,9 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 				return nil
 			case err == nil && res.Code == transport.CodeInvalidArgument:
 				return refusedByPeer(owner.Name, res.Message)
+			case err == nil && res.Code == transport.CodeResourceExhausted:
+				n.breakers.Reset(owner.Name)
+				return fullAt(owner.Name+" (the key's owner)", res)
 			}
 			if n.stopping.Load() {
 				return ErrStopped // our own pool is closing: not the owner's fault
@@ -374,6 +377,9 @@ func (n *Node) decideViaBackup(ctx context.Context, rs *ringState, c Check, h ui
 		return Decision{Decision: res.Decision, Route: route, Owner: res.Owner, Banned: res.Banned}, nil
 	case res.Code == transport.CodeInvalidArgument:
 		return Decision{}, refusedByPeer(b.Name, res.Message)
+	case res.Code == transport.CodeResourceExhausted:
+		n.breakers.Reset(b.Name)
+		return Decision{}, fullAt(b.Name+" (the key's backup, or the owner it asked)", res)
 	case res.Code == transport.CodeNotOwner:
 		return Decision{}, errNotOwner
 	}
@@ -449,7 +455,7 @@ func (n *Node) forwardAsBackup(ctx context.Context, c transport.Check) transport
 		res, err := n.peers.Forward(octx, owner.Addr, c)
 		cancel()
 		switch {
-		case err == nil && (res.Code == transport.CodeOK || res.Code == transport.CodeInvalidArgument):
+		case err == nil && (res.Code == transport.CodeOK || res.Code == transport.CodeInvalidArgument || res.Code == transport.CodeResourceExhausted):
 			n.breakers.Reset(owner.Name)
 			return res
 		case err == nil && res.Code == transport.CodeNotOwner:
@@ -465,4 +471,10 @@ func (n *Node) forwardAsBackup(ctx context.Context, c transport.Check) transport
 		return errorResult(err)
 	}
 	return transport.Result{Decision: d, Route: transport.RouteBackup, Owner: n.cfg.Name, Code: transport.CodeOK, Banned: ban}
+}
+
+// fullAt is the *KeyTableFullError of a check that the peer who (its name and
+// role) refused with CodeResourceExhausted: its Text and RetryAfter.
+func fullAt(who string, res transport.Result) error {
+	return &KeyTableFullError{Who: who, Text: res.Message, RetryAfter: max(res.Decision.RetryAfter, 0)}
 }

@@ -51,7 +51,8 @@ type Checker interface {
 // Check (a client cannot set the peer-only AsBackup) and the Decision back,
 // and maps c's errors by Classify: ClassUnavailable to transport.ErrUnavailable
 // (gRPC Unavailable), ClassPermission to transport.ErrPermissionDenied (gRPC
-// PermissionDenied, with Message's text); input errors and context errors keep their own
+// PermissionDenied, with Message's text), ClassFull to
+// transport.ErrResourceExhausted (gRPC ResourceExhausted); input errors and context errors keep their own
 // mapping (InvalidArgument with the *InputError's field, DeadlineExceeded,
 // Canceled).
 func LimiterHandler(c Checker) transport.LimiterHandler { return limiterHandler{c} }
@@ -70,7 +71,9 @@ func (h limiterHandler) Check(ctx context.Context, w transport.Check) (transport
 
 // WireError returns err in transport's terms, for a handler of a transport
 // service: an error of ClassUnavailable also wraps transport.ErrUnavailable,
-// one of ClassPermission transport.ErrPermissionDenied; any other error is
+// one of ClassPermission transport.ErrPermissionDenied, one of ClassFull
+// transport.ErrResourceExhausted (gRPC ResourceExhausted with RetryInfo);
+// any other error is
 // returned as it is (transport maps input and context errors itself).
 func WireError(err error) error {
 	switch Classify(err) {
@@ -78,6 +81,8 @@ func WireError(err error) error {
 		return fmt.Errorf("%w: %w", transport.ErrUnavailable, err)
 	case ClassPermission:
 		return fmt.Errorf("%w: %w", transport.ErrPermissionDenied, err)
+	case ClassFull:
+		return fmt.Errorf("%w: %w", transport.ErrResourceExhausted, err)
 	}
 	return err
 }

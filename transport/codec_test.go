@@ -66,7 +66,7 @@ func randResults(r *rand.Rand, n int) []Result {
 			Decision: algo.Decision{Allowed: r.IntN(2) == 0, Limit: randInt64(r), Remaining: randInt64(r),
 				RetryAfter: time.Duration(randInt64(r)), ResetAfter: time.Duration(randInt64(r))},
 			Route:  Route(r.IntN(4)),
-			Code:   Code(r.IntN(4)),
+			Code:   Code(r.IntN(6)), // every Code, CodeResourceExhausted's retry_after_ns too
 			Owner:  owners[r.IntN(len(owners))],
 			Banned: r.IntN(2) == 0,
 		}

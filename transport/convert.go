@@ -93,6 +93,8 @@ func codeToWire(c Code) pb.Code {
 		return pb.Code_CODE_INVALID_ARGUMENT
 	case CodePermissionDenied:
 		return pb.Code_CODE_PERMISSION_DENIED
+	case CodeResourceExhausted:
+		return pb.Code_CODE_RESOURCE_EXHAUSTED
 	}
 	return pb.Code_CODE_UNAVAILABLE
 }
@@ -109,6 +111,8 @@ func codeFromWire(c pb.Code) Code {
 		return CodeInvalidArgument
 	case pb.Code_CODE_PERMISSION_DENIED:
 		return CodePermissionDenied
+	case pb.Code_CODE_RESOURCE_EXHAUSTED:
+		return CodeResourceExhausted
 	}
 	return CodeUnavailable
 }
@@ -227,6 +231,9 @@ func resultsToWire(results []Result) []*pb.Result {
 		m := &msgs[i]
 		m.Code = codeToWire(r.Code)
 		m.Message = r.Message
+		if r.Code == CodeResourceExhausted {
+			m.RetryAfterNs = int64(r.Decision.RetryAfter)
+		}
 		if r.Code == CodeOK {
 			decisionToWire(*r, &decs[i])
 			m.Decision = &decs[i]
@@ -242,9 +249,12 @@ func resultFromWire(m *pb.Result, r *Result) {
 	r.Code = codeFromWire(m.GetCode())
 	r.Message = m.GetMessage()
 	switch m.GetCode() {
-	case pb.Code_CODE_OK, pb.Code_CODE_NOT_OWNER, pb.Code_CODE_INVALID_ARGUMENT, pb.Code_CODE_UNAVAILABLE, pb.Code_CODE_PERMISSION_DENIED:
+	case pb.Code_CODE_OK, pb.Code_CODE_NOT_OWNER, pb.Code_CODE_INVALID_ARGUMENT, pb.Code_CODE_UNAVAILABLE, pb.Code_CODE_PERMISSION_DENIED, pb.Code_CODE_RESOURCE_EXHAUSTED:
 	default:
 		r.Message = fmt.Sprintf("unknown result code %d: %s", int32(m.GetCode()), r.Message)
+	}
+	if r.Code == CodeResourceExhausted {
+		r.Decision = algo.Decision{RetryAfter: time.Duration(max(m.GetRetryAfterNs(), 0))}
 	}
 	if r.Code != CodeOK {
 		return

@@ -55,6 +55,8 @@ func TestCheckAndResultRoundTrip(t *testing.T) {
 		{Code: CodeNotOwner, Message: "not mine"},
 		{Code: CodeInvalidArgument, Message: "key is empty"},
 		{Code: CodeUnavailable, Message: "stopping"},
+		{Code: CodePermissionDenied, Message: "permission denied: credential \"a\" may only check keys starting with one of its key_prefixes"},
+		{Code: CodeResourceExhausted, Message: "holds 3 keys, its MaxKeys", Decision: algo.Decision{RetryAfter: 5 * time.Second}},
 	}
 	for i, m := range resultsToWire(in) {
 		var got Result

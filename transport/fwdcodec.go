@@ -325,6 +325,9 @@ func (m *fwdResponse) append(b []byte) []byte {
 // decision only for CodeOK.
 func resultSize(r *Result) int {
 	n := sizeI64(int64(codeToWire(r.Code))) + sizeBytes(len(r.Message))
+	if r.Code == CodeResourceExhausted {
+		n += sizeI64(int64(r.Decision.RetryAfter))
+	}
 	if r.Code == CodeOK {
 		n += 1 + protowire.SizeBytes(decisionSize(r))
 	}
@@ -334,6 +337,9 @@ func resultSize(r *Result) int {
 func appendResult(b []byte, r *Result) []byte {
 	b = appendI64(b, 1, int64(codeToWire(r.Code)))
 	b = appendString(b, 2, r.Message)
+	if r.Code == CodeResourceExhausted {
+		b = appendI64(b, 4, int64(r.Decision.RetryAfter))
+	}
 	if r.Code == CodeOK {
 		b = protowire.AppendTag(b, 3, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(decisionSize(r)))
@@ -436,6 +442,7 @@ func (m *fwdResponse) decodeResult(b []byte, r *Result) error {
 	var code pb.Code
 	var msg string
 	var d pb.Decision
+	var retryAfter int64
 	hasDecision := false
 	for len(b) > 0 {
 		num, typ, l := protowire.ConsumeTag(b)
@@ -450,6 +457,12 @@ func (m *fwdResponse) decodeResult(b []byte, r *Result) error {
 				return errMalformed
 			}
 			b, code = b[l:], pb.Code(int32(v))
+		case num == 4 && typ == protowire.VarintType:
+			v, l := protowire.ConsumeVarint(b)
+			if l < 0 {
+				return errMalformed
+			}
+			b, retryAfter = b[l:], int64(v)
 		case num == 2 && typ == protowire.BytesType:
 			v, l := protowire.ConsumeBytes(b)
 			if l < 0 {
@@ -477,9 +490,12 @@ func (m *fwdResponse) decodeResult(b []byte, r *Result) error {
 	r.Code = codeFromWire(code)
 	r.Message = msg
 	switch code {
-	case pb.Code_CODE_OK, pb.Code_CODE_NOT_OWNER, pb.Code_CODE_INVALID_ARGUMENT, pb.Code_CODE_UNAVAILABLE, pb.Code_CODE_PERMISSION_DENIED:
+	case pb.Code_CODE_OK, pb.Code_CODE_NOT_OWNER, pb.Code_CODE_INVALID_ARGUMENT, pb.Code_CODE_UNAVAILABLE, pb.Code_CODE_PERMISSION_DENIED, pb.Code_CODE_RESOURCE_EXHAUSTED:
 	default:
 		r.Message = fmt.Sprintf("unknown result code %d: %s", int32(code), msg)
+	}
+	if r.Code == CodeResourceExhausted {
+		r.Decision = algo.Decision{RetryAfter: time.Duration(max(retryAfter, 0))}
 	}
 	if r.Code != CodeOK {
 		return nil

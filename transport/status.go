@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ringlimit/ringlimit/algo"
 )
@@ -60,7 +62,23 @@ func statusOf(err error, client bool) *status.Status {
 			st = withInfo
 		}
 	}
+	if d := RetryDelay(err); st.Code() == codes.ResourceExhausted && d > 0 {
+		if withInfo, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)}); derr == nil {
+			st = withInfo
+		}
+	}
 	return st
+}
+
+// RetryDelay returns the RetryDelay() of the first error in err's chain that
+// has that method (node.KeyTableFullError: when the earliest key frees room),
+// or 0.
+func RetryDelay(err error) time.Duration {
+	var r interface{ RetryDelay() time.Duration }
+	if errors.As(err, &r) {
+		return max(r.RetryDelay(), 0)
+	}
+	return 0
 }
 
 // clientStatus is statusOf for the Limiter service.
@@ -84,7 +102,7 @@ func inputInfo(st *status.Status) *errdetails.ErrorInfo {
 
 // statusFromError maps a handler or validation error to a gRPC status error:
 // invalid input -> InvalidArgument, ErrPermissionDenied -> PermissionDenied,
-// ErrUnavailable -> Unavailable, context
+// ErrResourceExhausted -> ResourceExhausted, ErrUnavailable -> Unavailable, context
 // errors -> DeadlineExceeded / Canceled, anything else -> Internal. The message
 // is the error's text, which names the field for invalid input.
 func statusFromError(err error) error {
@@ -100,6 +118,8 @@ func codeOfError(err error) codes.Code {
 		return codes.InvalidArgument
 	case errors.Is(err, ErrPermissionDenied):
 		return codes.PermissionDenied
+	case errors.Is(err, ErrResourceExhausted):
+		return codes.ResourceExhausted
 	case errors.Is(err, ErrUnavailable):
 		return codes.Unavailable
 	case errors.Is(err, context.DeadlineExceeded):
@@ -112,7 +132,8 @@ func codeOfError(err error) codes.Code {
 
 // itemResultFromError is the per-item form of clientStatus inside a
 // CheckBatch: invalid input -> CodeInvalidArgument, ErrPermissionDenied ->
-// CodePermissionDenied, anything else -> CodeUnavailable, with
+// CodePermissionDenied, ErrResourceExhausted -> CodeResourceExhausted (with
+// RetryDelay as Decision.RetryAfter), anything else -> CodeUnavailable, with
 // ClientMessage's text.
 func itemResultFromError(err error) Result {
 	switch codeOfError(err) {
@@ -120,6 +141,8 @@ func itemResultFromError(err error) Result {
 		return Result{Code: CodeInvalidArgument, Message: ClientMessage(err)}
 	case codes.PermissionDenied:
 		return Result{Code: CodePermissionDenied, Message: ClientMessage(err)}
+	case codes.ResourceExhausted:
+		return Result{Code: CodeResourceExhausted, Message: ClientMessage(err), Decision: algo.Decision{RetryAfter: RetryDelay(err)}}
 	}
 	return Result{Code: CodeUnavailable, Message: ClientMessage(err)}
 }
@@ -131,6 +154,14 @@ func statusFromResult(r Result) error {
 		return status.Error(codes.InvalidArgument, r.Message)
 	case CodePermissionDenied:
 		return status.Error(codes.PermissionDenied, r.Message)
+	case CodeResourceExhausted:
+		st := status.New(codes.ResourceExhausted, r.Message)
+		if r.Decision.RetryAfter > 0 {
+			if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(r.Decision.RetryAfter)}); err == nil {
+				st = withInfo
+			}
+		}
+		return st.Err()
 	case CodeNotOwner:
 		return status.Error(codes.Unavailable, "not owner: "+r.Message)
 	}
@@ -141,13 +172,16 @@ func statusFromResult(r Result) error {
 // package: InvalidArgument -> an error wrapping ErrInvalidCheck that carries
 // the server's message, and, when the status has statusOf's ErrorInfo, the
 // *algo.InputError it describes (which is algo.ErrInvalidLimit for reason
-// INVALID_LIMIT); PermissionDenied -> an error wrapping ErrPermissionDenied
-// with the server's message; every other failure -> ErrUnavailable wrapping
+// INVALID_LIMIT); PermissionDenied and ResourceExhausted -> an error wrapping
+// ErrPermissionDenied or ErrResourceExhausted with the server's message; every other failure -> ErrUnavailable wrapping
 // the status error. what names the call ("forward to 10.0.0.2:7947").
 func errorFromStatus(what string, err error) error {
 	st, _ := status.FromError(err)
 	if st.Code() == codes.PermissionDenied {
 		return fmt.Errorf("%w: %s: %s", ErrPermissionDenied, what, st.Message())
+	}
+	if st.Code() == codes.ResourceExhausted {
+		return fmt.Errorf("%w: %s: %s", ErrResourceExhausted, what, st.Message())
 	}
 	if st.Code() != codes.InvalidArgument {
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)

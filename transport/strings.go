@@ -23,8 +23,8 @@ func (r Route) String() string {
 	return "route(" + strconv.Itoa(int(r)) + ")"
 }
 
-// String returns "ok", "not_owner", "invalid_argument", "unavailable" or
-// "permission_denied".
+// String returns "ok", "not_owner", "invalid_argument", "unavailable",
+// "permission_denied" or "resource_exhausted".
 func (c Code) String() string {
 	switch c {
 	case CodeOK:
@@ -37,6 +37,8 @@ func (c Code) String() string {
 		return "unavailable"
 	case CodePermissionDenied:
 		return "permission_denied"
+	case CodeResourceExhausted:
+		return "resource_exhausted"
 	}
 	return "code(" + strconv.Itoa(int(c)) + ")"
 }

@@ -60,7 +60,8 @@ type Check struct {
 
 // Result is the answer to one Check of a batch.
 type Result struct {
-	// Decision is valid when Code == CodeOK.
+	// Decision is valid when Code == CodeOK; for CodeResourceExhausted only
+	// its RetryAfter is set (carried as Result.retry_after_ns).
 	Decision algo.Decision
 	// Route says which path decided; set by the node.
 	Route Route
@@ -100,6 +101,10 @@ const (
 	// CodePermissionDenied: the caller may not make this check (a handler's
 	// error wrapping ErrPermissionDenied); Message says what is forbidden.
 	CodePermissionDenied
+	// CodeResourceExhausted: the receiver's key table is full (a handler's
+	// error wrapping ErrResourceExhausted); Message says whose and its bound,
+	// Decision.RetryAfter when the receiver expects room (0: unknown).
+	CodeResourceExhausted
 )
 
 // KeyState is the state of one key handed from its old owner to its new owner.

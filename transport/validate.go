@@ -29,6 +29,13 @@ var ErrUnavailable = errors.New("transport: unavailable")
 // message (ClientMessage).
 var ErrPermissionDenied = errors.New("transport: permission denied")
 
+// ErrResourceExhausted is wrapped by a handler's error for a check that would
+// create a new key in a full key table (node.WireError wraps it around a
+// node.KeyTableFullError); the servers answer it as codes.ResourceExhausted
+// with the error's client message and, when the error has a RetryDelay()
+// time.Duration method that returns more than 0, a google.rpc.RetryInfo.
+var ErrResourceExhausted = errors.New("transport: resource exhausted")
+
 // DefaultMaxKeyLen is the default maximum key length, in bytes
 // (algo.DefaultMaxKeyLen).
 const DefaultMaxKeyLen = algo.DefaultMaxKeyLen

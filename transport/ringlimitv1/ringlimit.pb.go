@@ -185,6 +185,11 @@ const (
 	// forbids. A receiver that does not know this code reads it as
 	// CODE_UNAVAILABLE.
 	Code_CODE_PERMISSION_DENIED Code = 4
+	// The receiver's key table is full: the check would create a new key
+	// there (MaxKeys); message says whose table and its bound,
+	// Result.retry_after_ns when the receiver expects room. A receiver that
+	// does not know this code reads it as CODE_UNAVAILABLE.
+	Code_CODE_RESOURCE_EXHAUSTED Code = 5
 )
 
 // Enum value maps for Code.
@@ -195,13 +200,15 @@ var (
 		2: "CODE_INVALID_ARGUMENT",
 		3: "CODE_UNAVAILABLE",
 		4: "CODE_PERMISSION_DENIED",
+		5: "CODE_RESOURCE_EXHAUSTED",
 	}
 	Code_value = map[string]int32{
-		"CODE_OK":                0,
-		"CODE_NOT_OWNER":         1,
-		"CODE_INVALID_ARGUMENT":  2,
-		"CODE_UNAVAILABLE":       3,
-		"CODE_PERMISSION_DENIED": 4,
+		"CODE_OK":                 0,
+		"CODE_NOT_OWNER":          1,
+		"CODE_INVALID_ARGUMENT":   2,
+		"CODE_UNAVAILABLE":        3,
+		"CODE_PERMISSION_DENIED":  4,
+		"CODE_RESOURCE_EXHAUSTED": 5,
 	}
 )
 
@@ -597,7 +604,10 @@ type Result struct {
 	// Explains a non-OK code and names the offending field.
 	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	// Set when code is CODE_OK.
-	Decision      *Decision `protobuf:"bytes,3,opt,name=decision,proto3" json:"decision,omitempty"`
+	Decision *Decision `protobuf:"bytes,3,opt,name=decision,proto3" json:"decision,omitempty"`
+	// CODE_RESOURCE_EXHAUSTED only: when the receiver expects room for a new
+	// key (its earliest key frees then), 0 when it does not know.
+	RetryAfterNs  int64 `protobuf:"varint,4,opt,name=retry_after_ns,json=retryAfterNs,proto3" json:"retry_after_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -651,6 +661,13 @@ func (x *Result) GetDecision() *Decision {
 		return x.Decision
 	}
 	return nil
+}
+
+func (x *Result) GetRetryAfterNs() int64 {
+	if x != nil {
+		return x.RetryAfterNs
+	}
+	return 0
 }
 
 type CheckRequest struct {
@@ -2043,11 +2060,12 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\bdelay_ns\x18\t \x01(\x03R\adelayNs\x12\x1c\n" +
 	"\n" +
 	"at_unix_ns\x18\n" +
-	" \x01(\x03R\batUnixNs\"~\n" +
+	" \x01(\x03R\batUnixNs\"\xa4\x01\n" +
 	"\x06Result\x12&\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x12.ringlimit.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x122\n" +
-	"\bdecision\x18\x03 \x01(\v2\x16.ringlimit.v1.DecisionR\bdecision\"9\n" +
+	"\bdecision\x18\x03 \x01(\v2\x16.ringlimit.v1.DecisionR\bdecision\x12$\n" +
+	"\x0eretry_after_ns\x18\x04 \x01(\x03R\fretryAfterNs\"9\n" +
 	"\fCheckRequest\x12)\n" +
 	"\x05check\x18\x01 \x01(\v2\x13.ringlimit.v1.CheckR\x05check\"C\n" +
 	"\rCheckResponse\x122\n" +
@@ -2164,13 +2182,14 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x0fROUTE_FORWARDED\x10\x02\x12\x12\n" +
 	"\x0eROUTE_FALLBACK\x10\x03\x12\x10\n" +
 	"\fROUTE_BACKUP\x10\x04\x12\x17\n" +
-	"\x13ROUTE_CACHED_DENIAL\x10\x05*t\n" +
+	"\x13ROUTE_CACHED_DENIAL\x10\x05*\x91\x01\n" +
 	"\x04Code\x12\v\n" +
 	"\aCODE_OK\x10\x00\x12\x12\n" +
 	"\x0eCODE_NOT_OWNER\x10\x01\x12\x19\n" +
 	"\x15CODE_INVALID_ARGUMENT\x10\x02\x12\x14\n" +
 	"\x10CODE_UNAVAILABLE\x10\x03\x12\x1a\n" +
-	"\x16CODE_PERMISSION_DENIED\x10\x04*\x8a\x01\n" +
+	"\x16CODE_PERMISSION_DENIED\x10\x04\x12\x1b\n" +
+	"\x17CODE_RESOURCE_EXHAUSTED\x10\x05*\x8a\x01\n" +
 	"\x05KeyOp\x12\x16\n" +
 	"\x12KEY_OP_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eKEY_OP_INSPECT\x10\x01\x12\x10\n" +

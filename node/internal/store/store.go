@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"math"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -17,8 +18,9 @@ const NumShards = 256
 // The store's errors. node re-exports ErrTooManyKeys under its own name, and
 // turns ErrNotOwner into a "not owner" answer (it never reaches a caller).
 var (
-	// ErrTooManyKeys is returned for a check that would create a new key on a
-	// store at its key bound (MaxKeys) after dropping idle keys.
+	// ErrTooManyKeys is matched by the *FullError of a check that would
+	// create a new key on a store at its key bound (MaxKeys) after dropping
+	// idle keys.
 	ErrTooManyKeys = errors.New("node: too many keys")
 	// ErrNotOwner is returned by Take when its owns callback says the node no
 	// longer owns the key.
@@ -141,6 +143,10 @@ type Store struct {
 	// dirtyShards has bit i set while shard i's dirty list may be non-empty,
 	// so a replication send visits only those shards.
 	dirtyShards [NumShards / 64]atomic.Uint64
+	// fullScan is the owner clock (Unix ns) of the last scan for idle keys
+	// at the bound (0: none), fullFree when that scan's earliest key left
+	// frees room (math.MaxInt64: none). See makeRoom.
+	fullScan, fullFree atomic.Int64
 }
 
 // New returns a store that holds at most maxKeys keys (see take), hashed
@@ -160,7 +166,8 @@ func ShardOf(h uint64) uint64 { return h & (NumShards - 1) }
 // lock. owns, when not nil, is called under the lock and must report whether this
 // node still owns the key: it closes the race with a handoff that extracts the
 // shard's states after a ring change. It returns ErrNotOwner when owns says no,
-// ErrTooManyKeys at the key bound, or the algorithm's validation error.
+// a *FullError (ErrTooManyKeys) at the key bound, or the algorithm's
+// validation error.
 func (s *Store) Take(h uint64, l algo.Limit, hits, now, wall int64, owns func() bool) (algo.Decision, error) {
 	var d algo.Decision
 	err := s.TakeInto(&d, h, l, hits, now, wall, owns)
@@ -237,7 +244,7 @@ func takeIn[W words](out *algo.Decision, c *check, t *kindTable[W], owns func() 
 			// Drop idle keys everywhere: release this shard's lock so shard locks are
 			// never held two at a time, then look the key up again.
 			c.sh.mu.Unlock()
-			c.s.DropIdle(c.wall)
+			freeAt := c.s.makeRoom(c.wall)
 			c.sh.mu.Lock()
 			if owns != nil && !owns() {
 				return ErrNotOwner
@@ -249,7 +256,7 @@ func takeIn[W words](out *algo.Decision, c *check, t *kindTable[W], owns func() 
 				if c.s.onEvict != nil {
 					c.s.onEvict("refused")
 				}
-				return ErrTooManyKeys
+				return c.s.fullError(c.wall, freeAt)
 			}
 		}
 		i = t.insert(c.h)
@@ -274,7 +281,7 @@ func takeIn[W words](out *algo.Decision, c *check, t *kindTable[W], owns func() 
 type anyKindTable interface {
 	has(h uint64) bool
 	removeHash(sh *shard, k algo.Kind, h uint64) bool
-	dropIdle(sh *shard, k algo.Kind, wall int64, dropped func())
+	dropIdle(sh *shard, k algo.Kind, wall int64, dropped func(), earliest bool) int64
 	extract(sh *shard, k algo.Kind, act func(h uint64) MoveAction, wall int64, out []Moved) (_ []Moved, removed int)
 	install(sh *shard, m Moved, wall int64, track bool) bool
 	copyDirty(sh *shard, k algo.Kind, h uint64, wall int64) (Moved, bool)
@@ -560,14 +567,27 @@ func (t *kindTable[W]) removeAt(sh *shard, k algo.Kind, i int) {
 	t.remove(i)
 }
 
-func (t *kindTable[W]) dropIdle(sh *shard, k algo.Kind, wall int64, dropped func()) {
+// dropIdle removes the table's idle states (calling dropped for each). With
+// earliest it also returns when the earliest state it keeps becomes idle
+// (Unix ns; math.MaxInt64 when it keeps none, or without earliest: the
+// periodic scan skips the peek that costs).
+func (t *kindTable[W]) dropIdle(sh *shard, k algo.Kind, wall int64, dropped func(), earliest bool) int64 {
+	first := int64(math.MaxInt64)
 	t.scan(func(i int) {
-		if t.idle(sh, k, &t.slots[i], wall) {
-			t.removeAt(sh, k, i)
-			dropped()
+		sl := &t.slots[i]
+		if earliest {
+			if at := t.idleAt(sh, k, sl, wall); at > wall {
+				first = min(first, at)
+				return
+			}
+		} else if !t.idle(sh, k, sl, wall) {
+			return
 		}
+		t.removeAt(sh, k, i)
+		dropped()
 	})
 	t.shrink()
+	return first
 }
 
 func (t *kindTable[W]) extract(sh *shard, k algo.Kind, act func(h uint64) MoveAction, wall int64, out []Moved) (_ []Moved, removed int) {
@@ -827,12 +847,7 @@ func (sh *shard) table(k algo.Kind) anyKindTable {
 // the time they have aged to (see clockRec).
 func (s *Store) dropIdleLocked(sh *shard, wall int64) {
 	for _, kt := range sh.tables() {
-		kt.t.dropIdle(sh, kt.k, wall, func() {
-			s.keys.Add(-1)
-			if s.onEvict != nil {
-				s.onEvict("idle")
-			}
-		})
+		kt.t.dropIdle(sh, kt.k, wall, s.droppedIdle, false)
 	}
 }
 
@@ -1020,7 +1035,7 @@ func (s *Store) InstallScan(h uint64, l algo.Limit, st algo.State, lastNow int64
 			}
 			// As takeIn: one shard lock at a time.
 			sh.mu.Unlock()
-			s.DropIdle(wall)
+			s.makeRoom(wall)
 			sh.mu.Lock()
 		}
 		if !t.has(h) && s.keys.Load() >= s.maxKeys {

@@ -2,13 +2,16 @@ package daemon
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -126,5 +129,84 @@ clients:
 		if code != 403 || !strings.Contains(body, tc.inBody) {
 			t.Errorf("default scope, %s: got %d %s, want 403 with %s", tc.name, code, body, tc.inBody)
 		}
+	}
+}
+
+// TestFullKeyTableDoors: a credential at its max_keys and a node at its
+// --max-keys answer a new key as a full key table on every door, naming the
+// bound and when the earliest key frees: HTTP 503 with Retry-After, gRPC
+// ResourceExhausted with RetryInfo, RESP -OOM; keys already held still pass.
+func TestFullKeyTableDoors(t *testing.T) {
+	t.Parallel()
+	p := newTestPKI(t)
+	scopes := p.write("scopes.yaml", []byte("clients:\n  tester-token:\n    max_keys: 1\n"), 0o600)
+	d := startDaemon(t, testConfig(t, p, "full", "--redis-port", "0", "--max-keys", "2", "--client-scopes-file", scopes))
+	url := "https://" + d.HTTPAddr() + "/v1/check"
+	bearer := "Bearer " + testToken
+	post := func(c *http.Client, authz, key string) (int, string, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"key":"`+key+`","algorithm":"gcra","limit":10,"period":"1m"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if authz != "" {
+			req.Header.Set("Authorization", authz)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header.Get("Retry-After"), string(b)
+	}
+	retryIn := func(s string, lo, hi int) bool {
+		n, err := strconv.Atoi(s)
+		return err == nil && n >= lo && n <= hi
+	}
+
+	// The token's cap: one key, held for its 1 m period.
+	if code, _, body := post(p.anon, bearer, "a"); code != 200 {
+		t.Fatalf("token, first key: got %d %s, want 200", code, body)
+	}
+	if code, retry, body := post(p.anon, bearer, "b"); code != 503 || !retryIn(retry, 59, 60) ||
+		!strings.Contains(body, `key table full: credential \"tester-token\" holds 1 keys through this node, its max_keys; the earliest key frees in `) {
+		t.Errorf("HTTP token, second key: got %d Retry-After %q %s, want 503 naming its max_keys with Retry-After about 60", code, retry, body)
+	}
+	if code, _, body := post(p.anon, bearer, "a"); code != 200 {
+		t.Errorf("token, its held key again: got %d %s, want 200", code, body)
+	}
+	conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(credentials.NewTLS(p.anonTLS)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "authorization", bearer), 10*time.Second)
+	defer cancel()
+	_, err = pb.NewLimiterClient(conn).Check(ctx, &pb.CheckRequest{Check: &pb.Check{
+		Key: []byte("g"), Algorithm: pb.Algorithm_ALGORITHM_GCRA, Limit: 10, PeriodNs: int64(time.Minute), Hits: 1}})
+	st, _ := status.FromError(err)
+	var retry time.Duration
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			retry = ri.GetRetryDelay().AsDuration()
+		}
+	}
+	if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "its max_keys") || retry < 59*time.Second || retry > time.Minute {
+		t.Errorf("gRPC token, new key: got %v %q RetryInfo %v, want ResourceExhausted naming its max_keys, RetryInfo about 1m", st.Code(), st.Message(), retry)
+	}
+	rc := redis.NewClient(&redis.Options{Addr: d.RedisAddr(), TLSConfig: p.anonTLS, Password: testToken, MaxRetries: -1})
+	defer rc.Close()
+	if err := rc.Do(ctx, "CL.THROTTLE", "r", "5", "10", "60").Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM key table full: credential") {
+		t.Errorf("RESP token, new key: got %v, want OOM naming its max_keys", err)
+	}
+
+	// The node's cap: 2 keys ("a" and one of the certificate's).
+	if code, _, body := post(p.certClient, "", "c"); code != 200 {
+		t.Fatalf("certificate, first key: got %d %s, want 200", code, body)
+	}
+	if code, retry, body := post(p.certClient, "", "d"); code != 503 || !retryIn(retry, 1, 6) ||
+		!strings.Contains(body, "key table full: this node holds 2 keys, its MaxKeys, none of them idle; the earliest key frees in ") {
+		t.Errorf("HTTP certificate, key over --max-keys: got %d Retry-After %q %s, want 503 naming MaxKeys with Retry-After 1..6", code, retry, body)
 	}
 }

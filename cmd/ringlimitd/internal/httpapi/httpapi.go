@@ -30,6 +30,7 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -254,6 +255,7 @@ func (a *api) check(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		status := statusOf(err)
 		a.log.Debug("check failed", "error", err) // the full chain, package prefixes included
+		SetRetryAfter(w, err)
 		fail(a.log, w, r, status, node.Message(err))
 		return
 	}
@@ -429,6 +431,15 @@ next:
 	return "", false
 }
 
+// SetRetryAfter sets the Retry-After header (whole seconds, rounded up) of
+// an answer to err when node.RetryAfter knows when the same check may pass:
+// a full key table's earliest key to free.
+func SetRetryAfter(w http.ResponseWriter, err error) {
+	if d := node.RetryAfter(err); d > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10))
+	}
+}
+
 // statusOf maps an error of Limiter.Check to an HTTP status by its node.Class.
 func statusOf(err error) int {
 	switch node.Classify(err) {
@@ -436,6 +447,8 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case node.ClassPermission:
 		return http.StatusForbidden
+	case node.ClassFull:
+		return http.StatusServiceUnavailable // with Retry-After (SetRetryAfter)
 	case node.ClassTimeout:
 		return http.StatusGatewayTimeout
 	case node.ClassCanceled:

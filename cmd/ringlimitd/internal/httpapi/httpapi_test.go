@@ -438,3 +438,29 @@ func TestCheckMaxWait(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckErrorClasses: a check outside the caller's scope is 403, a full
+// key table 503 with Retry-After (whole seconds, rounded up) and the bound
+// named; neither is 400.
+func TestCheckErrorClasses(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err    error
+		status int
+		retry  string
+		want   string
+	}{
+		{&node.PermissionError{Who: `credential "a"`, Forbids: "may not ask for period 876000h0m0s: above its max_period 744h0m0s"}, http.StatusForbidden, "",
+			`{"error":"permission denied: credential \"a\" may not ask for period 876000h0m0s: above its max_period 744h0m0s"}`},
+		{&node.KeyTableFullError{Who: "this node", Text: "holds 20000 keys, its MaxKeys, none of them idle", RetryAfter: 4*time.Second + time.Millisecond}, http.StatusServiceUnavailable, "5",
+			`{"error":"key table full: this node holds 20000 keys, its MaxKeys, none of them idle; the earliest key frees in 4.001s"}`},
+		{fmt.Errorf("scope: %w", &node.KeyTableFullError{Who: `credential "b"`, Text: "holds 10 keys through this node, its max_keys"}), http.StatusServiceUnavailable, "",
+			`{"error":"key table full: credential \"b\" holds 10 keys through this node, its max_keys"}`},
+	} {
+		f := &fake{answer: func(node.Check) (node.Decision, error) { return node.Decision{}, tc.err }}
+		code, hdr, body := do(t, NewHandler(f, Options{}), http.MethodPost, "/v1/check", `{"key":"k","algorithm":"gcra","limit":10,"period":"1s"}`)
+		if code != tc.status || hdr.Get("Retry-After") != tc.retry || strings.TrimSpace(body) != tc.want {
+			t.Errorf("%v: got %d Retry-After %q %s, want %d Retry-After %q %s", tc.err, code, hdr.Get("Retry-After"), body, tc.status, tc.retry, tc.want)
+		}
+	}
+}

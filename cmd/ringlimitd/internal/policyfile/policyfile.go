@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -365,6 +366,9 @@ func (w *Watcher) Handler() http.Handler {
 		}
 		res, err := w.lim.Check(r.Context(), req.Domain, descs, hits)
 		if err != nil {
+			if d := node.RetryAfter(err); d > 0 {
+				rw.Header().Set("Retry-After", strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10))
+			}
 			writeJSON(rw, httpStatus(err), errorBody{node.Message(err)})
 			return
 		}
@@ -398,6 +402,8 @@ func httpStatus(err error) int {
 		return http.StatusBadRequest
 	case node.ClassPermission:
 		return http.StatusForbidden
+	case node.ClassFull:
+		return http.StatusServiceUnavailable // with Retry-After
 	case node.ClassTimeout:
 		return http.StatusGatewayTimeout
 	case node.ClassCanceled:

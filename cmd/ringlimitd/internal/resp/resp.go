@@ -475,6 +475,8 @@ func checkError(err error) string {
 		return "ERR " + node.Message(err)
 	case node.ClassPermission:
 		return "NOPERM " + node.Message(err) // Redis's ACL refusal
+	case node.ClassFull:
+		return "OOM " + node.Message(err) // Redis's refusal at maxmemory
 	case node.ClassTimeout:
 		return "ERR timeout: the check was not decided in time"
 	case node.ClassCanceled:

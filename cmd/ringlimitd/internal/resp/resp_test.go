@@ -608,3 +608,36 @@ func TestRLCheckMaxWait(t *testing.T) {
 		}
 	}
 }
+
+// errChecker answers every check with err.
+type errChecker struct{ err error }
+
+func (c errChecker) Check(context.Context, node.Check) (node.Decision, error) {
+	return node.Decision{}, c.err
+}
+
+// TestErrorClasses: the RESP door answers a check outside the caller's scope
+// with Redis's ACL refusal (-NOPERM) and a full key table with Redis's
+// refusal at maxmemory (-OOM), each naming why, on every check command
+// (CL.THROTTLE included); invalid input stays -ERR.
+func TestErrorClasses(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{&node.PermissionError{Who: `credential "a"`, Forbids: `may only check keys starting with one of its key_prefixes ["a:"]`},
+			`NOPERM permission denied: credential "a" may only check keys starting with one of its key_prefixes ["a:"]`},
+		{&node.KeyTableFullError{Who: "this node", Text: "holds 3 keys, its MaxKeys, none of them idle", RetryAfter: 5 * time.Second},
+			"OOM key table full: this node holds 3 keys, its MaxKeys, none of them idle; the earliest key frees in 5s"},
+		{fmt.Errorf("%w: stopping", node.ErrUnavailable), "ERR unavailable: "},
+	} {
+		rc := client(t, serve(t, Config{Checker: errChecker{tc.err}}, nil), nil)
+		for _, args := range [][]any{{"CL.THROTTLE", "k", "5", "10", "60"}, {"RL.CHECK", "k", "gcra", "10", "1m"}} {
+			err := rc.Do(context.Background(), args...).Err()
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("%v with %v: got %v, want %q", args[0], tc.err, err, tc.want)
+			}
+		}
+	}
+}

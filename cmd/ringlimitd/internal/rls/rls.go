@@ -29,6 +29,7 @@ import (
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -165,6 +166,14 @@ func statusOf(err error) error {
 		return status.Error(codes.InvalidArgument, node.Message(err))
 	case node.ClassPermission:
 		return status.Error(codes.PermissionDenied, node.Message(err))
+	case node.ClassFull:
+		st := status.New(codes.ResourceExhausted, node.Message(err))
+		if d := node.RetryAfter(err); d > 0 {
+			if withInfo, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)}); derr == nil {
+				st = withInfo
+			}
+		}
+		return st.Err()
 	case node.ClassTimeout:
 		return status.Error(codes.DeadlineExceeded, "the check was not decided in time")
 	case node.ClassCanceled:

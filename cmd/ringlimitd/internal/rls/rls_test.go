@@ -12,6 +12,7 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -209,7 +210,8 @@ func TestShouldRateLimitExactUnderConcurrency(t *testing.T) {
 
 // TestStatusOfClasses: the RLS door answers each node.Class with its own gRPC
 // code; a check outside the caller's scope is PermissionDenied with the
-// refusal's message, not InvalidArgument.
+// refusal's message, not InvalidArgument; a full key table ResourceExhausted
+// with a RetryInfo.
 func TestStatusOfClasses(t *testing.T) {
 	t.Parallel()
 	pe := &node.PermissionError{Who: `credential "envoy"`, Forbids: `may not check domain "x": outside its domains ["api"]`}
@@ -220,12 +222,22 @@ func TestStatusOfClasses(t *testing.T) {
 	}{
 		{&node.InputError{Field: "key", Value: "0 bytes", Allowed: "must be 1..1024 bytes"}, codes.InvalidArgument, "field key"},
 		{fmt.Errorf("policy: descriptor 0: %w", pe), codes.PermissionDenied, `permission denied: credential "envoy" may not check domain "x"`},
+		{&node.KeyTableFullError{Who: "this node", Text: "holds 3 keys, its MaxKeys", RetryAfter: 7 * time.Second}, codes.ResourceExhausted, "key table full: this node holds 3 keys, its MaxKeys; the earliest key frees in 7s"},
 		{node.ErrStopped, codes.Unavailable, "try later"},
 		{context.DeadlineExceeded, codes.DeadlineExceeded, ""},
 	} {
 		st, _ := status.FromError(statusOf(tc.err))
 		if st.Code() != tc.want || !strings.Contains(st.Message(), tc.msg) {
 			t.Errorf("statusOf(%v): got %v %q, want %v with %q", tc.err, st.Code(), st.Message(), tc.want, tc.msg)
+		}
+		var retry time.Duration
+		for _, d := range st.Details() {
+			if ri, ok := d.(*errdetails.RetryInfo); ok {
+				retry = ri.GetRetryDelay().AsDuration()
+			}
+		}
+		if want := node.RetryAfter(tc.err); retry != want {
+			t.Errorf("statusOf(%v): RetryInfo %v, want %v", tc.err, retry, want)
 		}
 	}
 }

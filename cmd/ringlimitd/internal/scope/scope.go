@@ -16,7 +16,9 @@
 // which each door answers as permission denied (HTTP 403, gRPC
 // PermissionDenied, RESP -NOPERM), never as a decision nor as invalid input.
 //
-// The key cap counts, per credential, the distinct keys it checked through
+// A credential at its key cap gets a *node.KeyTableFullError (node.ClassFull:
+// HTTP 503 with Retry-After, gRPC ResourceExhausted, RESP -OOM), as a full
+// node does. The key cap counts, per credential, the distinct keys it checked through
 // this node whose state may still be held (a key counts until its period has
 // passed since its last check); it is node-local: a credential spread over n
 // nodes may create up to n times MaxKeys.
@@ -80,7 +82,9 @@ type Scope struct {
 	MaxLimit int64 `yaml:"max_limit"`
 	// MaxKeys bounds the keys the credential may hold through this node at
 	// once (a key counts until its period has passed since its last check);
-	// 0: no bound but the node's --max-keys. Default 0.
+	// 0: no bound but the node's --max-keys. Default 0. A new key beyond it
+	// is refused with a *node.KeyTableFullError (the doors' "key table
+	// full" answer, with when the credential's earliest key frees).
 	MaxKeys int `yaml:"max_keys"`
 	// Admin allows the key operations: inspect, reset and unban a key
 	// (HTTP /v1/keys/..., gRPC InspectKey/ResetKey/UnbanKey, RESP DEL).
@@ -307,17 +311,31 @@ func (s *Scopes) hold(name string, sc Scope, key string, period time.Duration) e
 		return nil
 	}
 	if len(ks.until) >= sc.MaxKeys {
+		var earliest time.Time
 		for k, u := range ks.until {
-			if !u.After(now) {
+			switch {
+			case !u.After(now):
 				delete(ks.until, k)
+			case earliest.IsZero() || u.Before(earliest):
+				earliest = u
 			}
 		}
 		if len(ks.until) >= sc.MaxKeys {
-			return refuse(name, "holds %d keys through this node, its max_keys", sc.MaxKeys)
+			return &node.KeyTableFullError{Who: who(name), Text: fmt.Sprintf("holds %d keys through this node, its max_keys", sc.MaxKeys),
+				RetryAfter: roundUpSeconds(earliest.Sub(now))}
 		}
 	}
 	ks.until[key] = until
 	return nil
+}
+
+// roundUpSeconds rounds d > 0 up to whole seconds, as a Retry-After header
+// says it.
+func roundUpSeconds(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return (d + time.Second - 1).Truncate(time.Second)
 }
 
 func hasPrefix(key string, prefixes []string) bool {

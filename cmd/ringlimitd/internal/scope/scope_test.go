@@ -87,6 +87,12 @@ func TestMaxKeys(t *testing.T) {
 		if (err == nil) != tc.want {
 			t.Errorf("step %d: %s at +%v: got %v, want allowed=%v", i, tc.key, tc.at, err, tc.want)
 		}
+		// A credential at its cap is a full key table (ClassFull), naming
+		// the cap and when its earliest key frees (billing:2, 58 s on).
+		const want = `key table full: credential "billing" holds 2 keys through this node, its max_keys; the earliest key frees in 58s`
+		if !tc.want && (!errors.Is(err, node.ErrTooManyKeys) || node.Classify(err) != node.ClassFull || node.RetryAfter(err) != 58*time.Second || node.Message(err) != want) {
+			t.Errorf("step %d: got %v (class %v, retry after %v), want ClassFull %q", i, err, node.Classify(err), node.RetryAfter(err), want)
+		}
 	}
 	// Other credentials are not counted against billing's cap.
 	if err := s.Direct("other", "billing:9", gcra(1, time.Minute)); err != nil {
