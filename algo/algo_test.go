@@ -844,3 +844,59 @@ func TestIdleAfter(t *testing.T) {
 		t.Errorf("IdleAfter under an invalid limit: got %v, want MaxDuration", got)
 	}
 }
+
+// TestHold: for every algorithm, no pattern of checks (hits spread out, or
+// as many as pass at one instant, at every offset in the window) leaves a
+// state that takes longer than Limit.Hold to become Idle after its last
+// check, and some pattern comes within 2% of it (a quarter for
+// SlidingWindowCounter).
+func TestHold(t *testing.T) {
+	t.Parallel()
+	for _, k := range Kinds() {
+		for _, l := range []Limit{
+			{Kind: k, Limit: 10, Period: 10 * time.Second, Burst: 5},
+			{Kind: k, Limit: 2, Period: 10 * time.Second, Burst: 30},
+		} {
+			hold := l.Hold()
+			worst := time.Duration(0)
+			for off := int64(0); off < int64(2*l.Period); off += int64(37 * time.Millisecond) {
+				for _, spread := range []bool{false, true} {
+					var s State
+					last := t0 + off
+					for i := range 40 {
+						if spread {
+							last = t0 + off + int64(i)*int64(150*time.Millisecond)
+						}
+						if _, err := s.Take(last, 1, l); err != nil {
+							t.Fatal(err)
+						}
+					}
+					worst = max(worst, s.IdleAfter(last, l))
+				}
+			}
+			// A counter's previous window weighs until its estimate rounds
+			// down to no hit, a little before the next window ends.
+			near := hold * 98 / 100
+			if k == SlidingWindowCounter {
+				near = hold * 3 / 4
+			}
+			if worst > hold || worst < near {
+				t.Errorf("%v %+v: worst IdleAfter %v, Hold %v; want at most Hold and at least %v", k, l, worst, hold, near)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		l    Limit
+		want time.Duration
+	}{
+		{Limit{Kind: GCRA, Limit: 30, Period: time.Minute, Burst: 15}, 32 * time.Second},
+		{Limit{Kind: TokenBucket, Limit: 3, Period: 10 * time.Second, Burst: 10}, 33333333334},
+		{Limit{Kind: SlidingWindowCounter, Limit: 3, Period: time.Hour}, 2 * time.Hour},
+		{Limit{Kind: BucketedSlidingWindow, Limit: 3, Period: 16 * time.Second}, 17 * time.Second},
+		{Limit{}, MaxDuration},
+	} {
+		if got := tc.l.Hold(); got != tc.want {
+			t.Errorf("%+v.Hold(): got %v, want %v", tc.l, got, tc.want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"time"
 )
 
@@ -208,6 +209,47 @@ func (s *State) IdleAfter(now int64, l Limit) time.Duration {
 		return 0
 	}
 	return max(s.peek(now, l).ResetAfter, 1)
+}
+
+// Hold returns the longest a state stays not Idle after its last check under
+// l if no check comes (what IdleAfter returns at most, right after a check):
+// Period for SlidingWindowLog and FixedWindow; 2·Period for
+// SlidingWindowCounter (the previous window still weighs through the next);
+// (WindowBuckets+1)·w for BucketedSlidingWindow (w its bucket width, about
+// Period·17/16); for GCRA tau = T·(Burst+1), T = Period/Limit, and for
+// TokenBucket ceil(Burst·Period/Limit): the time the burst takes to drain.
+// It saturates at MaxDuration, which it also returns for an invalid l.
+func (l Limit) Hold() time.Duration {
+	if l.Validate() != nil {
+		return MaxDuration
+	}
+	p := int64(l.Period)
+	var h uint64
+	switch l.Kind {
+	case SlidingWindowCounter:
+		h = 2 * uint64(p)
+	case BucketedSlidingWindow:
+		h = (WindowBuckets + 1) * uint64(bucketWidth(p))
+	case GCRA:
+		hi, lo := bits.Mul64(uint64(p/l.Limit), uint64(l.Burst)+1)
+		if hi != 0 {
+			return MaxDuration
+		}
+		h = lo
+	case TokenBucket:
+		hi, lo := bits.Mul64(uint64(l.Burst), uint64(p))
+		if hi >= uint64(l.Limit) {
+			return MaxDuration
+		}
+		q, r := bits.Div64(hi, lo, uint64(l.Limit))
+		if r != 0 {
+			q++
+		}
+		h = q
+	default:
+		h = uint64(p)
+	}
+	return time.Duration(min(h, uint64(MaxDuration)))
 }
 
 // Merge keeps in s the more restrictive of s and other at now (Unix ns) under

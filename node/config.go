@@ -284,7 +284,7 @@ type Config struct {
 	// should have the same value: a backup with a shorter one refuses the
 	// replicas of the keys above it. A GCRA or TokenBucket burst that takes
 	// longer than MaxPeriod to drain (Burst × Period/Limit) is refused alike
-	// (field "burst"), so no key is held longer than MaxPeriod.
+	// (field "burst"): a burst holds no key longer than MaxPeriod.
 	MaxPeriod time.Duration
 	// MaxLimit is the largest Limit.Limit and Limit.Burst this node accepts,
 	// in checks and in peers' key states, as MaxPeriod. Default

@@ -110,8 +110,10 @@ type Member struct {
 // time until the earliest key held becomes idle if no check comes for it, as
 // the node's last scan of its keys found it (the scan runs at most once a
 // second, or when that key frees, while the table is full). Every key frees
-// within MaxPeriod (a burst included) of its last check, so a full table
-// never stays full for keys nobody checks.
+// within its limit's algo.Limit.Hold of its last check: at most MaxPeriod
+// (a longer GCRA or TokenBucket burst is refused), twice that for
+// SlidingWindowCounter, about 17/16 of it for BucketedSlidingWindow; so a
+// full table does not stay full for keys nobody checks.
 type KeyTableFullError = store.FullError
 
 // Stats is a point-in-time view of a node for monitoring.

@@ -19,8 +19,9 @@
 // A credential at its key cap gets a *node.KeyTableFullError (node.ClassFull:
 // HTTP 503 with Retry-After, gRPC ResourceExhausted, RESP -OOM), as a full
 // node does. The key cap counts, per credential, the distinct keys it checked through
-// this node whose state may still be held (a key counts until its period has
-// passed since its last check); it is node-local: a credential spread over n
+// this node whose state may still be held (a key counts for algo.Limit.Hold
+// after its last check: its period, or longer when a burst takes longer to
+// drain); it is node-local: a credential spread over n
 // nodes may create up to n times MaxKeys.
 package scope
 
@@ -81,7 +82,9 @@ type Scope struct {
 	// 0: no bound. Default 0.
 	MaxLimit int64 `yaml:"max_limit"`
 	// MaxKeys bounds the keys the credential may hold through this node at
-	// once (a key counts until its period has passed since its last check);
+	// once (a key counts as long as the node may keep its state after the
+	// credential's last check of it: algo.Limit.Hold, its period for most
+	// limits, longer for a burst above the limit);
 	// 0: no bound but the node's --max-keys. Default 0. A new key beyond it
 	// is refused with a *node.KeyTableFullError (the doors' "key table
 	// full" answer, with when the credential's earliest key frees).
@@ -277,7 +280,7 @@ func (s *Scopes) Direct(name, key string, l algo.Limit) error {
 	if sc.MaxLimit > 0 && (l.Limit > sc.MaxLimit || l.Burst > sc.MaxLimit) {
 		return refuse(name, "may not ask for limit %d (burst %d): above its max_limit %d", l.Limit, l.Burst, sc.MaxLimit)
 	}
-	return s.hold(name, sc, key, l.Period)
+	return s.hold(name, sc, key, l)
 }
 
 // Policy decides whether the credential named name may check the
@@ -287,14 +290,18 @@ func (s *Scopes) Policy(name, domain, key string, l algo.Limit) error {
 	if len(sc.Domains) > 0 && !contains(sc.Domains, domain) {
 		return refuse(name, "may not check domain %q: outside its domains %q", domain, sc.Domains)
 	}
-	return s.hold(name, sc, key, l.Period)
+	return s.hold(name, sc, key, l)
 }
 
-// hold counts key against the credential's MaxKeys until period from now.
-func (s *Scopes) hold(name string, sc Scope, key string, period time.Duration) error {
-	if sc.MaxKeys == 0 {
+// hold counts key against the credential's MaxKeys until l.Hold() from now:
+// as long as the node may keep its state (its period, two for a sliding
+// window counter, the time a GCRA or token bucket burst takes to drain). An
+// invalid l is not counted: the node refuses the check.
+func (s *Scopes) hold(name string, sc Scope, key string, l algo.Limit) error {
+	if sc.MaxKeys == 0 || l.Validate() != nil {
 		return nil
 	}
+	period := l.Hold()
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -94,6 +94,28 @@ func TestMaxKeys(t *testing.T) {
 			t.Errorf("step %d: got %v (class %v, retry after %v), want ClassFull %q", i, err, node.Classify(err), node.RetryAfter(err), want)
 		}
 	}
+	// A burst above the limit holds a key until it drains, not one period:
+	// 1 per second with burst 99 is held 100 s.
+	now = time.Unix(5000, 0)
+	burst := algo.Limit{Kind: algo.GCRA, Limit: 1, Period: time.Second, Burst: 99}
+	for _, k := range []string{"billing:b1", "billing:b2"} {
+		if err := s.Direct("billing", k, burst); err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+	}
+	now = now.Add(99 * time.Second)
+	if err := s.Direct("billing", "billing:b3", burst); node.Classify(err) != node.ClassFull || node.RetryAfter(err) != time.Second {
+		t.Errorf("a third key 99 s after two bursts of 100 s: got %v (retry after %v), want ClassFull, 1s", err, node.RetryAfter(err))
+	}
+	now = now.Add(time.Second)
+	if err := s.Direct("billing", "billing:b3", burst); err != nil {
+		t.Errorf("a third key once the bursts drained: got %v, want allowed", err)
+	}
+	// An invalid limit is not counted (the node refuses the check).
+	if err := s.Direct("billing", "billing:bad", algo.Limit{Kind: algo.GCRA, Period: time.Second}); err != nil {
+		t.Errorf("invalid limit: got %v, want it left to the node", err)
+	}
+
 	// Other credentials are not counted against billing's cap.
 	if err := s.Direct("other", "billing:9", gcra(1, time.Minute)); err != nil {
 		t.Errorf("another credential: %v", err)
