@@ -39,6 +39,14 @@ func (n *Node) withinMaxima(l algo.Limit) error {
 	return burstWithin(l, maxP)
 }
 
+// WithinMaxima returns nil if this node accepts a check under l as to its
+// size, else the *InputError (matching ErrLimitAboveMax and ErrInvalid) such
+// a check gets: Period above MaxPeriod, Limit or Burst above MaxLimit, or a
+// GCRA or TokenBucket burst that takes longer than MaxPeriod to drain. A
+// layer that decides some checks elsewhere (the failover limiter's Redis)
+// calls it first, so that every path refuses what the node refuses.
+func (n *Node) WithinMaxima(l algo.Limit) error { return n.withinMaxima(l) }
+
 // burstWithin returns nil if the burst of a GCRA or TokenBucket Limit with
 // Limit, Period > 0 drains within maxP, else an *InputError (field "burst",
 // Err ErrLimitAboveMax) giving the largest burst that does:

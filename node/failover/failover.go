@@ -66,6 +66,13 @@ type Cluster interface {
 	AllowN(ctx context.Context, key string, l algo.Limit, hits int64) (node.Decision, error)
 }
 
+// maximaChecker is what a Cluster may also have (*node.Node does): the
+// node's bounds on a limit's size (node.Node.WithinMaxima), applied before
+// Redis decides so that Redis never takes a limit the cluster would refuse.
+type maximaChecker interface {
+	WithinMaxima(l algo.Limit) error
+}
+
 // Side says which limiter decided a check.
 type Side uint8
 
@@ -236,8 +243,10 @@ func (l *Limiter) Allow(ctx context.Context, key string, lim algo.Limit) (Decisi
 
 // AllowN checks hits hits (0 peeks) of key against lim on Redis or, when the
 // breaker is not closed or the Redis call fails, on the cluster. Errors: an
-// error wrapping algo.ErrInvalidLimit for an invalid lim or hits, ErrInvalidKey
-// (both checked before either side is called), and the cluster's errors (node.AllowN's: an invalid
+// error wrapping algo.ErrInvalidLimit for an invalid lim or hits, ErrInvalidKey,
+// and, when the Cluster has a WithinMaxima method (*node.Node does), its
+// refusal of a lim above the node's maxima (all checked before either side
+// is called), and the cluster's errors (node.AllowN's: an invalid
 // key, ErrTooManyKeys, ErrStopped, ctx's error). A Redis failure is never
 // returned. A lim that algo accepts but Redis cannot compute exactly
 // (redislimit.ErrUnsupportedLimit) is always decided by the cluster.
@@ -250,6 +259,11 @@ func (l *Limiter) AllowN(ctx context.Context, key string, lim algo.Limit, hits i
 	}
 	if err := algo.ValidateHits(hits); err != nil {
 		return Decision{}, err
+	}
+	if mc, ok := l.c.(maximaChecker); ok {
+		if err := mc.WithinMaxima(lim); err != nil {
+			return Decision{}, err
+		}
 	}
 	if redislimit.Validate(lim) != nil {
 		return l.cluster(ctx, key, lim, hits)

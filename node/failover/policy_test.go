@@ -78,3 +78,41 @@ descriptors:
 		t.Errorf("penalty on a plain cluster: got %v, want ErrNoPenalties", err)
 	}
 }
+
+// TestRedisTakesOnlyWhatTheNodeTakes: a limit the cluster's node refuses for
+// its size (a period above MaxPeriod, a burst that takes longer than MaxPeriod
+// to drain) is refused before Redis is asked, with the node's error; a normal
+// burst is decided by Redis.
+func TestRedisTakesOnlyWhatTheNodeTakes(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := nodetest.TestConfig()
+	cfg.MaxPeriod = 31 * 24 * time.Hour
+	c, err := nodetest.StartCluster(ctx, 1, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := &fakeRedis{}
+	f, err := failover.New(r, c.Nodes()[0], failover.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := 24 * time.Hour
+	for _, l := range []algo.Limit{
+		{Kind: algo.GCRA, Limit: 1, Period: 30 * day, Burst: 1},    // drains in 60 days
+		{Kind: algo.TokenBucket, Limit: 1, Period: day, Burst: 40}, // refills in 40 days
+		{Kind: algo.FixedWindow, Limit: 1, Period: 40 * day},       // period above MaxPeriod
+	} {
+		if _, err := f.Allow(ctx, "k", l); !errors.Is(err, node.ErrLimitAboveMax) || node.Classify(err) != node.ClassInvalid {
+			t.Errorf("%+v: got %v, want node.ErrLimitAboveMax", l, err)
+		}
+	}
+	if r.calls != 0 {
+		t.Errorf("Redis was asked %d times for limits the node refuses, want 0", r.calls)
+	}
+	if d, err := f.Allow(ctx, "k", algo.Limit{Kind: algo.GCRA, Limit: 10, Period: time.Minute, Burst: 100}); err != nil || d.Side != failover.SideRedis {
+		t.Errorf("a normal burst: got %+v, %v; want decided by Redis", d, err)
+	}
+}
