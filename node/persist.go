@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/node/internal/snapshot"
 	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/transport"
@@ -86,7 +87,9 @@ func (n *Node) openStateDir() error {
 // caller clocks only with AcceptCallerTimestamps), refused ones are counted
 // in Stats.RefusedStates and logged, the rest are merged into the store as
 // installHandoff does (a key held already keeps the more restrictive state;
-// new keys count against MaxKeys). A file that is missing starts the node
+// new keys count against MaxKeys). Ban states (AllowPenalized) are judged and
+// merged as a handoff's too (a key of at most MaxKeyLen bytes, no denial
+// after now + MaxPeerClockSkew; the later ban wins). A file that is missing starts the node
 // empty (INFO); one that is torn, altered, of another format version or of
 // another ClusterLabel is refused whole (ERROR, Stats.SnapshotFailures), moved
 // aside to <file>.refused for inspection, and the node starts empty.
@@ -128,26 +131,48 @@ func (n *Node) restore() {
 	from := "state snapshot " + p.path
 	batch := transport.TransferBatch{From: from, Sender: from, States: make([]transport.KeyState, 0, restoreBatch)}
 	var restored, refused int
-	for done := false; !done; {
+	flush := func() {
+		cb, _ := n.checkTransfer(batch) // Sender is From: no error
+		n.installHandoff(batch, cb)
+		for i := range batch.States {
+			if cb.refusedAt(i) {
+				refused++
+			} else {
+				restored++
+			}
+		}
+		for i := range batch.Penalties {
+			if cb.penRefusedAt(i) {
+				refused++
+			} else {
+				restored++
+			}
+		}
+		batch.States, batch.Penalties = batch.States[:0], batch.Penalties[:0]
+	}
+	for {
 		r, ok, _ := rd.Next() // Check read them all
-		if ok {
+		if !ok {
+			break
+		}
+		if b := r.Ban; b != nil {
+			if err := algo.ValidateKey(b.Key, n.cfg.MaxKeyLen, ErrInvalid); err != nil {
+				refused++
+				n.refusedState(from, b.Key, fmt.Errorf("%w: ban state: %w", ErrRefusedState, err))
+				continue
+			}
+			batch.Penalties = append(batch.Penalties, transport.PenaltyState{Key: b.Key, BanUntil: b.BanUntil, Denials: b.Denials, Expire: b.Expire})
+		} else {
 			batch.States = append(batch.States, transport.KeyState{
 				KeyHash: r.KeyHash, Limit: r.Limit, State: r.State, LastNow: r.LastNow, CallerClock: r.CallerClock,
 			})
 		}
-		done = !ok
-		if len(batch.States) == restoreBatch || done && len(batch.States) > 0 {
-			cb, _ := n.checkTransfer(batch) // Sender is From: no error
-			n.installHandoff(batch, cb)
-			for i := range batch.States {
-				if cb.refusedAt(i) {
-					refused++
-				} else {
-					restored++
-				}
-			}
-			batch.States = batch.States[:0]
+		if len(batch.States)+len(batch.Penalties) == restoreBatch {
+			flush()
 		}
+	}
+	if len(batch.States)+len(batch.Penalties) > 0 {
+		flush()
 	}
 	p.restored.Add(uint64(restored))
 	n.log.Info("state snapshot restored", "file", p.path, "written_by", hdr.Node, "written_at", time.Unix(0, hdr.Written).UTC(),
@@ -155,7 +180,8 @@ func (n *Node) restore() {
 }
 
 // writeSnapshot saves every state this node holds (as owner or as backup)
-// whose window is still open to the snapshot file: written to a temporary
+// whose window is still open, and every ban state still in force, to the
+// snapshot file: written to a temporary
 // file in StateDir, synced, renamed over the previous snapshot, and the
 // directory synced, so that a crash at any point leaves the previous snapshot
 // or the new one. One write runs at a time. Counted in Stats.SnapshotWrites
@@ -208,6 +234,17 @@ func (n *Node) saveTo(path string) (keys uint64, size int64, err error) {
 		for i := range ms {
 			m := &ms[i]
 			if err := w.Add(m.H, m.Limit, &m.St, m.LastNow, m.CallerClock); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	err = n.bans.Save(wall, func(bs []store.BanState) error {
+		for _, b := range bs {
+			if err := w.AddBan(snapshot.Ban{Key: b.Key, BanUntil: b.BanUntil, Expire: b.Expire, Denials: b.Denials}); err != nil {
 				return err
 			}
 		}

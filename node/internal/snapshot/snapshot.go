@@ -19,10 +19,14 @@
 //	cluster   uvarint length, bytes    (Config.ClusterLabel of the writer)
 //	node      uvarint length, bytes    (Config.Name of the writer)
 //	written   varint   Unix ns
-//	records   each: tag 1, key hash uint64, kind byte, varint limit,
-//	          varint period (ns), varint burst, varint last check (Unix ns),
-//	          flags byte (bit 0: caller clock), uvarint length, the state
-//	          (algo.State.MarshalBinary)
+//	records   each either a key state: tag 1, key hash uint64, kind byte,
+//	          varint limit, varint period (ns), varint burst, varint last
+//	          check (Unix ns), flags byte (bit 0: caller clock), uvarint
+//	          length, the state (algo.State.MarshalBinary);
+//	          or a ban state (node.AllowPenalized): tag 2, uvarint length,
+//	          the key, varint ban end (Unix ns, 0: none), varint expiry
+//	          (Unix ns), uvarint count (at most algo.MaxPenaltyDenials),
+//	          varint denial times (Unix ns)
 //	end       tag 0, uvarint record count
 //	checksum  uint32   CRC-32C (Castagnoli) of every byte before it
 package snapshot
@@ -50,10 +54,15 @@ const magic = "RLSNAP\r\n"
 const (
 	tagEnd    = 0
 	tagRecord = 1
+	tagBan    = 2
 )
 
 // maxString bounds the cluster label and the node name in a header.
 const maxString = 1 << 10
+
+// MaxKeyLen bounds the key of a ban record (the node refuses keys longer
+// than its own Config.MaxKeyLen).
+const MaxKeyLen = 1 << 16
 
 // Errors of Open and Reader.Next: each wraps ErrCorrupt or ErrVersion.
 var (
@@ -90,6 +99,22 @@ type Record struct {
 	// State is the algo.State in its MarshalBinary form. A Reader's records
 	// alias the bytes given to Open.
 	State []byte
+	// Ban, when not nil, makes this record a ban state (and every field
+	// above zero).
+	Ban *Ban
+}
+
+// Ban is the saved ban state of one penalized key.
+type Ban struct {
+	// Key is the key (ban states are kept by key, not by hash).
+	Key string
+	// BanUntil is the end of the key's ban, Unix ns; 0: not banned.
+	BanUntil int64
+	// Expire is when the state decides nothing any more, Unix ns.
+	Expire int64
+	// Denials are the times of the key's recent denied checks, Unix ns,
+	// oldest first, at most algo.MaxPenaltyDenials.
+	Denials []int64
 }
 
 // Writer writes a snapshot to an io.Writer: NewWriter, Add per state, Close.
@@ -164,6 +189,29 @@ func (w *Writer) Add(keyHash uint64, l algo.Limit, st *algo.State, lastNow int64
 	b = b[:lenAt+k+stateLen]
 	w.buf = b
 	w.write(b)
+	w.n++
+	return w.err
+}
+
+// AddBan appends the record of one ban state. A key longer than MaxKeyLen or
+// more than algo.MaxPenaltyDenials denials are an error (nothing is written).
+func (w *Writer) AddBan(b Ban) error {
+	if w.err != nil {
+		return w.err
+	}
+	if len(b.Key) > MaxKeyLen || len(b.Denials) > algo.MaxPenaltyDenials {
+		return fmt.Errorf("snapshot: ban state of a %d-byte key with %d denials: above the bounds", len(b.Key), len(b.Denials))
+	}
+	buf := append(w.buf[:0], tagBan)
+	buf = appendString(buf, b.Key)
+	buf = binary.AppendVarint(buf, b.BanUntil)
+	buf = binary.AppendVarint(buf, b.Expire)
+	buf = binary.AppendUvarint(buf, uint64(len(b.Denials)))
+	for _, t := range b.Denials {
+		buf = binary.AppendVarint(buf, t)
+	}
+	w.buf = buf
+	w.write(buf)
 	w.n++
 	return w.err
 }
@@ -249,6 +297,8 @@ func (rd *Reader) Next() (rec Record, ok bool, err error) {
 			r.err = fmt.Errorf("%w: %d bytes after the end", ErrCorrupt, len(r.b))
 		}
 		return rec, false, r.err
+	case tag == tagBan:
+		return rd.ban()
 	case tag != tagRecord:
 		r.err = fmt.Errorf("%w: record %d: tag %d", ErrCorrupt, rd.n, tag)
 		return rec, false, r.err
@@ -270,6 +320,34 @@ func (rd *Reader) Next() (rec Record, ok bool, err error) {
 	}
 	rd.n++
 	return rec, true, nil
+}
+
+// ban reads a ban record after its tag.
+func (rd *Reader) ban() (Record, bool, error) {
+	r := &rd.r
+	var b Ban
+	key := r.bytes()
+	if r.err == nil && len(key) > MaxKeyLen {
+		r.fail("ban key length")
+	}
+	b.Key = string(key)
+	b.BanUntil = r.varint()
+	b.Expire = r.varint()
+	n := r.uvarint()
+	if r.err == nil && n > algo.MaxPenaltyDenials {
+		r.fail("ban denial count")
+	}
+	if r.err == nil && n > 0 {
+		b.Denials = make([]int64, n)
+		for i := range b.Denials {
+			b.Denials[i] = r.varint()
+		}
+	}
+	if r.err != nil {
+		return Record{}, false, fmt.Errorf("record %d: %w", rd.n, r.err)
+	}
+	rd.n++
+	return Record{Ban: &b}, true, nil
 }
 
 // Records returns the number of records Next has returned.

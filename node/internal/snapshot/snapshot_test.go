@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"reflect"
 	"testing"
 	"time"
 
@@ -35,6 +36,10 @@ func sample(t testing.TB) ([]algo.Limit, []algo.State) {
 	return ls, sts
 }
 
+// sampleBan is the ban record encode appends after the key states.
+var sampleBan = Ban{Key: "user:42", BanUntil: 1_700_000_600_000_000_000, Expire: 1_700_000_700_000_000_000,
+	Denials: []int64{1_700_000_000_000_000_000, 1_700_000_001_000_000_000}}
+
 func encode(t testing.TB, h Header, ls []algo.Limit, sts []algo.State) []byte {
 	t.Helper()
 	var buf bytes.Buffer
@@ -44,6 +49,11 @@ func encode(t testing.TB, h Header, ls []algo.Limit, sts []algo.State) []byte {
 	}
 	for i := range ls {
 		if err := w.Add(uint64(i)*0x9e3779b97f4a7c15+1, ls[i], &sts[i], int64(1000+i), i%2 == 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(ls) > 0 {
+		if err := w.AddBan(sampleBan); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -70,10 +80,19 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !ok {
-			if i != len(ls) {
-				t.Fatalf("records: got %d, want %d", i, len(ls))
+			if i != len(ls)+1 {
+				t.Fatalf("records: got %d, want %d", i, len(ls)+1)
 			}
 			break
+		}
+		if i == len(ls) {
+			if r.Ban == nil || !reflect.DeepEqual(*r.Ban, sampleBan) {
+				t.Errorf("ban record: got %+v, want %+v", r.Ban, sampleBan)
+			}
+			continue
+		}
+		if r.Ban != nil {
+			t.Fatalf("record %d: got a ban record, want a key state", i)
 		}
 		if want := uint64(i)*0x9e3779b97f4a7c15 + 1; r.KeyHash != want {
 			t.Errorf("record %d: hash got %x, want %x", i, r.KeyHash, want)
@@ -90,8 +109,8 @@ func TestRoundTrip(t *testing.T) {
 			t.Errorf("record %d: state got %x, want %x", i, r.State, want)
 		}
 	}
-	if _, n, err := Check(b); err != nil || n != uint64(len(ls)) {
-		t.Errorf("Check: got %d, %v; want %d, nil", n, err, len(ls))
+	if _, n, err := Check(b); err != nil || n != uint64(len(ls)+1) {
+		t.Errorf("Check: got %d, %v; want %d, nil", n, err, len(ls)+1)
 	}
 }
 

@@ -1,6 +1,10 @@
 package store
 
-import "github.com/ringlimit/ringlimit/algo"
+import (
+	"slices"
+
+	"github.com/ringlimit/ringlimit/algo"
+)
 
 // Save calls fn with copies of the states of one shard at a time that are not
 // idle at owner time wall (dropping them would change no decision, so they are
@@ -38,4 +42,30 @@ func (t *kindTable[W]) appendLive(sh *shard, k algo.Kind, wall int64, out []Move
 		}
 	}
 	return out
+}
+
+// Save calls fn with copies of the ban states of one shard at a time that
+// still decide something at now (Unix ns: their Expire is later), skipping
+// shards with none; the shard's lock is not held while fn runs, and fn must
+// not keep the slice. It stops at fn's first error and returns it.
+func (p *Bans) Save(now int64, fn func([]BanState) error) error {
+	var buf []BanState
+	for i := range p.shards {
+		sh := &p.shards[i]
+		sh.mu.Lock()
+		buf = buf[:0]
+		for k, st := range sh.m {
+			if st.expire > now {
+				buf = append(buf, BanState{Key: k, BanUntil: st.banUntil, Denials: slices.Clone(st.denials), Expire: st.expire})
+			}
+		}
+		sh.mu.Unlock()
+		if len(buf) == 0 {
+			continue
+		}
+		if err := fn(buf); err != nil {
+			return err
+		}
+	}
+	return nil
 }
