@@ -236,3 +236,125 @@ func (n *Node) markHandoffDone(from string, digest uint64) {
 		}
 	}
 }
+
+// noteStrays lists for strayLoop the handed-off states just installed (ring
+// hashes hs) of keys this node does not own under rs: that happens when the
+// sender's ring was older than this node's (members joining at once, a
+// member restoring its snapshot while the others' rings still change). This
+// node's handoff for its current ring has run already, so without strayLoop
+// such a state would stay here until the next ring change, unseen by its
+// owner, who would decide the key on what it holds (this node may be the
+// key's backup: replication goes from owner to backup only).
+func (n *Node) noteStrays(rs *ringState, hs []uint64) {
+	if rs.snap.Len() == 0 || rs.leaving {
+		return // before the first ring (restore): the first ring's handoff moves them
+	}
+	self := n.cfg.Name
+	added := false
+	for _, h := range hs {
+		if m, ok := rs.snap.OwnerOfHash(h); ok && m.Name != self {
+			n.strayMu.Lock()
+			if n.strays == nil {
+				n.strays = make(map[uint64]bool)
+			}
+			n.strays[h] = true
+			n.strayMu.Unlock()
+			added = true
+		}
+	}
+	if added {
+		select {
+		case n.straySig <- struct{}{}:
+		default: // a pass is pending already
+		}
+	}
+}
+
+// strayLoop passes the states noteStrays listed on to their owners under the
+// current ring: after MembershipDebounce (rings that disagree settle first,
+// so a state is not sent back and forth), under rebuildMu (after the handoff
+// of the current ring), it extracts them, keeping a copy where this node is
+// the key's backup, and hands them to their owners, who merge them as any
+// handoff, with no end-of-handoff marker. A listed state this node now owns
+// stays. A failed send is logged; the states are lost with it, as in a
+// handoff.
+func (n *Node) strayLoop() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-n.straySig:
+		}
+		if d := n.cfg.MembershipDebounce; d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-n.stop:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		n.rebuildMu.Lock()
+		n.passOnStrays()
+		n.rebuildMu.Unlock()
+	}
+}
+
+// passOnStrays is one pass of strayLoop; rebuildMu is held.
+func (n *Node) passOnStrays() {
+	n.strayMu.Lock()
+	listed := n.strays
+	n.strays = nil
+	n.strayMu.Unlock()
+	rs := n.rs.Load()
+	if len(listed) == 0 || rs.leaving || n.stopping.Load() || rs.snap.Len() == 0 {
+		return
+	}
+	self := n.cfg.Name
+	moved := n.owned.Extract(func(h uint64) store.MoveAction {
+		if !listed[h] && !(h == 1 && listed[0]) { // a hash 0 is stored as 1
+			return store.MoveKeep
+		}
+		m, ok := rs.snap.OwnerOfHash(h)
+		switch {
+		case !ok || m.Name == self:
+			return store.MoveKeep
+		case rs.backups != nil:
+			if b, ok := rs.backupOfHash(h); ok && b.Name == self {
+				return store.MoveSendCopy
+			}
+		}
+		return store.MoveSend
+	}, n.clock())
+	if len(moved) == 0 {
+		return
+	}
+	byOwner := make(map[string][]transport.KeyState)
+	addrs := make(map[string]string)
+	for _, ms := range moved {
+		m, ok := rs.snap.OwnerOfHash(ms.H)
+		b, err := ms.St.MarshalBinary()
+		if !ok || err != nil {
+			continue
+		}
+		addrs[m.Name] = m.Addr
+		byOwner[m.Name] = append(byOwner[m.Name], transport.KeyState{
+			KeyHash: ms.H, Limit: ms.Limit, State: b, LastNow: ms.LastNow, CallerClock: ms.CallerClock,
+		})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.HandoffTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for name, states := range byOwner {
+		wg.Go(func() {
+			err := n.peers.Handoff(ctx, addrs[name], transport.TransferBatch{From: self, RingDigest: rs.snap.Digest(), States: states})
+			if err != nil {
+				n.log.Warn("passing handed-off states on to their owner failed", "to", name, "keys", len(states), "err", err)
+				return
+			}
+			n.log.Info("passed handed-off states on to their owner", "to", name, "keys", len(states))
+		})
+	}
+	wg.Wait()
+}

@@ -49,6 +49,7 @@ func New(cfg Config) (*Node, error) {
 		denied:    denycache.New(cfg.DeniedCacheSize, cfg.DeniedCacheMaxTTL),
 		top:       topdenied.New(cfg.TopDeniedKeys),
 		memberSig: make(chan struct{}, 1),
+		straySig:  make(chan struct{}, 1),
 		members:   make(map[string]Member),
 		admit:     make(map[string]*admission),
 		certsSeen: make(map[string]string),
@@ -169,7 +170,8 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.rebuild()
 	n.ready.Store(true)
-	n.wg.Add(4)
+	n.wg.Add(5)
+	go n.strayLoop()
 	go n.membershipLoop()
 	go n.rejoinLoop()
 	go n.idleLoop()

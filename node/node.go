@@ -196,7 +196,12 @@ type Node struct {
 	// bans holds the ban states of keys checked with a penalty (see penalty.go).
 	bans *store.Bans
 
-	persist  *persister   // the state snapshot (persist.go); nil without StateDir
+	persist *persister // the state snapshot (persist.go); nil without StateDir
+	// straySig signals strayLoop that strays (under strayMu) lists the ring
+	// hashes of handed-off states of keys this node does not own (handoff.go).
+	straySig chan struct{}
+	strayMu  sync.Mutex
+	strays   map[uint64]bool
 	repl     *replicator  // sends changed states to backups
 	breakers *breaker.Set // per-peer circuit breaker
 

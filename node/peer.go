@@ -291,6 +291,7 @@ func (cb *checkedBatch) penRefusedAt(i int) bool { return cb.badPen != nil && cb
 // not refused (see Transfer).
 func (n *Node) installHandoff(b transport.TransferBatch, cb checkedBatch) {
 	scanned := false // one scan for idle keys per batch at the MaxKeys bound
+	hs := make([]uint64, 0, len(b.States))
 	for i, ks := range b.States {
 		if cb.refusedAt(i) {
 			continue
@@ -300,7 +301,9 @@ func (n *Node) installHandoff(b transport.TransferBatch, cb checkedBatch) {
 			h = n.owned.Hash(ks.Key)
 		}
 		n.owned.InstallScan(h, ks.Limit, cb.states[i], ks.LastNow, ks.CallerClock, cb.wall, true, &scanned)
+		hs = append(hs, h)
 	}
+	n.noteStrays(n.rs.Load(), hs)
 	for i, ps := range b.Penalties {
 		if !cb.penRefusedAt(i) {
 			n.bans.Install(n.owned.Hash(ps.Key), store.BanState(ps))
