@@ -635,3 +635,48 @@ func (s *syncBuf) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestFullRestartFleet is TestFullRestartKeepsQuota at fleet size: 10
+// members (peer traffic on the in-memory network) stop at once and start
+// again, nine of them together, and no used quota is handed out again.
+func TestFullRestartFleet(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	base := testConfig()
+	base.peerNet = newMemNet()
+	var names, dirs []string
+	for i := range 10 {
+		names = append(names, fmt.Sprintf("member-%02d", i))
+		dirs = append(dirs, t.TempDir())
+	}
+	first := startNamed(t, ctx, base, names, dirs)
+	var keys []string
+	for i := range 300 {
+		k := fmt.Sprintf("user-%d", i)
+		if d, err := first[i%10].Allow(ctx, k, dailyLimits[i%len(dailyLimits)]); err != nil || !d.Allowed {
+			t.Fatalf("%s: got %+v, %v; want allowed", k, d, err)
+		}
+		keys = append(keys, k)
+	}
+	closeAll(t, first)
+
+	base.peerNet = newMemNet()
+	again := startNamed(t, ctx, base, names, dirs)
+	readmitted := 0
+	for i, k := range keys {
+		n := again[(i+3)%10]
+		d, err := n.Allow(ctx, k, dailyLimits[i%len(dailyLimits)])
+		if err != nil {
+			t.Fatalf("%s through %s: %v", k, n.Name(), err)
+		}
+		if d.Allowed {
+			readmitted++
+			owner, _ := n.Owner(k)
+			t.Errorf("%s admitted again after the restart (through %s, owner %s, route %v)", k, n.Name(), owner.Name, d.Route)
+		}
+	}
+	if readmitted > 0 {
+		t.Errorf("keys admitted again after a full restart of 10 members: got %d of %d, want 0", readmitted, len(keys))
+	}
+}
