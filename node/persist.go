@@ -87,12 +87,13 @@ func (n *Node) openStateDir() error {
 // caller clocks only with AcceptCallerTimestamps), refused ones are counted
 // in Stats.RefusedStates and logged, the rest are merged into the store as
 // installHandoff does (a key held already keeps the more restrictive state;
-// new keys count against MaxKeys). Ban states (AllowPenalized) are judged and
-// merged as a handoff's too (a key of at most MaxKeyLen bytes, no denial
-// after now + MaxPeerClockSkew; the later ban wins). A file that is missing starts the node
-// empty (INFO); one that is torn, altered, of another format version or of
-// another ClusterLabel is refused whole (ERROR, Stats.SnapshotFailures), moved
-// aside to <file>.refused for inspection, and the node starts empty.
+// new keys count against MaxKeys). Ban states (AllowPenalized) are judged
+// and merged as a handoff's too (a key of at most MaxKeyLen bytes, no denial
+// after now + MaxPeerClockSkew; the later ban wins). A file that is missing
+// starts the node empty (INFO); one that is torn, altered, of another format
+// version or of another ClusterLabel is refused whole (ERROR,
+// Stats.SnapshotFailures), moved aside to <file>.refused for inspection, and
+// the node starts empty.
 //
 // The states are not this node's to keep: it installs them before its first
 // ring, and that ring's handoff sends every state of a key another member
@@ -181,10 +182,9 @@ func (n *Node) restore() {
 
 // writeSnapshot saves every state this node holds (as owner or as backup)
 // whose window is still open, and every ban state still in force, to the
-// snapshot file: written to a temporary
-// file in StateDir, synced, renamed over the previous snapshot, and the
-// directory synced, so that a crash at any point leaves the previous snapshot
-// or the new one. One write runs at a time. Counted in Stats.SnapshotWrites
+// snapshot file: written to a temporary file in StateDir, synced, renamed
+// over the previous snapshot, and the directory synced, so that a crash at
+// any point leaves the previous snapshot or the new one. One write runs at a time. Counted in Stats.SnapshotWrites
 // or, with the error logged, Stats.SnapshotFailures. final marks the last
 // snapshot (Close, Abort): every write after it is skipped.
 func (n *Node) writeSnapshot(why string, final bool) error {
