@@ -385,8 +385,8 @@ type Config struct {
 	CloseTimeout time.Duration
 	// StateDir, when set, is a directory where this node saves the key states
 	// it holds (those it owns and the replicas it backs up, skipping those
-	// back to full capacity) so that they survive a restart of every member at
-	// once, when no running member is left to hand them to: a quota of one per
+	// back to full capacity, and the ban states of penalized keys) so that
+	// they survive a restart of every member at once, when no running member is left to hand them to: a quota of one per
 	// user per day is not handed out again after a cluster-wide upgrade or a
 	// power cut. The snapshot is the file ringlimit-<Name>.snapshot, written
 	// atomically (temporary file, fsync, rename) every SnapshotInterval and at
