@@ -64,15 +64,18 @@ func waitConverged(t testing.TB, within time.Duration, nodes ...*node.Node) time
 
 // noRefill are limits of capacity c that cannot refill during a test: the window
 // algorithms use a period far longer than the test with a clock started in the
-// middle of a window, the bucket algorithms refill one hit per day.
+// middle of a window, the bucket algorithms refill one hit per day (or, for
+// a capacity above 300, per 300 days / c: a bucket must drain within the
+// node's MaxPeriod, 366 days by default, or the check is refused).
 func noRefill(c int64) []algo.Limit {
 	const day = 24 * time.Hour
+	per := min(day, 300*day/time.Duration(c+1))
 	return []algo.Limit{
 		{Kind: algo.SlidingWindowLog, Limit: c, Period: day},
 		{Kind: algo.SlidingWindowCounter, Limit: c, Period: day},
 		{Kind: algo.FixedWindow, Limit: c, Period: day},
-		{Kind: algo.GCRA, Burst: c - 1, Limit: 1, Period: day},
-		{Kind: algo.TokenBucket, Burst: c, Limit: 1, Period: day},
+		{Kind: algo.GCRA, Burst: c - 1, Limit: 1, Period: per},
+		{Kind: algo.TokenBucket, Burst: c, Limit: 1, Period: per},
 		{Kind: algo.BucketedSlidingWindow, Limit: c, Period: day},
 	}
 }
