@@ -34,7 +34,6 @@ func (t *kindTable[W]) removeHash(sh *shard, k algo.Kind, h uint64) bool {
 	if i < 0 {
 		return false
 	}
-	t.clearDirty(h)
-	t.removeAt(sh, k, i)
+	t.removeAt(sh, k, i) // drops its dirty-list entry
 	return true
 }

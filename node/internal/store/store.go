@@ -97,32 +97,27 @@ type kindTable[W words] struct {
 // same key checked with two algorithms is two independent limiters (switching
 // algorithm never resets or corrupts a state).
 type shard struct {
-	mu     sync.Mutex
-	gcra   kindTable[[1]int64]
-	tb, fw kindTable[[2]int64]
-	swc    kindTable[[3]int64]
-	swl    kindTable[[3]int64] // packed (w[0] >= 0, see loadLog) or boxed in logs
-	bsw    kindTable[[3]int64] // packed (w[0] >= 0, see loadBucketed) or boxed in bkts
-	limits limitTable
-	logs   boxes // SlidingWindowLog states, with their sent marks
-	bkts   boxes // BucketedSlidingWindow states with hits in two buckets or more (no marks)
+	mu sync.Mutex
+	// dirty lists the keys whose state changed since the last replication
+	// send (store.track only), each once (see dirty.go). Next to mu: a check
+	// that changes a state reads it under the lock.
+	dirty []dirtyRec
+	// dirtyBits is the store's dirtyShards.
+	dirtyBits *[NumShards / 64]atomic.Uint64
+	gcra      kindTable[[1]int64]
+	tb, fw    kindTable[[2]int64]
+	swc       kindTable[[3]int64]
+	swl       kindTable[[3]int64] // packed (w[0] >= 0, see loadLog) or boxed in logs
+	bsw       kindTable[[3]int64] // packed (w[0] >= 0, see loadBucketed) or boxed in bkts
+	limits    limitTable
+	logs      boxes // SlidingWindowLog states, with their sent marks
+	bkts      boxes // BucketedSlidingWindow states with hits in two buckets or more (no marks)
 	// bwBuf and logBuf hold the buckets or the log of the packed state last
 	// loaded (algo.UnpackBucketed, algo.UnpackLog), until it is packed again
 	// or cloned, under mu.
 	bwBuf  algo.BucketedWindowState
 	logBuf algo.SlidingWindowLogState
-	// dirty lists the keys whose state changed since the last replication send
-	// (store.track only), each once: its slot has flagDirty.
-	dirty []dirtyRec
-	// dirtyBits is the store's dirtyShards.
-	dirtyBits *[NumShards / 64]atomic.Uint64
-	_         [64]byte // keep neighbouring shards' locks off this cache line
-}
-
-// dirtyRec names a key whose state changed: its (folded) hash and algorithm.
-type dirtyRec struct {
-	h uint64
-	k algo.Kind
+	_      [64]byte // keep neighbouring shards' locks off this cache line
 }
 
 // Store is the owner-side key space of a node (or its local fallback space).
@@ -269,7 +264,9 @@ func takeIn[W words](out *algo.Decision, c *check, t *kindTable[W], owns func() 
 		}
 		setClock(t, sl, c.now, c.wall, c.now != c.wall)
 		c.s.keys.Add(1)
-		c.markDirty(sl.h, &sl.flags)
+		if c.s.Track && c.s.Live.Load() {
+			markSlot(c.sh, c.l.Kind, sl)
+		}
 		*out = d
 		return nil
 	}
@@ -287,7 +284,6 @@ type anyKindTable interface {
 	copyDirty(sh *shard, k algo.Kind, h uint64, wall int64) (Moved, bool)
 	markWhere(sh *shard, k algo.Kind, pred func(h uint64) bool)
 	sendWhole(sh *shard, k algo.Kind, h uint64)
-	clearDirty(h uint64)
 	appendLog(sh *shard, m Moved, wall int64) bool
 	appendLive(sh *shard, k algo.Kind, wall int64, out []Moved) []Moved
 }
@@ -359,7 +355,6 @@ func takePacked(w []int64, out *algo.Decision, c *check) (ok bool, err error) {
 func (t *kindTable[W]) taken(out *algo.Decision, c *check, sl *slot[W]) {
 	if c.hits > 0 {
 		if out.Allowed {
-			c.markDirty(sl.h, &sl.flags)
 			if cur := c.sh.limits.at(sl.lim); cur != c.l {
 				c.sh.limits.unref(sl.lim)
 				sl.lim = c.sh.limits.ref(c.l)
@@ -374,29 +369,13 @@ func (t *kindTable[W]) taken(out *algo.Decision, c *check, sl *slot[W]) {
 			last = max(last, t.clocks[sl.h].lastNow)
 		}
 		setClock(t, sl, last, c.wall, c.now != c.wall)
+		switch {
+		case out.Allowed && c.s.Track && c.s.Live.Load():
+			markSlot(c.sh, c.l.Kind, sl) // after the Limit and the clock: its entry copies them
+		case sl.flags&flagDirty != 0:
+			touchSlot(c.sh, c.l.Kind, sl) // a new clockRec: the entry's copy is stale
+		}
 	}
-}
-
-// markDirty lists the key with hash h and slot flags *flags as changed, once,
-// when the store tracks changes.
-func (c *check) markDirty(h uint64, flags *uint32) {
-	if c.s.Track && c.s.Live.Load() {
-		c.sh.markDirty(c.l.Kind, h, flags)
-	}
-}
-
-// markDirty lists a key of shard sh as changed, once (shard lock held), and
-// flags the shard in its store's dirtyShards for the next replication send.
-func (sh *shard) markDirty(k algo.Kind, h uint64, flags *uint32) {
-	if *flags&flagDirty != 0 {
-		return
-	}
-	*flags |= flagDirty
-	if len(sh.dirty) == 0 {
-		i := ShardOf(h)
-		sh.dirtyBits[i/64].Or(1 << (i % 64))
-	}
-	sh.dirty = append(sh.dirty, dirtyRec{h: h, k: k})
 }
 
 // peerLastNow is the last check time to record for a state installed from a
@@ -438,7 +417,7 @@ func setClock[W words](t *kindTable[W], sl *slot[W], lastNow, wall int64, caller
 	} else if sl.flags&flagClock != 0 {
 		delete(t.clocks, sl.h)
 	}
-	sl.flags = f | sl.flags&flagDirty
+	sl.flags = f | sl.flags&^(flagClock|flagCaller)
 }
 
 // load returns the state of kind k held in w: for a packed state, unpacked
@@ -559,6 +538,7 @@ func (t *kindTable[W]) idle(sh *shard, k algo.Kind, sl *slot[W], wall int64) boo
 // removeAt removes slot i with everything it holds; the caller counts it.
 func (t *kindTable[W]) removeAt(sh *shard, k algo.Kind, i int) {
 	sl := &t.slots[i]
+	sh.unlist(k, sl.h, sl.flags)
 	sh.release(k, sl.words())
 	sh.limits.unref(sl.lim)
 	if sl.flags&flagClock != 0 {
@@ -687,15 +667,14 @@ func (s *Store) PrefetchDirty() {
 	}
 }
 
-// copyDirty returns a copy of the state of the key with hash h and clears its
-// dirty flag; false if the key is gone or was sent already.
+// copyDirty returns a copy of the state of the key with hash h, listed as
+// changed; false if the key is gone.
 func (t *kindTable[W]) copyDirty(sh *shard, k algo.Kind, h uint64, wall int64) (Moved, bool) {
 	i := t.find(h)
-	if i < 0 || t.slots[i].flags&flagDirty == 0 {
+	if i < 0 {
 		return Moved{}, false
 	}
 	sl := &t.slots[i]
-	sl.flags &^= flagDirty
 	box := int64(-1)
 	if k == algo.SlidingWindowLog {
 		box = logBox(sl.words())
@@ -722,13 +701,6 @@ func (t *kindTable[W]) copyDirty(sh *shard, k algo.Kind, h uint64, wall int64) (
 	return m, true
 }
 
-// clearDirty clears the dirty flag of the key with hash h, if it is stored.
-func (t *kindTable[W]) clearDirty(h uint64) {
-	if i := t.find(h); i >= 0 {
-		t.slots[i].flags &^= flagDirty
-	}
-}
-
 // sendWhole makes the next replication send of the key with hash h carry its
 // whole state (its replica is missing or behind) and lists it as changed.
 func (t *kindTable[W]) sendWhole(sh *shard, k algo.Kind, h uint64) {
@@ -740,7 +712,7 @@ func (t *kindTable[W]) sendWhole(sh *shard, k algo.Kind, h uint64) {
 	if box := logBox(sl.words()); k == algo.SlidingWindowLog && box >= 0 {
 		sh.logs.sent[box].valid = false
 	}
-	sh.markDirty(k, sl.h, &sl.flags)
+	markSlot(sh, k, sl)
 }
 
 // markWhere lists as dirty every key whose hash satisfies pred, to be sent
@@ -751,7 +723,7 @@ func (t *kindTable[W]) markWhere(sh *shard, k algo.Kind, pred func(h uint64) boo
 			if box := logBox(sl.words()); k == algo.SlidingWindowLog && box >= 0 {
 				sh.logs.sent[box].valid = false
 			}
-			sh.markDirty(k, sl.h, &sl.flags)
+			markSlot(sh, k, sl)
 		}
 	}
 }
@@ -802,7 +774,9 @@ func (t *kindTable[W]) install(sh *shard, m Moved, wall int64, track bool) bool 
 		cc := sl.flags&flagCaller != 0 || m.CallerClock
 		setClock(t, sl, peerLastNow(at, wall, cc), wall, cc)
 		if track {
-			sh.markDirty(k, sl.h, &sl.flags)
+			markSlot(sh, k, sl)
+		} else if sl.flags&flagDirty != 0 {
+			touchSlot(sh, k, sl) // listed: its entry must copy the merged state
 		}
 		return false
 	}
@@ -811,7 +785,7 @@ func (t *kindTable[W]) install(sh *shard, m Moved, wall int64, track bool) bool 
 	sh.save(k, &m.St, sl.words())
 	setClock(t, sl, peerLastNow(m.LastNow, wall, m.CallerClock), wall, m.CallerClock)
 	if track {
-		sh.markDirty(k, sl.h, &sl.flags)
+		markSlot(sh, k, sl)
 	}
 	return true
 }
@@ -901,8 +875,7 @@ func (s *Store) TakeDirtyInto(wall int64, out []Moved) []Moved {
 	return out
 }
 
-// ClearDirty empties every dirty list and clears the keys' dirty flags,
-// copying nothing.
+// ClearDirty empties every dirty list, copying nothing and touching no slot.
 func (s *Store) ClearDirty() {
 	for w := range s.dirtyShards {
 		bitsSet := s.dirtyShards[w].Swap(0)
@@ -911,12 +884,7 @@ func (s *Store) ClearDirty() {
 			bitsSet &^= 1 << b
 			sh := &s.shards[w*64+b]
 			sh.mu.Lock()
-			for _, r := range sh.dirty {
-				if t := sh.table(r.k); t != nil {
-					t.clearDirty(r.h)
-				}
-			}
-			sh.dirty = sh.dirty[:0]
+			sh.dirty = sh.dirty[:0] // the slots' marks are stale now (see dirtyAt)
 			sh.mu.Unlock()
 		}
 	}
@@ -927,15 +895,23 @@ func (s *Store) ClearDirty() {
 func (s *Store) takeDirtyShard(sh *shard, wall int64, out []Moved) []Moved {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	for _, r := range sh.dirty {
-		if t := sh.table(r.k); t != nil {
-			if m, ok := t.copyDirty(sh, r.k, r.h, wall); ok {
-				out = append(out, m)
+	for i := range sh.dirty {
+		r := &sh.dirty[i]
+		switch {
+		case r.h == emptyHash: // the key was removed
+		case r.snap:
+			// The state as of its last change, copied then: no lookup of
+			// its slot, a cache miss per key at this distance from the check.
+			out = append(out, Moved{H: r.h, Limit: r.l, St: algo.UnpackState(r.k, r.w[:r.k.PackedWords()], 0), LastNow: wall})
+		default:
+			if t := sh.table(r.k); t != nil {
+				if m, ok := t.copyDirty(sh, r.k, r.h, wall); ok {
+					out = append(out, m)
+				}
 			}
 		}
 	}
-	clear(sh.dirty)
-	sh.dirty = sh.dirty[:0]
+	sh.dirty = sh.dirty[:0] // the slots' marks are stale now (see dirtyAt)
 	if cap(sh.dirty) > 4096 {
 		sh.dirty = nil // a burst of changes does not pin its list
 	}

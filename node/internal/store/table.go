@@ -37,9 +37,18 @@ const (
 	flagClock uint32 = 1 << iota
 	// flagCaller: the key's last check carried the caller's timestamp.
 	flagCaller
-	// flagDirty: the key's state changed since it was last sent to its backup
-	// (it is listed in the shard's dirty list once).
+	// flagDirty: the flags' bits from dirtyShift up hold the index of the
+	// key's entry in its shard's dirty list, if it is still listed (see
+	// dirtyAt): the mark outlives the list, which a replication send empties
+	// without touching the slots.
 	flagDirty
+)
+
+// dirtyShift is where a slot's dirty-list index starts in its flags; an index
+// at or above maxDirtyIndex is not kept (see markSlot).
+const (
+	dirtyShift    = 3
+	maxDirtyIndex = 1<<(32-dirtyShift) - 1
 )
 
 // Table load bounds: a table grows by half when an insert would fill more than

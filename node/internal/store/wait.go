@@ -43,7 +43,9 @@ func cancelIn[W words](s *Store, sh *shard, t *kindTable[W], h uint64, l algo.Li
 		sh.repack(l.Kind, st, sl.words())
 	}
 	if s.Track && s.Live.Load() {
-		sh.markDirty(l.Kind, sl.h, &sl.flags) // the backup learns of the refund
+		markSlot(sh, l.Kind, sl) // the backup learns of the refund
+	} else if sl.flags&flagDirty != 0 {
+		touchSlot(sh, l.Kind, sl)
 	}
 	return nil
 }
