@@ -298,12 +298,17 @@ func (n *Node) replicate() {
 		d.penH = append(d.penH, h)
 	}
 	sc.buf = buf
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ForwardTimeout)
-	defer cancel()
 	if r.backoff == nil {
 		r.backoff = make(map[string]*replBackoff)
 	}
 	now := time.Now()
+	// Under ReplicationAsync the sends go one after another on this
+	// goroutine: a goroutine per backup per send, and waking this one when
+	// the last finished, cost more than the sends themselves at a 5 ms lag.
+	// The next send waits for all of them either way, and each is bounded
+	// by ForwardTimeout of its own. Under ReplicationSync
+	// callers wait for the slowest, so the backups get theirs at once.
+	concurrent := n.cfg.Replication == ReplicationSync
 	var wg sync.WaitGroup
 	for name, d := range sc.dests {
 		if len(d.states) == 0 && len(d.pens) == 0 {
@@ -322,38 +327,11 @@ func (n *Node) replicate() {
 			bo = &replBackoff{}
 			r.backoff[name] = bo
 		}
-		wg.Go(func() {
-			needFull, err := n.peers.Replicate(ctx, d.addr, transport.TransferBatch{From: self, Replica: true, States: d.states, Penalties: d.pens})
-			if len(needFull) > 0 {
-				want := make(map[uint64]bool, len(needFull))
-				for _, h := range needFull {
-					want[h] = true
-				}
-				d.resend(n, ms, want)
-			}
-			if errors.Is(err, transport.ErrUnavailable) {
-				n.breakers.Fail(name)
-			}
-			if n.cfg.Metrics != nil {
-				if rm, ok := n.cfg.Metrics.(ReplicationMetrics); ok {
-					rm.Replicated(name, len(d.states), err)
-				}
-			}
-			if err != nil {
-				if errors.Is(err, transport.ErrUnavailable) {
-					// The breaker spaces the sends to an unreachable backup.
-					n.log.Debug("replication send failed; retrying with the next send", "backup", name, "keys", len(d.states), "err", err)
-				} else {
-					bo.failed(time.Now(), n.cfg.ReplicationLag)
-					if ok, held := n.replFailLog.allow(); ok {
-						n.log.Warn("replication send refused; its states are sent again later", "backup", name, "keys", len(d.states), "err", err, "retry_in", time.Until(bo.until).Round(time.Millisecond), "not_logged", held)
-					}
-				}
-				d.resend(n, ms, nil)
-				return
-			}
-			bo.fails, bo.until = 0, time.Time{}
-		})
+		if concurrent {
+			wg.Go(func() { n.replicateTo(name, d, bo, ms) })
+		} else {
+			n.replicateTo(name, d, bo, ms)
+		}
 	}
 	wg.Wait()
 	for name, bo := range r.backoff {
@@ -361,6 +339,45 @@ func (n *Node) replicate() {
 			delete(r.backoff, name) // a backup gone from the sends
 		}
 	}
+}
+
+// replicateTo sends d, the part of a replication send for backup name, and
+// handles its answer: the states the backup asks for again (need_full) and,
+// when the send fails, all of them are listed as changed again; bo is the
+// backup's retry schedule. The send is bounded by ForwardTimeout.
+func (n *Node) replicateTo(name string, d *replDest, bo *replBackoff, ms []store.Moved) {
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ForwardTimeout)
+	defer cancel()
+	needFull, err := n.peers.Replicate(ctx, d.addr, transport.TransferBatch{From: n.cfg.Name, Replica: true, States: d.states, Penalties: d.pens})
+	if len(needFull) > 0 {
+		want := make(map[uint64]bool, len(needFull))
+		for _, h := range needFull {
+			want[h] = true
+		}
+		d.resend(n, ms, want)
+	}
+	if errors.Is(err, transport.ErrUnavailable) {
+		n.breakers.Fail(name)
+	}
+	if n.cfg.Metrics != nil {
+		if rm, ok := n.cfg.Metrics.(ReplicationMetrics); ok {
+			rm.Replicated(name, len(d.states), err)
+		}
+	}
+	if err != nil {
+		if errors.Is(err, transport.ErrUnavailable) {
+			// The breaker spaces the sends to an unreachable backup.
+			n.log.Debug("replication send failed; retrying with the next send", "backup", name, "keys", len(d.states), "err", err)
+		} else {
+			bo.failed(time.Now(), n.cfg.ReplicationLag)
+			if ok, held := n.replFailLog.allow(); ok {
+				n.log.Warn("replication send refused; its states are sent again later", "backup", name, "keys", len(d.states), "err", err, "retry_in", time.Until(bo.until).Round(time.Millisecond), "not_logged", held)
+			}
+		}
+		d.resend(n, ms, nil)
+		return
+	}
+	bo.fails, bo.until = 0, time.Time{}
 }
 
 // ReplicationMetrics is an optional interface of Config.Metrics: Replicated is

@@ -1004,7 +1004,7 @@ func (s *Store) InstallScan(h uint64, l algo.Limit, st algo.State, lastNow int64
 	if t == nil {
 		return false
 	}
-	if !t.has(h) && s.keys.Load() >= s.maxKeys {
+	if s.keys.Load() >= s.maxKeys && !t.has(h) { // a replica's slot is looked up once, by install, below the bound
 		if scanned == nil || !*scanned {
 			if scanned != nil {
 				*scanned = true
