@@ -228,7 +228,8 @@ func (n *Node) replicationLoop() {
 }
 
 // replicate sends every state changed since the last send to its key's backup
-// (one Transfer per backup, concurrently), then wakes the callers waiting for
+// (one request per backup: one after another under ReplicationAsync,
+// concurrently under ReplicationSync), then wakes the callers waiting for
 // this send. A send that fails lists its keys as changed again, so the next
 // send retries them; a ring change lists every key whose backup changed.
 func (n *Node) replicate() {
