@@ -26,6 +26,10 @@ type admission struct {
 	// failed with the old process and may sit in reconnect backoff, so it is
 	// dropped before the handshake, and checks reach the new process at once.
 	redial bool
+	// doubt is set while gossip contradicts this admitted identity (see
+	// doubt.go); probing while a probe of it runs.
+	doubt   *doubt
+	probing bool
 }
 
 // admitPending starts a handshake with every member that needs one: joining
@@ -78,25 +82,9 @@ func (n *Node) hello(name, id, addr string, redial bool) {
 		n.peers.Drop(addr)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ForwardTimeout)
-	resp, cert, err := n.peers.Hello(ctx, addr, transport.Hello{
-		ClusterLabel: n.cfg.ClusterLabel, Member: n.cfg.Name, ProtocolVersion: transport.ProtocolVersion, InstanceID: n.id,
-	})
+	resp, cert, err := n.peers.Hello(ctx, addr, n.helloOf())
 	cancel()
-	var reason string
-	switch {
-	case err != nil:
-		reason = err.Error()
-	case resp.ClusterLabel != n.cfg.ClusterLabel:
-		reason = fmt.Sprintf("cluster label %q, want %q", resp.ClusterLabel, n.cfg.ClusterLabel)
-	case resp.ProtocolVersion != transport.ProtocolVersion:
-		reason = fmt.Sprintf("protocol version %d, want %d", resp.ProtocolVersion, transport.ProtocolVersion)
-	case resp.Member != name:
-		reason = fmt.Sprintf("answered as member %q", resp.Member)
-	case resp.InstanceID != id:
-		reason = fmt.Sprintf("instance id %q, gossip says %q", resp.InstanceID, id)
-	case n.secure && cert != name:
-		reason = fmt.Sprintf("its certificate names member %q", cert)
-	}
+	reason := n.helloMismatch(name, id, resp, cert, err)
 	n.membersMu.Lock()
 	if reason == "" && n.secure && n.revokedSeenLocked(name) {
 		reason = "certificate revoked"
@@ -124,12 +112,18 @@ func (n *Node) hello(name, id, addr string, redial bool) {
 	}
 }
 
-// Hello answers a member's admission handshake with this node's identity, or
-// refuses it (transport.ErrRefused) when its cluster label or protocol version
-// differ, when in secure mode its certificate does not name the member it
-// claims to be, or when it claims this node's own name.
+// Hello answers a member's admission handshake (or its probe, see doubt.go)
+// with this node's identity, or refuses it (transport.ErrRefused) when its
+// cluster label or protocol version differ, when in secure mode its
+// certificate does not name the member it claims to be, or when it claims
+// this node's own name. A node that is leaving (Close) answers
+// transport.ErrUnavailable: its probe fails, so the members that gossip told
+// of its leave drop it at once.
 func (p peerService) Hello(_ context.Context, h transport.Hello, certMember string) (transport.Hello, error) {
 	n := p.n
+	if n.leaving.Load() {
+		return transport.Hello{}, fmt.Errorf("%w: member %q is leaving", transport.ErrUnavailable, n.cfg.Name)
+	}
 	var reason string
 	switch {
 	case h.ClusterLabel != n.cfg.ClusterLabel:
@@ -145,20 +139,34 @@ func (p peerService) Hello(_ context.Context, h transport.Hello, certMember stri
 	if reason != "" {
 		return transport.Hello{}, fmt.Errorf("%w: %s", transport.ErrRefused, reason)
 	}
-	return transport.Hello{ClusterLabel: n.cfg.ClusterLabel, Member: n.cfg.Name, ProtocolVersion: transport.ProtocolVersion, InstanceID: n.id}, nil
+	return n.helloOf(), nil
 }
 
 // memberAt returns the name of the gossip member whose peer address is addr,
-// for the pool's certificate check (transport.ClientConfig.ExpectMember).
+// for the pool's certificate check (transport.ClientConfig.ExpectMember). The
+// member admitted at addr wins over gossip's claims: a member that merely
+// advertises another's address cannot make the connection to it fail. With
+// no admitted member there and claims by several names, it returns false
+// (any member certificate passes the dial; the Hello that follows checks the
+// name).
 func (n *Node) memberAt(addr string) (string, bool) {
 	n.membersMu.Lock()
 	defer n.membersMu.Unlock()
+	name, found, many := "", false, false
 	for _, m := range n.members {
-		if m.Addr == addr {
+		if m.Addr != addr {
+			continue
+		}
+		if a := n.admit[m.Name]; m.Self || a != nil && a.state == StateAlive && a.addr == addr {
 			return m.Name, true
 		}
+		many = many || found
+		name, found = m.Name, true
 	}
-	return "", false
+	if many {
+		return "", false
+	}
+	return name, found
 }
 
 // refusedCount returns how many gossip members are refused.
@@ -202,9 +210,7 @@ func (n *Node) nameConflict() string {
 	n.conflictMu.Unlock()
 	if c != "" && peer != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ForwardTimeout)
-		_, _, _ = n.peers.Hello(ctx, peer, transport.Hello{
-			ClusterLabel: n.cfg.ClusterLabel, Member: n.cfg.Name, ProtocolVersion: transport.ProtocolVersion, InstanceID: n.id,
-		})
+		_, _, _ = n.peers.Hello(ctx, peer, n.helloOf())
 		cancel()
 	}
 	return c

@@ -155,8 +155,10 @@ type SecurityMetrics interface {
 	// forwarded check carried created_at while AcceptCallerTimestamps is off),
 	// "sender" (a Transfer whose From is not the member named by the sender's
 	// certificate), "not-member" (a Peer RPC other than Hello from a
-	// certificate whose name is not an admitted member) or "revoked" (a peer
-	// certificate on the deny list, Config.PeerDenyFile).
+	// certificate whose name is not an admitted member), "revoked" (a peer
+	// certificate on the deny list, Config.PeerDenyFile) or "gossip" (gossip
+	// said an admitted member left, died or moved, and it still answered its
+	// probe: it stayed in the ring; once per such rumour).
 	PeerRefused(what string)
 }
 

@@ -133,39 +133,57 @@ func (d delegate) NotifyUpdate(m *memberlist.Node)            { d.n.setMember(m,
 
 // setMember copies what the node needs of a memberlist member while memberlist
 // holds its lock (the *Node it passes is its own and changes after the callback
-// returns), then signals the membership loop.
+// returns), then signals the membership loop. In secure mode, gossip that
+// contradicts an admitted member (it left, died, or its name is at another
+// address or instance) does not move it: see doubt.go.
 func (n *Node) setMember(m *memberlist.Node, alive bool) {
 	n.membersMu.Lock()
+	self := m.Name == n.cfg.Name
 	if alive {
 		if addr, id, ok := decodeMeta(m.Meta); ok {
-			self := m.Name == n.cfg.Name
-			n.members[m.Name] = Member{
+			mem := Member{
 				Name: m.Name, Addr: addr, ID: id, Self: self,
 				GossipAddr: net.JoinHostPort(m.Addr.String(), strconv.Itoa(int(m.Port))),
 			}
-			// A member new to us, restarted or moved is admitted afresh.
-			if a := n.admit[m.Name]; !self && (a == nil || a.id != id || a.addr != addr) {
-				n.admit[m.Name] = &admission{id: id, addr: addr, state: StateJoining, redial: a != nil && a.addr == addr}
-			}
-		}
-	} else {
-		delete(n.members, m.Name)
-		if a := n.admit[m.Name]; a != nil && a.state != StateRefused {
-			// Its handoff may still arrive (see peerAllowed).
-			n.departed[m.Name] = time.Now()
-		}
-		delete(n.admit, m.Name)
-		for name, t := range n.departed {
-			if time.Since(t) > n.cfg.CloseTimeout {
-				delete(n.departed, name)
-				if n.admit[name] == nil {
-					delete(n.certsSeen, name)
+			a := n.admit[m.Name]
+			switch {
+			case self:
+				n.members[m.Name] = mem
+			case n.doubtClaimLocked(a, mem):
+				// The admitted identity stays until its probe fails.
+			default:
+				n.members[m.Name] = mem
+				// A member new to us, restarted or moved is admitted afresh.
+				if a == nil || a.id != id || a.addr != addr {
+					n.admit[m.Name] = &admission{id: id, addr: addr, state: StateJoining, redial: a != nil && a.addr == addr}
 				}
 			}
 		}
+	} else if !n.doubtLeaveLocked(m.Name, n.admit[m.Name]) {
+		n.removeMemberLocked(m.Name)
 	}
 	n.membersMu.Unlock()
 	n.signalMembers()
+}
+
+// removeMemberLocked takes a member out of the members and admissions, and
+// forgets the members that departed more than CloseTimeout ago; under
+// membersMu.
+func (n *Node) removeMemberLocked(name string) {
+	delete(n.members, name)
+	if a := n.admit[name]; a != nil && a.state != StateRefused {
+		// Its handoff may still arrive (see peerAllowed).
+		n.departed[name] = time.Now()
+	}
+	delete(n.admit, name)
+	for name, t := range n.departed {
+		if time.Since(t) > n.cfg.CloseTimeout {
+			delete(n.departed, name)
+			if n.admit[name] == nil {
+				delete(n.certsSeen, name)
+			}
+		}
+	}
 }
 
 func (n *Node) signalMembers() {
@@ -234,6 +252,9 @@ func (n *Node) Members() []Member {
 			m.State = StateJoining
 			if a != nil && a.id == m.ID && a.addr == m.Addr {
 				m.State, m.Reason = a.state, a.reason
+				if d := a.doubt; d != nil && a.state == StateAlive {
+					m.Reason = "gossip says it left, died or moved; it answers its probes at this address"
+				}
 			}
 		}
 		out = append(out, m)
@@ -264,6 +285,9 @@ func (n *Node) membershipLoop() {
 	defer n.wg.Done()
 	retry := time.NewTicker(n.cfg.AdmissionRetry)
 	defer retry.Stop()
+	// Doubted members (doubt.go) are probed again every ProbeInterval.
+	probe := time.NewTicker(n.cfg.Gossip.ProbeInterval)
+	defer probe.Stop()
 	for {
 		select {
 		case <-n.stop:
@@ -272,11 +296,16 @@ func (n *Node) membershipLoop() {
 			if !n.leaving.Load() {
 				n.admitPending()
 			}
+		case <-probe.C:
+			if !n.leaving.Load() {
+				n.probeDoubted()
+			}
 		case <-n.memberSig:
 			if !n.settle() {
 				return
 			}
 			if !n.leaving.Load() {
+				n.probeDoubted()
 				n.admitPending()
 				n.rebuild()
 			}

@@ -97,7 +97,9 @@ type Member struct {
 	Self bool
 	// State is StateAlive, StateJoining or StateRefused.
 	State string
-	// Reason says why a member is refused ("" otherwise).
+	// Reason says why a member is refused, or why an alive member's gossip is
+	// doubted (gossip says it left or moved, but it answers its probes with
+	// its certificate at this address); "" otherwise.
 	Reason string
 }
 

@@ -1,0 +1,183 @@
+// Gossip does not move an admitted member (secure mode).
+//
+// Whoever holds the gossip key (Config.SecretKey) can speak memberlist: it can
+// make the others believe that a member left (a leave sent under its name),
+// died (a dead message after a suspicion it forged), or moved (an alive
+// message for its name at another address once gossip thinks it gone). The
+// name, though, belongs to the holder of its certificate. An admitted member
+// (it passed the Hello handshake at its peer address over a connection whose
+// certificate names it) therefore keeps its place in the ring when gossip
+// contradicts it: this node doubts it and probes its admitted identity, a
+// Hello to its known peer address that must answer with its name, its
+// instance id and a certificate naming it. While the probe passes (again
+// every Gossip.ProbeInterval) the member stays in the ring and a new claim for
+// its name waits, out of the ring; the first probe that fails (unreachable,
+// refused, another instance id, a member that is leaving, a revoked
+// certificate) drops it, and gossip's word is taken: the member leaves the
+// ring, or the new claim for its name is admitted afresh, with a certificate
+// for that name. Gossip that agrees with the admitted identity again (the
+// member refuted the rumour) ends the doubt.
+//
+// In insecure mode nothing binds a name to anyone, and gossip decides alone.
+
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ringlimit/ringlimit/transport"
+)
+
+// doubt is gossip's disagreement with an admitted member, kept on its
+// admission under membersMu.
+type doubt struct {
+	// claim is gossip's live claim for the name at another peer address or
+	// instance id; nil when gossip says the member is gone.
+	claim  *Member
+	since  time.Time // when gossip began to disagree
+	last   time.Time // end of the last probe
+	passed int       // probes that passed
+}
+
+// doubtClaimLocked is called when gossip says member m (not this node) is
+// alive, under membersMu, with a its admission. When a is admitted at another
+// address or instance id, m is recorded as a claim for the name and it
+// returns true: the admitted identity keeps its place (see the top of this
+// file). When m is the admitted identity, any doubt ends. Insecure mode: false.
+func (n *Node) doubtClaimLocked(a *admission, m Member) bool {
+	if a == nil || !n.secure || a.state != StateAlive {
+		return false
+	}
+	if a.id == m.ID && a.addr == m.Addr {
+		if a.doubt != nil {
+			n.log.Info("gossip agrees again with an admitted member", "member", m.Name, "addr", a.addr, "doubted_for", time.Since(a.doubt.since).Round(time.Millisecond))
+			a.doubt = nil
+		}
+		return false
+	}
+	n.doubtLocked(a, m.Name).claim = &m
+	return true
+}
+
+// doubtLeaveLocked is called when gossip says member name left or died, under
+// membersMu, with a its admission. It returns true when a is admitted (the
+// member stays until its probe fails), false when the member is to be removed
+// now (not admitted, or insecure mode).
+func (n *Node) doubtLeaveLocked(name string, a *admission) bool {
+	if a == nil || !n.secure || a.state != StateAlive {
+		return false
+	}
+	n.doubtLocked(a, name).claim = nil
+	return true
+}
+
+// doubtLocked returns a's doubt, creating it; under membersMu.
+func (n *Node) doubtLocked(a *admission, name string) *doubt {
+	if a.doubt == nil {
+		a.doubt = &doubt{since: time.Now()}
+		n.log.Info("gossip contradicts an admitted member; probing it at its admitted address", "member", name, "addr", a.addr)
+	}
+	return a.doubt
+}
+
+// probeDoubted starts a probe of every doubted member whose last probe ended
+// Gossip.ProbeInterval ago or more (or that was not probed yet). It runs on
+// the membership loop.
+func (n *Node) probeDoubted() {
+	now := time.Now()
+	n.membersMu.Lock()
+	defer n.membersMu.Unlock()
+	for name, a := range n.admit {
+		if a.doubt == nil || a.probing || now.Sub(a.doubt.last) < n.cfg.Gossip.ProbeInterval {
+			continue
+		}
+		a.probing = true
+		n.wg.Add(1)
+		go n.probe(name, a.id, a.addr)
+	}
+}
+
+// probe runs a Hello with the admitted identity (name, id, addr) of a doubted
+// member. If it passes, the member stays in the ring; if it fails, the member
+// is dropped as gossip says: removed, or replaced by gossip's claim for its
+// name, which is then admitted afresh.
+func (n *Node) probe(name, id, addr string) {
+	defer n.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ForwardTimeout)
+	resp, cert, err := n.peers.Hello(ctx, addr, n.helloOf())
+	cancel()
+	reason := n.helloMismatch(name, id, resp, cert, err)
+	n.membersMu.Lock()
+	if reason == "" && n.revokedSeenLocked(name) {
+		reason = "certificate revoked"
+	}
+	a := n.admit[name]
+	if a == nil || a.id != id || a.addr != addr {
+		n.membersMu.Unlock() // replaced meanwhile
+		return
+	}
+	a.probing = false
+	d := a.doubt
+	if d == nil {
+		n.membersMu.Unlock() // gossip agrees again
+		return
+	}
+	d.last = time.Now()
+	if reason == "" && a.state == StateAlive {
+		d.passed++
+		first := d.passed == 1
+		what := "left or died"
+		if d.claim != nil {
+			what = "is at " + d.claim.Addr + " (instance " + d.claim.ID + ")"
+		}
+		n.membersMu.Unlock()
+		if first {
+			n.refused("gossip")
+			n.log.Warn("gossip says an admitted member "+what+", but it answers at its admitted address with its certificate: it stays in the ring",
+				"member", name, "addr", addr, "instance", id)
+		}
+		return
+	}
+	if reason == "" {
+		reason = a.reason // refused meanwhile (deny list)
+	}
+	claim := d.claim
+	if claim == nil {
+		n.removeMemberLocked(name)
+	} else {
+		n.departed[name] = time.Now() // its handoff may still arrive (see peerAllowed)
+		n.members[name] = *claim
+		n.admit[name] = &admission{id: claim.ID, addr: claim.Addr, state: StateJoining, redial: claim.Addr == addr}
+	}
+	n.membersMu.Unlock()
+	n.log.Info("member dropped: gossip says it is gone or moved, and its probe failed", "member", name, "addr", addr, "reason", reason)
+	n.signalMembers()
+}
+
+// helloOf is this node's side of a Hello.
+func (n *Node) helloOf() transport.Hello {
+	return transport.Hello{ClusterLabel: n.cfg.ClusterLabel, Member: n.cfg.Name, ProtocolVersion: transport.ProtocolVersion, InstanceID: n.id}
+}
+
+// helloMismatch returns why the answer (resp, over a connection whose
+// certificate names cert, or err) to a Hello sent to member name, instance
+// id, does not prove that identity; "" when it does.
+func (n *Node) helloMismatch(name, id string, resp transport.Hello, cert string, err error) string {
+	switch {
+	case err != nil:
+		return err.Error()
+	case resp.ClusterLabel != n.cfg.ClusterLabel:
+		return fmt.Sprintf("cluster label %q, want %q", resp.ClusterLabel, n.cfg.ClusterLabel)
+	case resp.ProtocolVersion != transport.ProtocolVersion:
+		return fmt.Sprintf("protocol version %d, want %d", resp.ProtocolVersion, transport.ProtocolVersion)
+	case resp.Member != name:
+		return fmt.Sprintf("answered as member %q", resp.Member)
+	case resp.InstanceID != id:
+		return fmt.Sprintf("instance id %q, gossip says %q", resp.InstanceID, id)
+	case n.secure && cert != name:
+		return fmt.Sprintf("its certificate names member %q", cert)
+	}
+	return ""
+}
