@@ -326,10 +326,19 @@ func TestGossipForgeryCannotMoveMembers(t *testing.T) {
 
 	stopLoad()
 	total := rounds.Load()
+	over, lost := 0, 0
 	for i, k := range keys {
-		if got := admitted[i].Load(); got != 1 {
-			t.Errorf("%s admitted %d times, want 1 (1 per hour)", k, got)
+		switch got := admitted[i].Load(); {
+		case got > 1:
+			if over++; over <= 3 {
+				t.Errorf("%s admitted %d times, want once (1 per hour)", k, got)
+			}
+		case got == 0:
+			lost++
 		}
+	}
+	if over > 0 || lost > 0 {
+		t.Errorf("%d of %d keys admitted more than once, %d never, want every key admitted exactly once", over, len(keys), lost)
 	}
 	if n := ringMisses.Load(); n > 0 {
 		t.Errorf("%d samples of a ring without %s, want 0 (first: %v)", n, victim.Name(), firstMiss.Load())
@@ -393,6 +402,23 @@ func TestGossipGuardRestartAndLeave(t *testing.T) {
 		t.Fatalf("restarted at its old peer address %s, want a new one", oldAddr)
 	}
 	live := []*Node{nodes[0], nodes[1], restarted}
+	// The others' gossip takes the new address once it has declared the old
+	// process dead (memberlist refuses a live name at another address); the
+	// old identity's probe then fails and the new one is admitted.
+	t0 := time.Now()
+	eventually(t, 30*time.Second, "every member has the restarted member at its new address in its ring", func() bool {
+		for _, n := range live {
+			found := false
+			for _, m := range n.rs.Load().snap.Members() {
+				found = found || m.Name == restarted.Name() && m.Addr == restarted.PeerAddr() && m.ID == restarted.id
+			}
+			if !found {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("restart at a new address in every ring %v after New returned", time.Since(t0).Round(time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := waitConverged(ctx, live...); err != nil {
@@ -408,7 +434,7 @@ func TestGossipGuardRestartAndLeave(t *testing.T) {
 
 	// A graceful leave: out of every ring well before a crash would be
 	// detected (suspicion alone is 0.8 s or more in FastGossip).
-	t0 := time.Now()
+	t0 = time.Now()
 	done := make(chan error, 1)
 	go func() { done <- restarted.Close() }()
 	eventually(t, 5*time.Second, "the leaving member is out of every ring", func() bool {
