@@ -60,9 +60,10 @@ func (w *gossipWatch) NotifyUpdate(m *memberlist.Node) {
 // and stream to and from one address, as an attacker's network would.
 type dropTransport struct {
 	*memberlist.NetTransport
-	drop string
-	in   chan *memberlist.Packet
-	done chan struct{}
+	drop    string
+	in      chan *memberlist.Packet
+	done    chan struct{} // closed at Shutdown: packets are dropped
+	drained chan struct{} // closed when the inner transport has stopped
 }
 
 func newDropTransport(drop string) (*dropTransport, error) {
@@ -70,7 +71,8 @@ func newDropTransport(drop string) (*dropTransport, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &dropTransport{NetTransport: nt, drop: drop, in: make(chan *memberlist.Packet), done: make(chan struct{})}
+	t := &dropTransport{NetTransport: nt, drop: drop, in: make(chan *memberlist.Packet),
+		done: make(chan struct{}), drained: make(chan struct{})}
 	go func() {
 		for {
 			select {
@@ -81,9 +83,8 @@ func newDropTransport(drop string) (*dropTransport, error) {
 				select {
 				case t.in <- p:
 				case <-t.done:
-					return
 				}
-			case <-t.done:
+			case <-t.drained:
 				return
 			}
 		}
@@ -107,9 +108,13 @@ func (t *dropTransport) DialTimeout(addr string, d time.Duration) (net.Conn, err
 	return t.NetTransport.DialTimeout(addr, d)
 }
 
+// Shutdown stops the inner transport, reading its packets until it has
+// stopped (its listener blocks on an unread packet).
 func (t *dropTransport) Shutdown() error {
 	close(t.done)
-	return t.NetTransport.Shutdown()
+	err := t.NetTransport.Shutdown()
+	close(t.drained)
+	return err
 }
 
 // startForger starts a memberlist named name with the cluster's label and
@@ -154,20 +159,41 @@ func (f *forger) stop() {
 	_ = f.ml.Shutdown()
 }
 
-// forgeLeave is attack (a): a memberlist named as a live member bumps its
-// incarnation past the member's own (each update is rejected by the others
-// as a conflict, but counts) and leaves, which the others take for the
-// member's leave.
-func forgeLeave(t *testing.T, base Config, victim, seed string, bump int) {
+// leaver is attack (a): each forged leave starts a memberlist named as the
+// victim, bumps its incarnation past the victim's own (each update is
+// rejected by the others as a conflict of addresses, but counts) and leaves,
+// which the others take for the victim's leave. The victim refutes with the
+// forged incarnation + 1, so each leave bumps further than the last.
+type leaver struct {
+	base   Config
+	victim string
+	seed   string
+	inc    int
+}
+
+func (lv *leaver) leave(t *testing.T) {
 	t.Helper()
-	f := startForger(t, base, victim, nil, seed, nil, nil)
-	for range bump {
+	lv.inc += 300
+	f := startForger(t, lv.base, lv.victim, nil, lv.seed, nil, nil)
+	for range lv.inc {
 		_ = f.ml.UpdateNode(time.Nanosecond) // a timeout: it is not waited for
 	}
 	if err := f.ml.Leave(time.Second); err != nil {
 		t.Logf("attacker leave: %v", err)
 	}
 	f.stop()
+}
+
+// within polls cond every 5 ms until it holds (true) or d passes (false).
+func within(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
 }
 
 // The done-when test of the defence: an attacker holding only the gossip key
@@ -256,21 +282,24 @@ func TestGossipForgeryCannotMoveMembers(t *testing.T) {
 	}
 	defer stopLoad()
 
-	// (a) forged leaves, each bumping past the victim's refutation of the last.
+	lv := &leaver{base: base, victim: victim.Name(), seed: seed}
+	// (a) forged leaves.
 	for k := 1; k <= 3; k++ {
 		before := watch.leaves.Load()
-		forgeLeave(t, base, victim.Name(), seed, 400*k)
-		eventually(t, 10*time.Second, fmt.Sprintf("forged leave %d reaches gossip", k), func() bool { return watch.leaves.Load() > before })
+		lv.leave(t)
+		if !within(10*time.Second, func() bool { return watch.leaves.Load() > before }) {
+			t.Errorf("forged leave %d did not reach gossip within 10 s", k)
+		}
 	}
 	t.Logf("(a) 3 forged leaves: gossip told of %d leaves of %s", watch.leaves.Load(), victim.Name())
 
 	// (b) forged deaths: an attacker member that hears nothing from the victim
-	// suspects it at once and declares it dead, again and again.
+	// declares it dead at the first probe it misses, again and again.
 	tr, err := newDropTransport(victim.GossipAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := watch.leaves.Load()
+	before, t0 := watch.leaves.Load(), time.Now()
 	mallory := startForger(t, base, "mallory", nil, seed, tr, func(mc *memberlist.Config) {
 		mc.ProbeInterval, mc.ProbeTimeout = 20*time.Millisecond, 10*time.Millisecond
 		mc.GossipInterval = 5 * time.Millisecond
@@ -279,31 +308,45 @@ func TestGossipForgeryCannotMoveMembers(t *testing.T) {
 		// victim can refute the suspicion.
 		mc.SuspicionMult, mc.SuspicionMaxTimeoutMult = 0, 1
 	})
-	eventually(t, 20*time.Second, "5 forged deaths reach gossip", func() bool { return watch.leaves.Load() >= before+5 })
+	if !within(30*time.Second, func() bool { return watch.leaves.Load() >= before+5 && time.Since(t0) > 2*time.Second }) {
+		t.Errorf("forged deaths: %d reached gossip within 30 s, want 5", watch.leaves.Load()-before)
+	}
 	mallory.stop()
-	t.Logf("(b) forged deaths: gossip told of %d deaths of %s", watch.leaves.Load()-before, victim.Name())
+	t.Logf("(b) forged deaths: gossip told of %d deaths of %s in %v", watch.leaves.Load()-before, victim.Name(), time.Since(t0).Round(time.Millisecond))
 
-	// (c) name and address claims after a forged leave: the victim's name at
-	// the attacker's address with a peer address of its own, then with the
-	// victim's peer address and another instance id; and another name that
-	// advertises the victim's peer address, with every pooled connection to
-	// the victim dropped so that it is dialled again meanwhile.
+	// (c) name and address claims: a memberlist named as the victim at the
+	// attacker's address takes the name the moment a forged leave lands
+	// (memberlist gives a left member's name to the next claim at once),
+	// first with a peer address of its own, then with the victim's peer
+	// address and another instance id; the victim's refutation is then
+	// rejected by gossip as a conflict for as long as the claim lives.
 	claims := []struct{ what, meta string }{
 		{"a peer address of its own", "v1|127.0.0.1:1|forged-instance"},
 		{"the victim's peer address", "v1|" + victim.PeerAddr() + "|forged-instance"},
 	}
 	for _, c := range claims {
 		movesBefore := watch.moves.Load()
-		forgeLeave(t, base, victim.Name(), seed, 400*(4+int(movesBefore)))
 		claim := startForger(t, base, victim.Name(), []byte(c.meta), seed, nil, nil)
-		eventually(t, 10*time.Second, "the claim "+c.what+" reaches gossip", func() bool { return watch.moves.Load() > movesBefore })
+		won := false
+		for try := 0; try < 10 && !won; try++ {
+			lv.leave(t)
+			won = within(time.Second, func() bool {
+				_ = claim.ml.UpdateNode(time.Nanosecond)
+				return watch.moves.Load() > movesBefore
+			})
+		}
+		if !won {
+			t.Errorf("the claim with %s did not reach gossip after 10 forged leaves", c.what)
+		}
 		r := rounds.Load()
-		eventually(t, 10*time.Second, "3 rounds of checks under the claim", func() bool { return rounds.Load() >= r+3 })
-		t.Logf("(c) %s claimed at %s with %s", victim.Name(), claim.ml.LocalNode().Address(), c.what)
+		within(10*time.Second, func() bool { return rounds.Load() >= r+3 })
+		t.Logf("(c) %s claimed at %s with %s during %d rounds of checks", victim.Name(), claim.ml.LocalNode().Address(), c.what, rounds.Load()-r)
 		claim.stop()
 	}
+	// Another name advertising the victim's peer address, with every pooled
+	// connection to the victim dropped so that it is dialled again meanwhile.
 	other := startForger(t, base, "node-x", []byte("v1|"+victim.PeerAddr()+"|x-instance"), seed, nil, nil)
-	eventually(t, 10*time.Second, "node-x reaches every node's gossip", func() bool {
+	if !within(10*time.Second, func() bool {
 		for _, n := range nodes {
 			found := false
 			for _, mb := range n.Members() {
@@ -314,14 +357,16 @@ func TestGossipForgeryCannotMoveMembers(t *testing.T) {
 			}
 		}
 		return true
-	})
+	}) {
+		t.Error("node-x did not reach every node's gossip within 10 s")
+	}
 	for _, n := range nodes {
 		if n != victim {
 			n.peers.Drop(victim.PeerAddr())
 		}
 	}
 	r := rounds.Load()
-	eventually(t, 10*time.Second, "3 rounds of checks with node-x", func() bool { return rounds.Load() >= r+3 })
+	within(10*time.Second, func() bool { return rounds.Load() >= r+3 })
 	other.stop()
 
 	stopLoad()

@@ -242,7 +242,10 @@ func (w slogWriter) Write(p []byte) (int, error) {
 // Members returns the live members of the cluster as this node's gossip sees them,
 // sorted by name, each with its admission State: StateAlive members (and this
 // node) are in the ring; StateJoining and StateRefused members (Reason says
-// why) own no key.
+// why) own no key. In secure mode an admitted member that gossip says left,
+// died or moved is listed as admitted, with a Reason, while it answers its
+// probes (see doubt.go); a claim of its name at another address is not
+// listed meanwhile.
 func (n *Node) Members() []Member {
 	n.membersMu.Lock()
 	out := make([]Member, 0, len(n.members))
