@@ -293,25 +293,30 @@ func TestGossipForgeryCannotMoveMembers(t *testing.T) {
 	}
 	t.Logf("(a) 3 forged leaves: gossip told of %d leaves of %s", watch.leaves.Load(), victim.Name())
 
-	// (b) forged deaths: an attacker member that hears nothing from the victim
-	// declares it dead at the first probe it misses, again and again.
-	tr, err := newDropTransport(victim.GossipAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
+	// (b) forged deaths: attacker members that hear nothing from the victim
+	// declare it dead at the first probe they miss, again and again.
 	before, t0 := watch.leaves.Load(), time.Now()
-	mallory := startForger(t, base, "mallory", nil, seed, tr, func(mc *memberlist.Config) {
-		mc.ProbeInterval, mc.ProbeTimeout = 20*time.Millisecond, 10*time.Millisecond
-		mc.GossipInterval = 5 * time.Millisecond
-		mc.IndirectChecks = 0
-		// No suspicion time: dead at the first missed probe, before the
-		// victim can refute the suspicion.
-		mc.SuspicionMult, mc.SuspicionMaxTimeoutMult = 0, 1
-	})
-	if !within(30*time.Second, func() bool { return watch.leaves.Load() >= before+5 && time.Since(t0) > 2*time.Second }) {
-		t.Errorf("forged deaths: %d reached gossip within 30 s, want 5", watch.leaves.Load()-before)
+	var mallories []*forger
+	for i := range 3 {
+		tr, err := newDropTransport(victim.GossipAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		mallories = append(mallories, startForger(t, base, fmt.Sprintf("mallory-%d", i), nil, seed, tr, func(mc *memberlist.Config) {
+			mc.ProbeInterval, mc.ProbeTimeout = 20*time.Millisecond, 10*time.Millisecond
+			mc.GossipInterval = 5 * time.Millisecond
+			mc.IndirectChecks = 0
+			// No suspicion time: dead at the first missed probe, before the
+			// victim can refute the suspicion.
+			mc.SuspicionMult, mc.SuspicionMaxTimeoutMult = 0, 1
+		}))
 	}
-	mallory.stop()
+	if !within(30*time.Second, func() bool { return watch.leaves.Load() >= before+10 && time.Since(t0) > 2*time.Second }) {
+		t.Errorf("forged deaths: %d reached gossip within 30 s, want 10", watch.leaves.Load()-before)
+	}
+	for _, f := range mallories {
+		f.stop()
+	}
 	t.Logf("(b) forged deaths: gossip told of %d deaths of %s in %v", watch.leaves.Load()-before, victim.Name(), time.Since(t0).Round(time.Millisecond))
 
 	// (c) name and address claims: a memberlist named as the victim at the
