@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -109,6 +110,106 @@ func flood(t *testing.T, pool *door.Pool, addr string, n, perIP int) []net.Conn 
 	return conns
 }
 
+// Environment of TestFloodHelperProcess, set by floodFromProcesses.
+const (
+	floodEnvAddr   = "RINGLIMIT_TEST_FLOOD_ADDR"
+	floodEnvN      = "RINGLIMIT_TEST_FLOOD_N"
+	floodEnvPerIP  = "RINGLIMIT_TEST_FLOOD_PER_IP"
+	floodEnvSubnet = "RINGLIMIT_TEST_FLOOD_SUBNET"
+)
+
+// floodFromProcesses opens n TCP connections to addr that send nothing, as
+// flood does, but from child processes holding perProc connections each (the
+// test binary re-run as TestFloodHelperProcess), so that the attacker's
+// ends do not count against this process's file-descriptor limit: a flood
+// of 20,000 then fits under a hard limit of 20,000, as it does for an
+// attacker on other machines. Child k dials from 127.0.(subnet+k).1, .2, ...
+// (perIP each). It returns once every child holds its connections and the
+// daemon has taken them all from its accept queue; the children exit when
+// the test ends.
+func floodFromProcesses(t *testing.T, pool *door.Pool, addr string, n, perProc, perIP, subnet int) {
+	t.Helper()
+	want := pool.Accepted() + int64(n)
+	for k := 0; n > 0; k++ {
+		m := min(n, perProc)
+		n -= m
+		cmd := exec.Command(os.Args[0], "-test.run=^TestFloodHelperProcess$")
+		cmd.Env = append(os.Environ(), floodEnvAddr+"="+addr, floodEnvN+"="+strconv.Itoa(m),
+			floodEnvPerIP+"="+strconv.Itoa(perIP), floodEnvSubnet+"="+strconv.Itoa(subnet+k))
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("flood process %d: %v", k, err)
+		}
+		t.Cleanup(func() {
+			stdin.Close() // the child closes its connections and exits
+			_ = cmd.Wait()
+		})
+		ready := make(chan string, 1)
+		go func() {
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				if line := sc.Text(); strings.HasPrefix(line, "flood ") {
+					ready <- line
+					return
+				}
+			}
+			ready <- "flood failed: no answer"
+		}()
+		select {
+		case line := <-ready:
+			if line != "flood ready "+strconv.Itoa(m) {
+				t.Fatalf("flood process %d: %s", k, line)
+			}
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("flood process %d: not ready after 2 min", k)
+		}
+	}
+	waitUntil(t, 60*time.Second, "the flood accepted", func() bool { return pool.Accepted() >= want })
+}
+
+// TestFloodHelperProcess is not a test: floodFromProcesses runs the test
+// binary with it to hold one part of a connection flood in a process of its
+// own. It dials, prints "flood ready <n>" (or "flood failed: ..."), and
+// holds the connections until its stdin closes.
+func TestFloodHelperProcess(t *testing.T) {
+	addr := os.Getenv(floodEnvAddr)
+	if addr == "" {
+		t.Skip("helper process of TestDoorsUnderConnectionFlood: runs only when that test starts it")
+	}
+	n, _ := strconv.Atoi(os.Getenv(floodEnvN))
+	perIP, _ := strconv.Atoi(os.Getenv(floodEnvPerIP))
+	subnet, _ := strconv.Atoi(os.Getenv(floodEnvSubnet))
+	var r syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r) == nil && r.Cur < r.Max {
+		r.Cur = r.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &r)
+	}
+	conns := make([]net.Conn, 0, n)
+	for i := range n {
+		ip := net.IPv4(127, 0, byte(subnet), byte(1+i/max(perIP, 1)))
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}, Timeout: 5 * time.Second}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			fmt.Printf("flood failed: connection %d of %d from %v: %v\n", i, n, ip, err)
+			return
+		}
+		conns = append(conns, c)
+	}
+	fmt.Printf("flood ready %d\n", len(conns))
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
 // within runs f and fails the test unless it returns nil within 1 s.
 func within(t *testing.T, what string, f func(ctx context.Context) error) {
 	t.Helper()
@@ -147,13 +248,14 @@ func readyz(d *Daemon) func(ctx context.Context) error {
 // answers throughout; then the same for raw connections on the client gRPC
 // port.
 //
-// The attack counts are 10,000 (RESP) and 20,000 (gRPC) when the fd limit
-// allows: this process holds both ends of every connection, so each count is
-// capped at what the limit leaves once the daemon's cap (its default, 6,000,
-// or less under a low limit) is counted; any count above that cap exercises
-// the same path (the pool is full and evicts the oldest unauthenticated
-// connection). With a hard limit of 20,000 the RESP flood is the full 10,000
-// and the gRPC flood 12,500.
+// The attack counts are 10,000 (RESP) and 20,000 (gRPC). The RESP flood's
+// connections are held by this process, so it is capped at what the fd
+// limit leaves once the daemon's cap (its default, 6,000, or less under a
+// low limit) is counted (the full 10,000 under a hard limit of 20,000); any
+// count above that cap exercises the same path (the pool is full and evicts
+// the oldest unauthenticated connection). The gRPC flood's 20,000 are held
+// by two child processes (floodFromProcesses), as an attacker elsewhere
+// would hold them.
 func TestDoorsUnderConnectionFlood(t *testing.T) {
 	// The daemon's cap: its default (door.DefaultMaxConns), or a third of
 	// what the fd limit leaves once the daemon's own files and the test's
@@ -243,10 +345,11 @@ func TestDoorsUnderConnectionFlood(t *testing.T) {
 		c.Close()
 	}
 
-	// gRPC: raw connections, no TLS byte.
-	nGRPC := min(20000, budget)
-	conns = flood(t, d.ClientPool(), d.GRPCAddr(), nGRPC, 1000)
-	t.Logf("gRPC: %d raw connections; open on the client doors: %d (cap %d)", len(conns), d.ClientPool().Open(), maxConns)
+	// gRPC: 20,000 raw connections, no TLS byte, held by two child
+	// processes of 10,000 each (this process's fd limit holds the daemon).
+	const nGRPC = 20000
+	floodFromProcesses(t, d.ClientPool(), d.GRPCAddr(), nGRPC, 10000, 1000, 20)
+	t.Logf("gRPC: %d raw connections from 2 processes; open on the client doors: %d (cap %d)", nGRPC, d.ClientPool().Open(), maxConns)
 	within(t, "gRPC Check on a connection authenticated before", grpcCheck(gconn))
 	gnew, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(credentials.NewTLS(p.anonTLS)))
 	if err != nil {
