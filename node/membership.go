@@ -343,41 +343,48 @@ func (n *Node) settle() bool {
 }
 
 func (n *Node) rejoinLoop() {
-	defer n.wg.Done()
 	if len(n.cfg.Join) == 0 || n.cfg.RejoinInterval == 0 {
+		n.wg.Done()
 		return
 	}
-	t := time.NewTicker(n.cfg.RejoinInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-t.C:
-			if n.leaving.Load() {
-				return
-			}
-			// Join is a push/pull with each seed: cheap, and it is what merges two
-			// halves of a healed partition (memberlist alone would not).
-			if _, err := n.joinSeeds(); err != nil {
-				n.log.Debug("rejoin", "err", err)
-			}
+	n.every(n.cfg.RejoinInterval, func() bool {
+		if n.leaving.Load() {
+			return false
 		}
-	}
+		// Join is a push/pull with each seed: cheap, and it is what merges two
+		// halves of a healed partition (memberlist alone would not).
+		if _, err := n.joinSeeds(); err != nil {
+			n.log.Debug("rejoin", "err", err)
+		}
+		return true
+	})
 }
 
+// idleLoop drops idle keys from the owner and fallback stores every
+// IdleScanInterval.
 func (n *Node) idleLoop() {
+	n.every(n.cfg.IdleScanInterval, func() bool {
+		wall := n.clock()
+		n.owned.DropIdle(wall)
+		n.fallback.DropIdle(wall)
+		return true
+	})
+}
+
+// every calls f every interval until the node stops or f returns false, then
+// marks its goroutine done (n.wg).
+func (n *Node) every(interval time.Duration, f func() bool) {
 	defer n.wg.Done()
-	t := time.NewTicker(n.cfg.IdleScanInterval)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-n.stop:
 			return
 		case <-t.C:
-			wall := n.clock()
-			n.owned.DropIdle(wall)
-			n.fallback.DropIdle(wall)
+			if !f() {
+				return
+			}
 		}
 	}
 }

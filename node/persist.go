@@ -280,17 +280,10 @@ func (n *Node) saveTo(path string) (keys uint64, size int64, err error) {
 // snapshotLoop writes a snapshot every Config.SnapshotInterval until the node
 // stops.
 func (n *Node) snapshotLoop() {
-	defer n.wg.Done()
-	t := time.NewTicker(n.cfg.SnapshotInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-t.C:
-			_ = n.writeSnapshot("periodic", false)
-		}
-	}
+	n.every(n.cfg.SnapshotInterval, func() bool {
+		_ = n.writeSnapshot("periodic", false)
+		return true
+	})
 }
 
 // persistStats fills the snapshot counters of s.
