@@ -104,6 +104,9 @@ A progress bar is drawn on stderr when it is a terminal, unless --quiet.`,
 			if d != bench.Hot && (cmd.Flags().Changed("hot-keys") || cmd.Flags().Changed("hot-share")) {
 				return fmt.Errorf("--hot-keys and --hot-share apply to --dist hot, not --dist %s", d)
 			}
+			if d != bench.Zipf && cmd.Flags().Changed("zipf-s") {
+				return fmt.Errorf("--zipf-s applies to --dist zipf, not --dist %s", d)
+			}
 			switch {
 			case o.Duration <= 0:
 				return fmt.Errorf("--duration %v: must be > 0", o.Duration)

@@ -139,6 +139,8 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"bench", "--dist", "hot", "--hot-keys", "0"}, "--hot-keys 0: want 1..1000 (--keys)"},
 		{[]string{"bench", "--dist", "hot", "--keys", "10", "--hot-keys", "11"}, "--hot-keys 11: want 1..10 (--keys)"},
 		{[]string{"bench", "--hot-keys", "3"}, "--hot-keys and --hot-share apply to --dist hot, not --dist uniform"},
+		{[]string{"bench", "--zipf-s", "1.5"}, "--zipf-s applies to --dist zipf, not --dist uniform"},
+		{[]string{"bench", "--dist", "hot", "--zipf-s", "1.5"}, "--zipf-s applies to --dist zipf, not --dist hot"},
 		{[]string{"bench", "--dist", "zipf", "--hot-share", "0.5"}, "apply to --dist hot, not --dist zipf"},
 		{[]string{"bench", "--replication", "eventual"}, `--replication "eventual": want off, async or sync`},
 		{[]string{"bench", "--addr", "127.0.0.1:1", "--replication", "off"}, "excludes --target, --nodes and --replication"},
