@@ -111,6 +111,8 @@ func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
 	case strings.Contains(r.Message, "gate expired"):
 	case strings.Contains(r.Message, "as failed"):
 		key = falseDeath
+	case strings.Contains(r.Message, "its probe failed"):
+		key = probeDrop
 	case strings.Contains(r.Message, "Refuting"):
 		key = "memberlist: a member refuted its suspicion"
 	case r.Level < slog.LevelWarn:
@@ -344,18 +346,22 @@ func fleetSizes(t *testing.T, def []int) []int {
 // every ring again within 30 s (else the roll stops there, and the figures
 // so far are printed; that fails the test unless gossip declared live
 // members dead meanwhile), and no check fails. It prints the figures of
-// each run. With RINGLIMIT_FLEET_STRICT=1 it also fails on any key over its
-// limit and any fallback admission; without, it logs them: at 10 members a
-// roll is not yet exact every time (a few keys over by a few hits, in the
-// leave phase, and many more when gossip falsely declares live members dead
-// on a machine too loaded to answer its probes in time, as -race on a shared
-// 2-core machine is), and a test that fails at random would hide every other
-// failure. 10 members and 8 callers by default; RINGLIMIT_FLEET,
+// each run. It also fails on any key over its limit and any fallback
+// admission, unless a live member was dropped from the rings during the run
+// (gossip declared it dead and it did not answer its peer probe within
+// ForwardTimeout either: a machine too loaded to answer, as the whole suite
+// under -race on a shared 2-core machine can be), which costs a live
+// member's keys and is then logged instead. RINGLIMIT_FLEET_STRICT=1 fails
+// on them whatever happened, RINGLIMIT_FLEET_STRICT=0 only logs them.
+// (A false death a probe overrules changes no ring and forgives nothing: a
+// handoff regression showed as keys over with no member dropped.)
+// 10 members and 8 callers by default; RINGLIMIT_FLEET,
 // RINGLIMIT_FLEET_SEEDS (default 1) and RINGLIMIT_FLEET_CALLERS choose the
 // sizes, the seeds per size and the callers (make fleet).
 func TestFleetRollingRestart(t *testing.T) {
 	seeds, callers := envCount(t, "RINGLIMIT_FLEET_SEEDS", 1), envCount(t, "RINGLIMIT_FLEET_CALLERS", 8)
-	strict := os.Getenv("RINGLIMIT_FLEET_STRICT") == "1"
+	mode := os.Getenv("RINGLIMIT_FLEET_STRICT")
+	strict := mode == "1"
 	for _, size := range fleetSizes(t, []int{10}) {
 		for seed := range uint64(seeds) {
 			t.Run(fmt.Sprintf("members=%d/seed=%d", size, seed+1), func(t *testing.T) {
@@ -376,12 +382,12 @@ func TestFleetRollingRestart(t *testing.T) {
 				if res.over == 0 && res.fallbacks == 0 {
 					return
 				}
-				msg := fmt.Sprintf("%d keys over their limit of %d (the most by %d), %d fallback admissions, %d false deaths",
-					res.over, fleetLimit, res.overMax, res.fallbacks, res.logs[falseDeath])
-				if strict {
+				msg := fmt.Sprintf("%d keys over their limit of %d (the most by %d), %d fallback admissions, %d false deaths, %d live members dropped",
+					res.over, fleetLimit, res.overMax, res.fallbacks, res.logs[falseDeath], res.logs[probeDrop])
+				if strict || mode == "" && res.logs[probeDrop] == 0 {
 					t.Error(msg + "; want no key over and no fallback admission")
 				} else {
-					t.Log(msg + " (RINGLIMIT_FLEET_STRICT=1 fails on them)")
+					t.Log(msg + " (forgiven: live members were dropped, or RINGLIMIT_FLEET_STRICT=0; RINGLIMIT_FLEET_STRICT=1 fails on them)")
 				}
 			})
 		}
@@ -391,6 +397,11 @@ func TestFleetRollingRestart(t *testing.T) {
 // falseDeath is the harness's log key of memberlist declaring a member dead:
 // no member crashes in the harness, so each is a false death.
 const falseDeath = "memberlist: a member marked as failed"
+
+// probeDrop is the harness's log key of a member dropped from the rings
+// because gossip said it was gone and its peer probe failed too: no member
+// crashes in the harness, so each is a live member too slow to answer.
+const probeDrop = "node: a member dropped after its probe failed"
 
 // envCount returns the count in environment variable name, or def.
 func envCount(t *testing.T, name string, def int) int {

@@ -276,8 +276,8 @@ func (n *Node) noteStrays(rs *ringState, hs []uint64) {
 // of the current ring), it extracts them, keeping a copy where this node is
 // the key's backup, and hands them to their owners, who merge them as any
 // handoff, with no end-of-handoff marker. A listed state this node now owns
-// stays. A failed send is logged; the states are lost with it, as in a
-// handoff.
+// stays; so does a copy of every state passed on, so a pass-on never loses a
+// state (a failed send is logged).
 func (n *Node) strayLoop() {
 	defer n.wg.Done()
 	for {
@@ -316,16 +316,17 @@ func (n *Node) passOnStrays() {
 		if !listed[h] && !(h == 1 && listed[0]) { // a hash 0 is stored as 1
 			return store.MoveKeep
 		}
-		m, ok := rs.snap.OwnerOfHash(h)
-		switch {
-		case !ok || m.Name == self:
+		if m, ok := rs.snap.OwnerOfHash(h); !ok || m.Name == self {
 			return store.MoveKeep
-		case rs.backups != nil:
-			if b, ok := rs.backupOfHash(h); ok && b.Name == self {
-				return store.MoveSendCopy
-			}
 		}
-		return store.MoveSend
+		// Always a copy: the owner merges it (the more restrictive state
+		// wins), and this node keeps what it had, as it did before passing
+		// strays on. Moving it instead lost it whenever this node's ring was
+		// the stale one: in a rolling restart the leaver's handoff arrives
+		// before its leave, the key's owner is then still the leaver, and a
+		// state sent back to it was gone with it (keys up to +87 over at 20
+		// members).
+		return store.MoveSendCopy
 	}, n.clock())
 	if len(moved) == 0 {
 		return
