@@ -112,7 +112,19 @@ func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
 	case strings.Contains(r.Message, "as failed"):
 		key = falseDeath
 	case strings.Contains(r.Message, "its probe failed"):
-		key = probeDrop
+		// A member that closed (the roll) answers "leaving" or refuses the
+		// connection; a live member too slow to answer times out.
+		key = "node: a member dropped after its probe failed (closed)"
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "reason" && strings.Contains(strings.ToLower(a.Value.String()), "deadline") {
+				key = probeDrop
+			}
+			return true
+		})
+		h.mu.Lock()
+		h.counts[key]++
+		h.mu.Unlock()
+		return nil
 	case strings.Contains(r.Message, "Refuting"):
 		key = "memberlist: a member refuted its suspicion"
 	case r.Level < slog.LevelWarn:
@@ -399,9 +411,10 @@ func TestFleetRollingRestart(t *testing.T) {
 const falseDeath = "memberlist: a member marked as failed"
 
 // probeDrop is the harness's log key of a member dropped from the rings
-// because gossip said it was gone and its peer probe failed too: no member
-// crashes in the harness, so each is a live member too slow to answer.
-const probeDrop = "node: a member dropped after its probe failed"
+// because gossip said it was gone and its peer probe timed out: a live
+// member too slow to answer (a member the roll closed answers at once that
+// it is leaving, or refuses the connection).
+const probeDrop = "node: a live member dropped: its probe timed out"
 
 // envCount returns the count in environment variable name, or def.
 func envCount(t *testing.T, name string, def int) int {
