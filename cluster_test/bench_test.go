@@ -58,7 +58,7 @@ func BenchmarkCluster3(b *testing.B) {
 		{"insecure-unreplicated", true, node.ReplicationOff},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
-			benchCluster3(b, mode.insecure, mode.repl)
+			benchCluster(b, 3, mode.insecure, mode.repl)
 		})
 	}
 }
@@ -71,7 +71,7 @@ func BenchmarkCluster3(b *testing.B) {
 func BenchmarkCluster3Replication(b *testing.B) {
 	for _, mode := range []node.Replication{node.ReplicationOff, node.ReplicationAsync, node.ReplicationSync} {
 		b.Run(mode.String(), func(b *testing.B) {
-			benchCluster3(b, false, mode)
+			benchCluster(b, 3, false, mode)
 		})
 	}
 }
@@ -90,9 +90,20 @@ func (c *batchCounter) Forward(_ string, size int, _ time.Duration, err error) {
 func (*batchCounter) Handoff(int, time.Duration, error) {}
 func (*batchCounter) Eviction(string)                   {}
 
-func benchCluster3(b *testing.B, insecure bool, repl node.Replication) {
+// benchCluster runs BenchmarkCluster3's load on an in-process cluster of size
+// members (the 64 callers spread round-robin over them) and reports its
+// metrics. With size above 3 it also reports goroutines/member and
+// heap-MB/member, measured once the cluster has formed, before the load.
+func benchCluster(b *testing.B, size int, insecure bool, repl node.Replication) {
 	batches := new(batchCounter)
-	nodes := startCluster(b, 3, func(c *node.Config) {
+	within := 20 * time.Second
+	if size > 3 {
+		// Secure members handshake with each other while joining; on 2 cores
+		// 30 of them take longer than the tests' 20 s.
+		within = 2 * time.Minute
+	}
+	formStart := time.Now()
+	nodes := startClusterWithin(b, size, within, func(c *node.Config) {
 		// LAN timings; loopback, free ports and security from TestConfig.
 		def := node.DefaultConfig()
 		c.IdleScanInterval, c.ForwardTimeout, c.HandoffTimeout = def.IdleScanInterval, def.ForwardTimeout, def.HandoffTimeout
@@ -105,6 +116,15 @@ func benchCluster3(b *testing.B, insecure bool, repl node.Replication) {
 	})
 	if nodes[0].Insecure() != insecure {
 		b.Fatalf("node runs insecure=%v, want %v", nodes[0].Insecure(), insecure)
+	}
+	formed := time.Since(formStart)
+	var ms runtime.MemStats
+	if size > 3 {
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		b.ReportMetric(float64(runtime.NumGoroutine())/float64(size), "goroutines/member")
+		b.ReportMetric(float64(ms.HeapInuse)/float64(size)/(1<<20), "heap-MB/member")
+		b.ReportMetric(formed.Seconds(), "form-s")
 	}
 	const callers = 64
 	keys := make([]string, 100_000)
@@ -122,7 +142,6 @@ func benchCluster3(b *testing.B, insecure bool, repl node.Replication) {
 	}
 	b.ResetTimer()
 	batches0, batchChecks0 := batches.batches.Load(), batches.checks.Load()
-	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	mallocs0 := ms.Mallocs
 	cpu0, cpuOK := cputime.Process()
@@ -134,7 +153,7 @@ func benchCluster3(b *testing.B, insecure bool, repl node.Replication) {
 			defer wg.Done()
 			h := hists[g]
 			r := rand.New(rand.NewPCG(uint64(g), 1))
-			n := nodes[g%3]
+			n := nodes[g%size]
 			fw := int64(0)
 			for next.Add(1) <= int64(b.N) {
 				t0 := time.Now()
