@@ -92,8 +92,8 @@ func (*batchCounter) Eviction(string)                   {}
 
 // benchCluster runs BenchmarkCluster3's load on an in-process cluster of size
 // members (the 64 callers spread round-robin over them) and reports its
-// metrics. With size above 3 it also reports goroutines/member and
-// heap-MB/member, measured once the cluster has formed, before the load.
+// metrics. It also reports goroutines/member and heap-MB/member, measured once
+// the cluster has formed, before the load, and form-s, the seconds forming took.
 func benchCluster(b *testing.B, size int, insecure bool, repl node.Replication) {
 	batches := new(batchCounter)
 	within := 20 * time.Second
@@ -119,12 +119,16 @@ func benchCluster(b *testing.B, size int, insecure bool, repl node.Replication) 
 	}
 	formed := time.Since(formStart)
 	var ms runtime.MemStats
-	if size > 3 {
+	{
 		runtime.GC()
 		runtime.ReadMemStats(&ms)
-		b.ReportMetric(float64(runtime.NumGoroutine())/float64(size), "goroutines/member")
-		b.ReportMetric(float64(ms.HeapInuse)/float64(size)/(1<<20), "heap-MB/member")
-		b.ReportMetric(formed.Seconds(), "form-s")
+		// Reported after the load: ResetTimer drops metrics reported before it.
+		gor, heap := float64(runtime.NumGoroutine())/float64(size), float64(ms.HeapInuse)/float64(size)/(1<<20)
+		defer func() {
+			b.ReportMetric(gor, "goroutines/member")
+			b.ReportMetric(heap, "heap-MB/member")
+			b.ReportMetric(formed.Seconds(), "form-s")
+		}()
 	}
 	const callers = 64
 	keys := make([]string, 100_000)
