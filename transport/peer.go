@@ -507,16 +507,18 @@ func (pe *peer) runUnary(b *batch) {
 	pe.sendAll(s, out)
 }
 
-// retire closes the peer once no batch is open, queued or in flight, or
-// after max, polling every few milliseconds (a connection being replaced
-// lives no longer than that).
+// retire closes the peer once no batch is open, queued or in flight and no
+// replication send is under way, or after max, polling every few
+// milliseconds (a connection being replaced lives no longer than that). A
+// replication send cut short here would fail as if the backup were
+// unreachable, and the node would then skip a live owner for its backup.
 func (pe *peer) retire(max time.Duration) {
 	deadline := time.Now().Add(max)
 	for time.Now().Before(deadline) {
 		pe.mu.Lock()
 		idle := pe.cur == nil && pe.live.head == nil && pe.idleLocked()
 		pe.mu.Unlock()
-		if idle {
+		if idle && !pe.repl.busy() {
 			break
 		}
 		time.Sleep(5 * time.Millisecond)

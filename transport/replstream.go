@@ -146,6 +146,13 @@ func (l *replLink) expire(seq uint64, ctx context.Context) {
 	l.cancel()
 }
 
+// busy reports whether a replication send is under way on the link.
+func (l *replLink) busy() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.active
+}
+
 // close ends the replication stream; sends under way fail and later ones
 // fail at once.
 func (l *replLink) close() {

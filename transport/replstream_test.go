@@ -401,6 +401,43 @@ func TestReplicateStreamPoolClose(t *testing.T) {
 	}
 }
 
+// RetireAll (the node's TLS material changed) lets a replication send in
+// flight finish on the old connection: cut short, it would fail as if the
+// backup were unreachable, and the node would skip a live owner for its
+// backup and admit twice.
+func TestReplicateStreamSurvivesRetireAll(t *testing.T) {
+	t.Parallel()
+	h := &replRecorder{gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+	addr, _ := startServer(t, ServerConfig{}, h, nil)
+	p := newPool(t, ClientConfig{TransferTimeout: time.Minute, ForwardTimeout: time.Minute})
+	b, _ := replBatch("k", 1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Replicate(context.Background(), addr, b)
+		done <- err
+	}()
+	recv(t, h.entered, eventWait, "the handler to get the batch")
+	p.RetireAll()
+	// The retiring connection polls every few milliseconds; give it rounds to
+	// (wrongly) close the stream before the handler answers.
+	deadline := time.Now().Add(200 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-done:
+			t.Fatalf("the send ended before its answer: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	close(h.gate)
+	if err := recv(t, done, eventWait, "the send to end"); err != nil {
+		t.Fatalf("send across RetireAll: %v", err)
+	}
+	// A later send dials a new connection and works too.
+	if _, err := p.Replicate(context.Background(), addr, b); err != nil {
+		t.Fatalf("send after RetireAll: %v", err)
+	}
+}
+
 // A peer without ReplicateStream (an older member) gets unary Transfers, and
 // the pool remembers it.
 func TestReplicateStreamUnimplementedFallback(t *testing.T) {
