@@ -32,6 +32,7 @@ import (
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/internal/breaker"
 	"github.com/ringlimit/ringlimit/node/internal/denycache"
+	"github.com/ringlimit/ringlimit/node/internal/persist"
 	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/node/internal/topdenied"
 	"github.com/ringlimit/ringlimit/ring"
@@ -198,7 +199,7 @@ type Node struct {
 	// bans holds the ban states of keys checked with a penalty (see penalty.go).
 	bans *store.Bans
 
-	persist *persister // the state snapshot (persist.go); nil without StateDir
+	persist *persist.File // the state snapshot (persist.go); nil without StateDir
 	// straySig signals strayLoop that strays (under strayMu) lists the ring
 	// hashes of handed-off states of keys this node does not own (handoff.go).
 	straySig chan struct{}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node/internal/persist"
 	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -28,7 +29,7 @@ func snapshotNode(b *testing.B, dir string, maxKeys int) *Node {
 	n.owned = store.New(maxKeys, r.Snapshot().Hash, nil)
 	n.start = time.Now()
 	n.base = n.start.UnixNano()
-	n.persist = &persister{path: snapshotFile(dir, cfg.Name)}
+	n.persist, _ = persist.Open(dir, cfg.Name)
 	return n
 }
 
@@ -61,7 +62,7 @@ func BenchmarkSnapshot(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			st, err := os.Stat(n.persist.path)
+			st, err := os.Stat(n.persist.Path())
 			if err != nil {
 				b.Fatal(err)
 			}

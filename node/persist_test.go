@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node/internal/persist"
 	"github.com/ringlimit/ringlimit/node/internal/snapshot"
 	"github.com/ringlimit/ringlimit/node/internal/store"
 )
@@ -272,7 +273,7 @@ func TestSnapshotRefused(t *testing.T) {
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
-	path := snapshotFile(dir, "solo")
+	path := persist.FileName(dir, "solo")
 	good, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("no snapshot after Close: %v", err)
@@ -378,7 +379,7 @@ func TestSnapshotPeriodic(t *testing.T) {
 	dir := t.TempDir()
 	n := singleNode(t, base, dir)
 	keys := useDaily(t, n)
-	path := snapshotFile(dir, "solo")
+	path := persist.FileName(dir, "solo")
 	eventually(t, 10*time.Second, "a periodic snapshot holding every key", func() bool {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -466,11 +467,11 @@ func TestRestoreMovesStatesToOwners(t *testing.T) {
 	names := []string{"m-0", "m-1", "m-2", "m-3"}
 	newDirs := []string{t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()}
 	for i := range old {
-		b, err := os.ReadFile(snapshotFile(dirs[i], old[i]))
+		b, err := os.ReadFile(persist.FileName(dirs[i], old[i]))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(snapshotFile(newDirs[i], names[i]), b, 0o600); err != nil {
+		if err := os.WriteFile(persist.FileName(newDirs[i], names[i]), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
