@@ -32,6 +32,7 @@ import (
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/internal/breaker"
 	"github.com/ringlimit/ringlimit/node/internal/denycache"
+	"github.com/ringlimit/ringlimit/node/internal/peergate"
 	"github.com/ringlimit/ringlimit/node/internal/persist"
 	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/node/internal/topdenied"
@@ -231,7 +232,7 @@ type Node struct {
 	// deny is the peer deny list (peergate.go); certsSeen (member -> serial
 	// of the certificate it presented last) and departed (member -> when it
 	// left the gossip) are under membersMu.
-	deny         atomic.Pointer[denyList]
+	deny         atomic.Pointer[peergate.DenyList]
 	certsSeen    map[string]string
 	departed     map[string]time.Time
 	admit        map[string]*admission // under membersMu: handshake state per member

@@ -1,21 +1,15 @@
 package node
 
 import (
-	"bufio"
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"math/big"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
-
+	"github.com/ringlimit/ringlimit/node/internal/peergate"
 	"github.com/ringlimit/ringlimit/transport/pki"
+	"github.com/ringlimit/ringlimit/transport/rotate"
 )
 
 // The peer gate (secure mode only): who may call the Peer service, and the
@@ -31,62 +25,20 @@ import (
 // member name) is refused at the TLS handshake in both directions, and the
 // member it names is refused admission and leaves the ring.
 
-// denyList is a parsed PeerDenyFile.
-type denyList struct {
-	serials map[string]bool // big.Int.Text(16) of the serial
-	members map[string]bool
-}
-
-// parseDenyList parses a PeerDenyFile: one entry per line, "serial:<hex>" (a
-// certificate serial number, case and colons ignored, as openssl prints it)
-// or "member:<name>"; blank lines and lines starting with # are ignored.
-// Errors wrap ErrInvalidConfig and name the line.
-func parseDenyList(name string, data []byte) (*denyList, error) {
-	dl := &denyList{serials: map[string]bool{}, members: map[string]bool{}}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for line := 1; sc.Scan(); line++ {
-		s := strings.TrimSpace(sc.Text())
-		if s == "" || strings.HasPrefix(s, "#") {
-			continue
-		}
-		kind, v, ok := strings.Cut(s, ":")
-		v = strings.TrimSpace(v)
-		switch {
-		case ok && kind == "member" && v != "":
-			dl.members[v] = true
-		case ok && kind == "serial" && v != "":
-			var x big.Int
-			if _, good := x.SetString(strings.ReplaceAll(strings.TrimPrefix(strings.ToLower(v), "0x"), ":", ""), 16); !good || x.Sign() < 0 {
-				return nil, fmt.Errorf("%w: %s:%d: serial %q is not a hexadecimal number", ErrInvalidConfig, name, line, v)
-			}
-			dl.serials[x.Text(16)] = true
-		default:
-			return nil, fmt.Errorf("%w: %s:%d: %q: want serial:<hex> or member:<name>", ErrInvalidConfig, name, line, s)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, name, err)
-	}
-	return dl, nil
-}
-
-// loadDenyList reads and parses Config.PeerDenyFile (a nil list when unset).
-func (n *Node) loadDenyList() (*denyList, error) {
-	if n.cfg.PeerDenyFile == "" {
-		return &denyList{}, nil
-	}
-	data, err := os.ReadFile(n.cfg.PeerDenyFile)
+// loadDenyList reads and parses Config.PeerDenyFile (an empty list when
+// unset); errors wrap ErrInvalidConfig and name the file and line.
+func (n *Node) loadDenyList() (*peergate.DenyList, error) {
+	dl, err := peergate.Load(n.cfg.PeerDenyFile)
 	if err != nil {
 		return nil, fmt.Errorf("%w: PeerDenyFile: %w", ErrInvalidConfig, err)
 	}
-	return parseDenyList(n.cfg.PeerDenyFile, data)
+	return dl, nil
 }
 
 // revoked reports whether the deny list names member or a certificate serial
 // (big.Int.Text(16)).
 func (n *Node) revoked(member, serial string) bool {
-	dl := n.deny.Load()
-	return dl != nil && (dl.members[member] || serial != "" && dl.serials[serial])
+	return n.deny.Load().Revoked(member, serial)
 }
 
 // ReloadPeerDenyList reads Config.PeerDenyFile again and applies it (the node
@@ -111,7 +63,7 @@ func (n *Node) ReloadPeerDenyList() error {
 // applyDenyList makes dl the deny list and refuses the admitted members it
 // names (by name, or by a certificate serial seen for them), dropping the
 // pooled connections to them.
-func (n *Node) applyDenyList(dl *denyList) {
+func (n *Node) applyDenyList(dl *peergate.DenyList) {
 	n.deny.Store(dl)
 	var drop []string
 	n.membersMu.Lock()
@@ -128,7 +80,8 @@ func (n *Node) applyDenyList(dl *denyList) {
 		n.refused("member")
 		n.peers.Drop(addr)
 	}
-	n.log.Info("peer deny list loaded", "file", n.cfg.PeerDenyFile, "serials", len(dl.serials), "members", len(dl.members), "refused", len(drop))
+	serials, members := dl.Len()
+	n.log.Info("peer deny list loaded", "file", n.cfg.PeerDenyFile, "serials", serials, "members", members, "refused", len(drop))
 	if len(drop) > 0 {
 		n.signalMembers()
 	}
@@ -158,20 +111,8 @@ func (n *Node) sawCert(member, serial string) {
 // one that someone else presents under its name (that one is refused by
 // serial without refusing the member).
 func (n *Node) gateTLS(server, client *tls.Config) {
-	wrap := func(c *tls.Config, record bool) {
-		orig := c.VerifyConnection
-		c.VerifyConnection = func(cs tls.ConnectionState) error {
-			if orig != nil {
-				if err := orig(cs); err != nil {
-					return err
-				}
-			}
-			if len(cs.PeerCertificates) == 0 {
-				return nil
-			}
-			cert := cs.PeerCertificates[0]
-			name, _ := pki.MemberName(cert)
-			serial := cert.SerialNumber.Text(16)
+	gate := func(record bool) func(name, serial string) error {
+		return func(name, serial string) error {
 			if n.revoked(name, serial) {
 				n.refused("revoked")
 				return fmt.Errorf("node: peer certificate %s (member %q) is revoked", serial, name)
@@ -182,8 +123,8 @@ func (n *Node) gateTLS(server, client *tls.Config) {
 			return nil
 		}
 	}
-	wrap(server, false)
-	wrap(client, true)
+	peergate.Gate(server, gate(false))
+	peergate.Gate(client, gate(true))
 }
 
 // errPeerRefused is wrapped by the refusals of the peer gate (peerAllowed).
@@ -221,46 +162,13 @@ func (n *Node) peerAllowed(cert *x509.Certificate) error {
 
 // watchDenyList reloads Config.PeerDenyFile when it changes (its directory is
 // watched, so editors that rename a new file over it and Kubernetes' symlink
-// swaps are seen), 100 ms after the last event, until the node stops.
+// swaps are seen), rotate.Debounce after the last event, until the node
+// stops.
 func (n *Node) watchDenyList() error {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
+	if err := rotate.Watch([]string{n.cfg.PeerDenyFile}, n.stop, n.log.With("component", "peer-deny-list"), func() {
+		_ = n.ReloadPeerDenyList() // logged
+	}); err != nil {
 		return fmt.Errorf("node: PeerDenyFile watch: %w", err)
 	}
-	if err := w.Add(filepath.Dir(n.cfg.PeerDenyFile)); err != nil {
-		w.Close()
-		return fmt.Errorf("node: PeerDenyFile watch %s: %w", filepath.Dir(n.cfg.PeerDenyFile), err)
-	}
-	base := filepath.Base(n.cfg.PeerDenyFile)
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		defer w.Close()
-		const debounce = 100 * time.Millisecond
-		t := time.NewTimer(time.Hour)
-		t.Stop()
-		for {
-			select {
-			case <-n.stop:
-				t.Stop()
-				return
-			case ev, ok := <-w.Events:
-				if !ok {
-					return
-				}
-				if name := filepath.Base(ev.Name); name == base || strings.HasPrefix(name, "..") {
-					t.Reset(debounce)
-				}
-			case <-t.C:
-				_ = n.ReloadPeerDenyList() // logged
-			case err, ok := <-w.Errors:
-				if !ok {
-					return
-				}
-				n.log.Warn("peer deny list watch; reloading", "err", err)
-				t.Reset(debounce) // events may have been lost
-			}
-		}
-	}()
 	return nil
 }
