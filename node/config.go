@@ -6,14 +6,13 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node/internal/tlsrotate"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/transport"
 	"github.com/ringlimit/ringlimit/transport/rotate"
@@ -21,13 +20,13 @@ import (
 
 // ErrInvalidConfig is returned by New, wrapped with the offending field and value,
 // when a Config cannot be honoured.
-var ErrInvalidConfig = errors.New("node: invalid config")
+var ErrInvalidConfig = tlsrotate.ErrInvalidConfig
 
 // ErrInsecure is returned by New, wrapped with what is missing, for a Config
 // with neither the material of secure mode (a cluster CA, this member's
 // certificate and key, a gossip SecretKey) nor Insecure set. It wraps
 // ErrInvalidConfig.
-var ErrInsecure = fmt.Errorf("%w: no TLS material and no gossip key, and Insecure is not set", ErrInvalidConfig)
+var ErrInsecure = tlsrotate.ErrInsecure
 
 // Replication says how an owner copies its keys' states to their backup: the
 // member that would own a key if its owner disappeared (the key's owner in the
@@ -626,98 +625,6 @@ func (c *Config) validate() error {
 	if c.Insecure && c.PeerDenyFile != "" {
 		return fmt.Errorf("%w: PeerDenyFile needs secure mode (peer certificates), and Insecure is set", ErrInvalidConfig)
 	}
-	return c.validateSecurity()
-}
-
-// validateSecurity checks that the node is either fully secure (CA, certificate,
-// key, gossip key) or explicitly Insecure, and names what is missing.
-func (c *Config) validateSecurity() error {
-	type item struct {
-		name string
-		file string
-		pem  []byte
-	}
-	items := []item{
-		{"TLSCAFile/TLSCAPEM", c.TLSCAFile, c.TLSCAPEM},
-		{"TLSCertFile/TLSCertPEM", c.TLSCertFile, c.TLSCertPEM},
-		{"TLSKeyFile/TLSKeyPEM", c.TLSKeyFile, c.TLSKeyPEM},
-	}
-	if c.TLSSource != nil {
-		for i, it := range items {
-			if it.file != "" || len(it.pem) > 0 {
-				return fmt.Errorf("%w: TLSSource is set together with %s (drop one or the other)", ErrInvalidConfig, it.name)
-			}
-			items[i].pem = []byte("from TLSSource")
-		}
-	}
-	if c.IssueCert != nil && !c.Insecure {
-		// New asks IssueCert for this member's certificate and key.
-		for i := range items {
-			if items[i].file == "" && len(items[i].pem) == 0 {
-				items[i].pem = []byte("from IssueCert")
-			}
-		}
-	}
-	var missing, present []string
-	for _, it := range items {
-		switch {
-		case it.file != "" && len(it.pem) > 0:
-			return fmt.Errorf("%w: %s: set the file or the PEM bytes, not both", ErrInvalidConfig, it.name)
-		case it.file != "" || len(it.pem) > 0:
-			present = append(present, it.name)
-		default:
-			missing = append(missing, it.name)
-		}
-	}
-	if len(c.SecretKey) > 0 {
-		present = append(present, "SecretKey")
-	} else {
-		missing = append(missing, "SecretKey")
-	}
-	switch {
-	case c.Insecure && len(present) > 0 && !(len(present) == 1 && present[0] == "SecretKey"):
-		return fmt.Errorf("%w: Insecure is set together with %s (drop one or the other)", ErrInvalidConfig, strings.Join(present, ", "))
-	case c.Insecure:
-		return nil
-	case len(present) == 0:
-		return fmt.Errorf("%w: set %s, or set Insecure", ErrInsecure, strings.Join(missing, ", "))
-	case len(missing) > 0:
-		return fmt.Errorf("%w: secure mode needs %s too (have %s)", ErrInvalidConfig, strings.Join(missing, ", "), strings.Join(present, ", "))
-	}
-	return nil
-}
-
-// tlsMaterial returns the PEM of the CA, certificate and key: read from the
-// files, taken from the PEM fields, or issued by IssueCert for c.Name.
-func (c Config) tlsMaterial(read func(string) ([]byte, error)) (ca, cert, key []byte, err error) {
-	get := func(field, file string, pemb []byte) ([]byte, error) {
-		if file != "" {
-			b, err := read(file)
-			if err != nil {
-				return nil, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, field, err)
-			}
-			return b, nil
-		}
-		return pemb, nil
-	}
-	if ca, err = get("TLSCAFile", c.TLSCAFile, c.TLSCAPEM); err != nil {
-		return nil, nil, nil, err
-	}
-	if cert, err = get("TLSCertFile", c.TLSCertFile, c.TLSCertPEM); err != nil {
-		return nil, nil, nil, err
-	}
-	if key, err = get("TLSKeyFile", c.TLSKeyFile, c.TLSKeyPEM); err != nil {
-		return nil, nil, nil, err
-	}
-	if c.IssueCert != nil && !c.Insecure && len(cert) == 0 && len(key) == 0 {
-		issuedCA, issuedCert, issuedKey, err := c.IssueCert(c.Name)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("%w: IssueCert for %q: %w", ErrInvalidConfig, c.Name, err)
-		}
-		cert, key = issuedCert, issuedKey
-		if len(ca) == 0 {
-			ca = issuedCA
-		}
-	}
-	return ca, cert, key, nil
+	spec := c.tlsSpec()
+	return spec.Validate()
 }

@@ -214,12 +214,10 @@ type Node struct {
 	smetrics SecurityMetrics // nil: Config.Metrics does not implement it
 	// tlsSrc is this member's TLS material (nil when insecure); tlsFiles the
 	// same when it comes from the TLS*File fields; tracker the accepted peer
-	// connections; expiryWarned when the expiry WARN was last logged (sweep
-	// loop only). See tlsrotate.go.
-	tlsSrc       rotate.Source
-	tlsFiles     *rotate.Files
-	tracker      *rotate.Tracker
-	expiryWarned time.Time
+	// connections. See tlsrotate.go.
+	tlsSrc   rotate.Source
+	tlsFiles *rotate.Files
+	tracker  *rotate.Tracker
 	// refusedStates counts the peers' states refused (Stats.RefusedStates);
 	// refusedLog and replFailLog hold back repeated log lines.
 	refusedStates atomic.Uint64

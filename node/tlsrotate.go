@@ -4,9 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"time"
 
-	"github.com/ringlimit/ringlimit/transport/pki"
+	"github.com/ringlimit/ringlimit/node/internal/tlsrotate"
 	"github.com/ringlimit/ringlimit/transport/rotate"
 )
 
@@ -17,137 +16,47 @@ import (
 // longer trusted (see Config.TLSSweepInterval), and the dialling member
 // reconnects with the current material.
 
-// defaultCertExpiryWarning is Config.CertExpiryWarning's default.
-const defaultCertExpiryWarning = 14 * 24 * time.Hour
-
 // ErrNoFiles is returned by ReloadTLS when the node's material does not come
 // from files (PEM fields, TLSSource, or insecure mode).
 var ErrNoFiles = errors.New("node: TLS material does not come from files")
 
+// tlsSpec is where Config says this member's TLS material comes from.
+func (c *Config) tlsSpec() tlsrotate.Spec {
+	return tlsrotate.Spec{Name: c.Name, AnyName: c.anyCertName, Source: c.TLSSource,
+		CAFile: c.TLSCAFile, CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile,
+		CAPEM: c.TLSCAPEM, CertPEM: c.TLSCertPEM, KeyPEM: c.TLSKeyPEM,
+		Issue: c.IssueCert, SecretKeyLen: len(c.SecretKey), Insecure: c.Insecure}
+}
+
 // openTLS returns this member's TLS source: Config.TLSSource, a rotate.Files
 // over the TLS*File fields (watched once the node runs, see watchTLS), or a
 // static source of the PEM fields (or the test CA). Every version must name
-// cfg.Name and chain to its own bundle.
+// cfg.Name and chain to its own bundle. Errors wrap ErrInvalidConfig.
 func (n *Node) openTLS() (rotate.Source, error) {
-	cfg := n.cfg
-	check := func(m *rotate.Material) error {
-		if name, _ := pki.MemberName(m.Cert.Leaf); name != cfg.Name && !cfg.anyCertName {
-			if name == "" {
-				return fmt.Errorf("%w: certificate %q is not a node certificate (no %s://%s/ URI or usages)", rotate.ErrInvalid, m.Cert.Leaf.Subject.CommonName, pki.Scheme, pki.MemberHost)
-			}
-			return fmt.Errorf("%w: TLS certificate names member %q, but Name is %q", rotate.ErrInvalid, name, cfg.Name)
-		}
-		return rotate.CheckChain(m)
-	}
-	switch {
-	case cfg.TLSSource != nil:
-		m := cfg.TLSSource.Material()
-		if m == nil || m.Cert == nil || m.Cert.Leaf == nil || m.Roots == nil {
-			return nil, fmt.Errorf("%w: TLSSource gave no material (want Cert with Leaf, Roots)", ErrInvalidConfig)
-		}
-		if err := check(m); err != nil {
-			return nil, fmt.Errorf("%w: TLSSource: %w", ErrInvalidConfig, err)
-		}
-		return cfg.TLSSource, nil
-	case cfg.TLSCAFile != "" || cfg.TLSCertFile != "" || cfg.TLSKeyFile != "":
-		if cfg.TLSCAFile == "" || cfg.TLSCertFile == "" || cfg.TLSKeyFile == "" {
-			return nil, fmt.Errorf("%w: TLSCAFile, TLSCertFile and TLSKeyFile go together (mixing files and PEM fields does not rotate)", ErrInvalidConfig)
-		}
-		f, err := rotate.NewFiles(rotate.FilesConfig{CAFile: cfg.TLSCAFile, CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile,
-			Check: check, Logger: n.log.With("component", "tls")})
-		if err != nil {
-			return nil, fmt.Errorf("%w: TLS: %w", ErrInvalidConfig, err)
-		}
-		n.tlsFiles = f
-		return f, nil
-	}
-	caPEM, certPEM, keyPEM, err := cfg.tlsMaterial(os.ReadFile)
-	if err != nil {
-		return nil, err
-	}
-	m, err := rotate.NewMaterial(caPEM, certPEM, keyPEM)
-	if err == nil {
-		err = check(m)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: TLS: %w", ErrInvalidConfig, err)
-	}
-	return rotate.Static{M: m}, nil
+	spec := n.cfg.tlsSpec()
+	src, files, err := spec.Open(os.ReadFile, n.log)
+	n.tlsFiles = files
+	return src, err
 }
 
 // watchTLS starts, once the node runs, the watch of the TLS files (when the
 // material comes from files) and the sweep loop: at every TLSSweepInterval and
 // right after each change of a notifying source it closes the accepted peer
 // connections whose material is no longer trusted and warns of a coming
-// expiry. Both stop with the node.
+// expiry (CertExpiryWarning). Both stop with the node.
 func (n *Node) watchTLS() error {
-	if n.tlsFiles != nil {
-		f := n.tlsFiles
+	if f := n.tlsFiles; f != nil {
 		if err := rotate.Watch([]string{n.cfg.TLSCAFile, n.cfg.TLSCertFile, n.cfg.TLSKeyFile}, n.stop, n.log, func() { _ = f.Reload() }); err != nil {
 			return fmt.Errorf("node: TLS files: %w", err)
 		}
 	}
-	interval := n.cfg.TLSSweepInterval
-	if interval == 0 {
-		interval = rotate.DefaultSweepInterval
-	}
-	kick := make(chan struct{}, 1)
-	if nt, ok := n.tlsSrc.(rotate.Notifier); ok {
-		nt.OnChange(func() {
-			select {
-			case kick <- struct{}{}:
-			default:
-			}
-		})
-	}
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		// After a change, one more sweep once the grace has passed.
-		again := time.NewTimer(time.Hour)
-		again.Stop()
-		defer again.Stop()
-		for {
-			n.sweepTLS(time.Now())
-			select {
-			case <-n.stop:
-				return
-			case <-t.C:
-			case <-again.C:
-			case <-kick:
-				again.Reset(n.tracker.Grace + 10*time.Millisecond)
-				// New material: dial every peer again with it, letting the
-				// old connections finish what they carry.
-				if r, ok := n.peers.(interface{ RetireAll() }); ok {
-					r.RetireAll()
-				}
-			}
+	sw := &tlsrotate.Sweeper{Src: n.tlsSrc, Tracker: n.tracker, Warn: n.cfg.CertExpiryWarning, Log: n.log}
+	sw.Run(n.cfg.TLSSweepInterval, n.stop, &n.wg, func() {
+		if r, ok := n.peers.(interface{ RetireAll() }); ok {
+			r.RetireAll()
 		}
-	}()
+	})
 	return nil
-}
-
-// sweepTLS closes the peer connections the current material no longer
-// trusts and warns when it expires within CertExpiryWarning.
-func (n *Node) sweepTLS(now time.Time) {
-	m := n.tlsSrc.Material()
-	if closed := n.tracker.Sweep(m, now); closed > 0 {
-		n.log.Info("closed peer connections whose TLS material is no longer trusted; their members reconnect", "closed", closed)
-	}
-	warn := n.cfg.CertExpiryWarning
-	if warn == 0 {
-		warn = defaultCertExpiryWarning
-	}
-	// A certificate in the first half of its life is not renewed late
-	// (short-lived ones, such as the tests', live less than the warning).
-	left, life := m.NotAfter().Sub(now), m.NotAfter().Sub(m.NotBefore())
-	if warn > 0 && left < warn && left < life/2 && now.After(n.expiryWarned.Add(time.Hour)) {
-		n.expiryWarned = now
-		n.log.Warn("TLS material expires soon: renew the certificate or the CA", "not_after", m.NotAfter(), "left", left.Round(time.Second).String(),
-			"certificate", m.Cert.Leaf.Subject.CommonName)
-	}
 }
 
 // ReloadTLS reads the TLS*File material again (what the node does when the
