@@ -4,7 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,8 +26,12 @@ import (
 // forwarded). It reports aggregate checks/s and latency percentiles (µs) from an
 // HDR histogram, the process's CPU time per check, its heap allocations per
 // check (allocs/check: -benchmem's allocs/op with decimals), and the mean
-// number of checks in a forwarded batch (checks/batch). Run with -cpu 2 to pin
-// GOMAXPROCS=2.
+// number of checks in a forwarded batch (checks/batch), and the process's
+// write and read system calls per check (writes/check, reads/check, from
+// /proc/self/io: every message between members is a TLS record written with
+// one write on loopback). Run with -cpu 2 to pin GOMAXPROCS=2. With
+// RINGLIMIT_BENCH_PROFILE=DIR it writes profiles of the load alone to DIR (see
+// profileLoad).
 //
 // The nodes run DefaultConfig (a LAN deployment) on loopback with free ports,
 // not TestConfig: the test profile gossips every 20 ms and scans for idle keys
@@ -145,10 +153,15 @@ func benchCluster(b *testing.B, size int, insecure bool, repl node.Replication) 
 		hists[i] = hdrhistogram.New(1, int64(10*time.Second/time.Microsecond), 3)
 	}
 	b.ResetTimer()
+	if dir := os.Getenv("RINGLIMIT_BENCH_PROFILE"); dir != "" {
+		stop := profileLoad(b, dir, size)
+		defer stop()
+	}
 	batches0, batchChecks0 := batches.batches.Load(), batches.checks.Load()
 	runtime.ReadMemStats(&ms)
 	mallocs0 := ms.Mallocs
 	cpu0, cpuOK := cputime.Process()
+	io0, ioOK := procIO()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for g := 0; g < callers; g++ {
@@ -180,7 +193,14 @@ func benchCluster(b *testing.B, size int, insecure bool, repl node.Replication) 
 	wg.Wait()
 	elapsed := time.Since(start)
 	cpu1, _ := cputime.Process()
+	io1, _ := procIO()
 	b.StopTimer()
+	if ioOK {
+		// System calls that write (the messages between members, each a
+		// TLS record and a write on loopback) and read, per check.
+		b.ReportMetric(float64(io1.writes-io0.writes)/float64(b.N), "writes/check")
+		b.ReportMetric(float64(io1.reads-io0.reads)/float64(b.N), "reads/check")
+	}
 	runtime.ReadMemStats(&ms)
 	// allocs/op to two decimals (-benchmem rounds down to whole allocations).
 	b.ReportMetric(float64(ms.Mallocs-mallocs0)/float64(b.N), "allocs/check")
@@ -197,5 +217,71 @@ func benchCluster(b *testing.B, size int, insecure bool, repl node.Replication) 
 	b.ReportMetric(float64(forwarded.Load())/float64(b.N), "forwarded-share")
 	if n := batches.batches.Load() - batches0; n > 0 {
 		b.ReportMetric(float64(batches.checks.Load()-batchChecks0)/float64(n), "checks/batch")
+	}
+}
+
+// ioCounts are the process's read and write system calls so far.
+type ioCounts struct{ reads, writes int64 }
+
+// procIO reads the process's read and write system call counts (syscr and
+// syscw of /proc/self/io, every thread included); ok is false where that file
+// cannot be read (not Linux).
+func procIO() (c ioCounts, ok bool) {
+	data, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return c, false
+	}
+	var got int
+	for _, line := range strings.Split(string(data), "\n") {
+		name, v, found := strings.Cut(line, ": ")
+		if !found {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "syscr":
+			c.reads, got = n, got+1
+		case "syscw":
+			c.writes, got = n, got+1
+		}
+	}
+	return c, got == 2
+}
+
+// profileLoad writes a CPU profile of the load alone to dir/members-N.cpu
+// (without forming the cluster: at 30 members the TLS handshakes and ring
+// rebuilds of forming dominate -cpuprofile) and the allocations made during
+// the load as two heap profiles, dir/members-N.allocs0 and .allocs1 (read with
+// go tool pprof -sample_index=alloc_objects -base allocs0 allocs1). It
+// returns the function that ends the profiles.
+func profileLoad(b *testing.B, dir string, size int) (stop func()) {
+	b.Helper()
+	name := func(ext string) string { return fmt.Sprintf("%s/members-%d.%s", dir, size, ext) }
+	writeAllocs := func(ext string) {
+		f, err := os.Create(name(ext))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		runtime.GC()
+		if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	writeAllocs("allocs0")
+	f, err := os.Create(name("cpu"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+		writeAllocs("allocs1")
 	}
 }
