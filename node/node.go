@@ -33,6 +33,7 @@ import (
 	"github.com/ringlimit/ringlimit/internal/breaker"
 	"github.com/ringlimit/ringlimit/node/internal/denycache"
 	"github.com/ringlimit/ringlimit/node/internal/peergate"
+	"github.com/ringlimit/ringlimit/node/internal/peerinput"
 	"github.com/ringlimit/ringlimit/node/internal/persist"
 	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/node/internal/topdenied"
@@ -67,7 +68,7 @@ var (
 	// period, limit or burst) of a check whose Limit is above this node's
 	// Config.MaxPeriod or Config.MaxLimit; a peer's key state under such a
 	// Limit is refused with it too.
-	ErrLimitAboveMax = errors.New("node: limit above this node's maxima")
+	ErrLimitAboveMax = peerinput.ErrLimitAboveMax
 
 	errNotOwner = store.ErrNotOwner
 )
