@@ -541,81 +541,57 @@ func FastGossip() GossipConfig {
 	}
 }
 
+// validate checks every field against its documented range; the first
+// field out of range is named in an error wrapping ErrInvalidConfig.
 func (c *Config) validate() error {
 	bad := func(field string, v any) error {
 		return fmt.Errorf("%w: %s = %v", ErrInvalidConfig, field, v)
 	}
-	switch {
-	case c.Name == "":
-		return bad("Name", `""`)
-	case c.BindAddr == "":
-		return bad("BindAddr", `""`)
-	case c.GossipPort < 0 || c.GossipPort > 65535:
-		return bad("GossipPort", c.GossipPort)
-	case c.PeerPort < 0 || c.PeerPort > 65535:
-		return bad("PeerPort", c.PeerPort)
-	case c.MaxPeerClockSkew < 0:
-		return bad("MaxPeerClockSkew", c.MaxPeerClockSkew)
-	case c.MaxPeriod <= 0 || c.MaxPeriod > algo.MaxDuration:
-		return bad("MaxPeriod", c.MaxPeriod)
-	case c.MaxLimit <= 0:
-		return bad("MaxLimit", c.MaxLimit)
-	case c.AdmissionRetry <= 0:
-		return bad("AdmissionRetry", c.AdmissionRetry)
-	case c.MembershipDebounce < 0:
-		return bad("MembershipDebounce", c.MembershipDebounce)
-	case c.OwnerUnreachable > FailClosed:
-		return bad("OwnerUnreachable", c.OwnerUnreachable)
-	case c.Replication > ReplicationOff:
-		return bad("Replication", c.Replication)
-	case c.ReplicationLag <= 0:
-		return bad("ReplicationLag", c.ReplicationLag)
-	case c.BreakerCooldown <= 0:
-		return bad("BreakerCooldown", c.BreakerCooldown)
-	case c.MaxKeys <= 0:
-		return bad("MaxKeys", c.MaxKeys)
-	case c.IdleScanInterval <= 0:
-		return bad("IdleScanInterval", c.IdleScanInterval)
-	case c.MaxKeyLen <= 0:
-		return bad("MaxKeyLen", c.MaxKeyLen)
-	case c.BatchMaxItems <= 0:
-		return bad("BatchMaxItems", c.BatchMaxItems)
-	case c.BatchMaxWait <= 0:
-		return bad("BatchMaxWait", c.BatchMaxWait)
-	case c.ForwardTimeout <= 0:
-		return bad("ForwardTimeout", c.ForwardTimeout)
-	case c.DeniedCacheSize < 0 || c.DeniedCacheSize > 1<<24:
-		return bad("DeniedCacheSize", c.DeniedCacheSize)
-	case c.DeniedCacheSize > 0 && c.DeniedCacheMaxTTL <= 0:
-		return bad("DeniedCacheMaxTTL", c.DeniedCacheMaxTTL)
-	case c.TopDeniedKeys < 0 || c.TopDeniedKeys > 100_000:
-		return bad("TopDeniedKeys", c.TopDeniedKeys)
-	case c.HandoffTimeout <= 0:
-		return bad("HandoffTimeout", c.HandoffTimeout)
-	case c.CloseTimeout <= 0:
-		return bad("CloseTimeout", c.CloseTimeout)
-	case c.SnapshotInterval < 0:
-		return bad("SnapshotInterval", c.SnapshotInterval)
-	case c.TLSSweepInterval < 0:
-		return bad("TLSSweepInterval", c.TLSSweepInterval)
-	case c.RejoinInterval < 0:
-		return bad("RejoinInterval", c.RejoinInterval)
-	case c.Gossip.ProbeInterval <= 0:
-		return bad("Gossip.ProbeInterval", c.Gossip.ProbeInterval)
-	case c.Gossip.ProbeTimeout <= 0 || c.Gossip.ProbeTimeout >= c.Gossip.ProbeInterval:
-		return bad("Gossip.ProbeTimeout", c.Gossip.ProbeTimeout)
-	case c.Gossip.GossipInterval <= 0:
-		return bad("Gossip.GossipInterval", c.Gossip.GossipInterval)
-	case c.Gossip.PushPullInterval <= 0:
-		return bad("Gossip.PushPullInterval", c.Gossip.PushPullInterval)
-	case c.Gossip.SuspicionMult <= 0:
-		return bad("Gossip.SuspicionMult", c.Gossip.SuspicionMult)
-	case c.Gossip.SuspicionMaxTimeoutMult <= 0:
-		return bad("Gossip.SuspicionMaxTimeoutMult", c.Gossip.SuspicionMaxTimeoutMult)
-	case c.Gossip.TCPTimeout <= 0:
-		return bad("Gossip.TCPTimeout", c.Gossip.TCPTimeout)
-	case c.Gossip.DeadNodeReclaimTime < 0:
-		return bad("Gossip.DeadNodeReclaimTime", c.Gossip.DeadNodeReclaimTime)
+	g := &c.Gossip
+	for _, r := range []struct {
+		field string
+		bad   bool
+		v     any
+	}{
+		{"Name", c.Name == "", `""`},
+		{"BindAddr", c.BindAddr == "", `""`},
+		{"GossipPort", c.GossipPort < 0 || c.GossipPort > 65535, c.GossipPort},
+		{"PeerPort", c.PeerPort < 0 || c.PeerPort > 65535, c.PeerPort},
+		{"MaxPeerClockSkew", c.MaxPeerClockSkew < 0, c.MaxPeerClockSkew},
+		{"MaxPeriod", c.MaxPeriod <= 0 || c.MaxPeriod > algo.MaxDuration, c.MaxPeriod},
+		{"MaxLimit", c.MaxLimit <= 0, c.MaxLimit},
+		{"AdmissionRetry", c.AdmissionRetry <= 0, c.AdmissionRetry},
+		{"MembershipDebounce", c.MembershipDebounce < 0, c.MembershipDebounce},
+		{"OwnerUnreachable", c.OwnerUnreachable > FailClosed, c.OwnerUnreachable},
+		{"Replication", c.Replication > ReplicationOff, c.Replication},
+		{"ReplicationLag", c.ReplicationLag <= 0, c.ReplicationLag},
+		{"BreakerCooldown", c.BreakerCooldown <= 0, c.BreakerCooldown},
+		{"MaxKeys", c.MaxKeys <= 0, c.MaxKeys},
+		{"IdleScanInterval", c.IdleScanInterval <= 0, c.IdleScanInterval},
+		{"MaxKeyLen", c.MaxKeyLen <= 0, c.MaxKeyLen},
+		{"BatchMaxItems", c.BatchMaxItems <= 0, c.BatchMaxItems},
+		{"BatchMaxWait", c.BatchMaxWait <= 0, c.BatchMaxWait},
+		{"ForwardTimeout", c.ForwardTimeout <= 0, c.ForwardTimeout},
+		{"DeniedCacheSize", c.DeniedCacheSize < 0 || c.DeniedCacheSize > 1<<24, c.DeniedCacheSize},
+		{"DeniedCacheMaxTTL", c.DeniedCacheSize > 0 && c.DeniedCacheMaxTTL <= 0, c.DeniedCacheMaxTTL},
+		{"TopDeniedKeys", c.TopDeniedKeys < 0 || c.TopDeniedKeys > 100_000, c.TopDeniedKeys},
+		{"HandoffTimeout", c.HandoffTimeout <= 0, c.HandoffTimeout},
+		{"CloseTimeout", c.CloseTimeout <= 0, c.CloseTimeout},
+		{"SnapshotInterval", c.SnapshotInterval < 0, c.SnapshotInterval},
+		{"TLSSweepInterval", c.TLSSweepInterval < 0, c.TLSSweepInterval},
+		{"RejoinInterval", c.RejoinInterval < 0, c.RejoinInterval},
+		{"Gossip.ProbeInterval", g.ProbeInterval <= 0, g.ProbeInterval},
+		{"Gossip.ProbeTimeout", g.ProbeTimeout <= 0 || g.ProbeTimeout >= g.ProbeInterval, g.ProbeTimeout},
+		{"Gossip.GossipInterval", g.GossipInterval <= 0, g.GossipInterval},
+		{"Gossip.PushPullInterval", g.PushPullInterval <= 0, g.PushPullInterval},
+		{"Gossip.SuspicionMult", g.SuspicionMult <= 0, g.SuspicionMult},
+		{"Gossip.SuspicionMaxTimeoutMult", g.SuspicionMaxTimeoutMult <= 0, g.SuspicionMaxTimeoutMult},
+		{"Gossip.TCPTimeout", g.TCPTimeout <= 0, g.TCPTimeout},
+		{"Gossip.DeadNodeReclaimTime", g.DeadNodeReclaimTime < 0, g.DeadNodeReclaimTime},
+	} {
+		if r.bad {
+			return bad(r.field, r.v)
+		}
 	}
 	switch len(c.SecretKey) {
 	case 0, 16, 24, 32:
