@@ -437,7 +437,8 @@ type Config struct {
 	Clock func() int64
 
 	// peerNet, set only by node's own tests, carries forwards and handoffs in
-	// memory instead of over gRPC (the node still serves gRPC).
+	// memory (nodetest/memnet) instead of over gRPC (the node still serves
+	// gRPC).
 	peerNet peerNet
 	// anyCertName, set only by node's own tests, lets New start with a
 	// certificate that names another member (to play an impostor).

@@ -9,219 +9,43 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
-	"github.com/ringlimit/ringlimit/transport"
+	"github.com/ringlimit/ringlimit/node/nodetest/memnet"
 )
 
-// memNet is the in-memory peer transport of node's tests: a forward or a
-// handoff calls the owner's peerService directly, with the same per-item codes
-// and errors as the gRPC transport. A link can be cut, which makes the owner
-// unreachable from one node while gossip still sees it alive (a one-way
-// partition of the data path), and healed again.
-type memNet struct {
-	mu    sync.Mutex
-	nodes map[string]*Node   // gRPC address -> node
-	cut   map[memLink]bool   // links that fail every call
-	wrong map[memLink]string // links whose calls arrive at another address
-	calls map[memLink]int64  // calls delivered per link (by the address dialled)
-	fwds  map[memLink]int64  // of those, forwarded checks
-	// askAgain counts, per link, the replication sends carrying a ban state
-	// still to be answered as a backup answers what it cannot place: nothing
-	// applied, every state's and ban state's ring hash in need_full.
-	askAgain map[memLink]int
-}
+// memNet is the in-memory peer network of node's tests (nodetest/memnet)
+// with its links named by *Node: a forward or a handoff calls the owner's
+// peerService directly, with the same per-item codes and errors as the gRPC
+// transport. A link can be cut, which makes the owner unreachable from one
+// node while gossip still sees it alive (a one-way partition of the data
+// path), and healed again.
+type memNet struct{ *memnet.Net }
 
-// memLink is the direction from one node (by name) to a gRPC address.
-type memLink struct{ from, to string }
+func newMemNet() *memNet { return &memNet{memnet.New()} }
 
-func newMemNet() *memNet {
-	return &memNet{nodes: make(map[string]*Node), cut: make(map[memLink]bool), wrong: make(map[memLink]string), calls: make(map[memLink]int64),
-		fwds: make(map[memLink]int64), askAgain: make(map[memLink]int)}
+// attach is Config.peerNet's: it puts n on the network under its name and
+// gRPC address.
+func (m *memNet) attach(n *Node) peerClient {
+	return m.Attach(memnet.Member{Name: n.Name(), Addr: n.GRPCAddr(), Handler: peerService{n}, Stopped: n.stop,
+		MaxKeyLen: n.cfg.MaxKeyLen, Hash: n.owned.Hash})
 }
 
 // setAskAgain makes the next n replication sends from one node to another
 // that carry a ban state come back whole in need_full, unapplied.
-func (m *memNet) setAskAgain(from, to *Node, n int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.askAgain[memLink{from.Name(), to.GRPCAddr()}] = n
-}
-
-// takeAskAgain reports whether a replication send with a ban state on link
-// is to be answered whole in need_full, and counts it.
-func (m *memNet) takeAskAgain(link memLink) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.askAgain[link] == 0 {
-		return false
-	}
-	m.askAgain[link]--
-	return true
-}
-
-func (m *memNet) attach(n *Node) peerClient {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.nodes[n.GRPCAddr()] = n
-	return &memClient{net: m, from: n}
-}
+func (m *memNet) setAskAgain(from, to *Node, n int) { m.SetAskAgain(from.Name(), to.GRPCAddr(), n) }
 
 // setCut cuts (or heals) the link from one node to another.
-func (m *memNet) setCut(from, to *Node, cut bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.cut[memLink{from.Name(), to.GRPCAddr()}] = cut
-}
+func (m *memNet) setCut(from, to *Node, cut bool) { m.SetCut(from.Name(), to.GRPCAddr(), cut) }
 
 // misroute makes the calls from one node to another arrive at a third, as
 // when a member's address was taken over by another member.
-func (m *memNet) misroute(from, to, at *Node) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.wrong[memLink{from.Name(), to.GRPCAddr()}] = at.GRPCAddr()
-}
+func (m *memNet) misroute(from, to, at *Node) { m.Misroute(from.Name(), to.GRPCAddr(), at.GRPCAddr()) }
 
 // delivered returns how many calls one node made to another's address.
-func (m *memNet) delivered(from, to *Node) int64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.calls[memLink{from.Name(), to.GRPCAddr()}]
-}
+func (m *memNet) delivered(from, to *Node) int64 { return m.Delivered(from.Name(), to.GRPCAddr()) }
 
 // forwarded returns the checks one node forwarded to another that were
 // delivered: delivered without the handoffs and replication sends.
-func (m *memNet) forwarded(from, to *Node) int64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.fwds[memLink{from.Name(), to.GRPCAddr()}]
-}
-
-// memClient is one node's end of a memNet.
-type memClient struct {
-	net    *memNet
-	from   *Node
-	closed atomic.Bool
-}
-
-// target returns the node at addr, or an error wrapping transport.ErrUnavailable
-// when this client is closed, the link is cut, or nothing serves addr (never
-// attached, or stopped).
-func (c *memClient) target(addr string) (*Node, error) { return c.targetOf(addr, true) }
-
-// targetOf is target; count records the call in delivered (forwards and
-// handoffs do, admission handshakes do not).
-func (c *memClient) targetOf(addr string, count bool) (*Node, error) {
-	if c.closed.Load() {
-		return nil, fmt.Errorf("%w: forward to %s: pool closed", transport.ErrUnavailable, addr)
-	}
-	m := c.net
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	link := memLink{c.from.Name(), addr}
-	t := m.nodes[addr]
-	if at, ok := m.wrong[link]; ok {
-		t = m.nodes[at]
-	}
-	if t == nil || m.cut[link] {
-		return nil, fmt.Errorf("%w: forward to %s: link cut", transport.ErrUnavailable, addr)
-	}
-	select {
-	case <-t.stop:
-		return nil, fmt.Errorf("%w: forward to %s: connection refused", transport.ErrUnavailable, addr)
-	default:
-	}
-	if count {
-		m.calls[link]++
-	}
-	return t, nil
-}
-
-func (c *memClient) Forward(ctx context.Context, addr string, chk transport.Check) (transport.Result, error) {
-	if err := transport.ValidateCheck(chk, c.from.cfg.MaxKeyLen); err != nil {
-		return transport.Result{}, err
-	}
-	t, err := c.target(addr)
-	if err != nil {
-		return transport.Result{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return transport.Result{}, fmt.Errorf("%w: forward to %s: %w", transport.ErrUnavailable, addr, err)
-	}
-	c.net.mu.Lock()
-	c.net.fwds[memLink{c.from.Name(), addr}]++
-	c.net.mu.Unlock()
-	out := make([]transport.Result, 1)
-	peerService{t}.Forward(ctx, []transport.Check{chk}, out)
-	return out[0], nil
-}
-
-func (c *memClient) KeyOp(ctx context.Context, addr string, r transport.KeyOpRequest) (transport.KeyOpResult, error) {
-	t, err := c.target(addr)
-	if err != nil {
-		return transport.KeyOpResult{}, err
-	}
-	return peerService{t}.KeyOp(ctx, r)
-}
-
-func (c *memClient) Handoff(ctx context.Context, addr string, b transport.TransferBatch) error {
-	t, err := c.target(addr)
-	if err != nil {
-		return err
-	}
-	// The receiver keeps what it is given, as it would after decoding a message.
-	b.States = append([]transport.KeyState(nil), b.States...)
-	for i := range b.States {
-		b.States[i].State = append([]byte(nil), b.States[i].State...)
-	}
-	b.Sender = c.from.Name() // as the sender's certificate would name it
-	return peerService{t}.Transfer(ctx, b)
-}
-
-// Replicate delivers a replication batch as Handoff delivers a handoff.
-func (c *memClient) Replicate(ctx context.Context, addr string, b transport.TransferBatch) ([]uint64, error) {
-	t, err := c.target(addr)
-	if err != nil {
-		return nil, err
-	}
-	b.States = append([]transport.KeyState(nil), b.States...)
-	for i := range b.States {
-		b.States[i].State = append([]byte(nil), b.States[i].State...)
-	}
-	b.Sender = c.from.Name()
-	b.Replica = true
-	if len(b.Penalties) > 0 && c.net.takeAskAgain(memLink{c.from.Name(), addr}) {
-		var all []uint64
-		for _, s := range b.States {
-			h := s.KeyHash
-			if s.Key != "" {
-				h = t.owned.Hash(s.Key)
-			}
-			all = append(all, h)
-		}
-		for _, p := range b.Penalties {
-			all = append(all, t.owned.Hash(p.Key))
-		}
-		return all, nil
-	}
-	return peerService{t}.Replicate(ctx, b)
-}
-
-// Hello delivers the admission handshake; the caller's certificate is taken
-// to name the calling node, and the answer's to name the node reached.
-func (c *memClient) Hello(ctx context.Context, addr string, h transport.Hello) (transport.Hello, string, error) {
-	t, err := c.targetOf(addr, false)
-	if err != nil {
-		return transport.Hello{}, "", err
-	}
-	resp, err := peerService{t}.Hello(ctx, h, c.from.Name())
-	return resp, t.Name(), err
-}
-
-func (c *memClient) Drop(string) {}
-
-func (c *memClient) Close() error {
-	c.closed.Store(true)
-	return nil
-}
+func (m *memNet) forwarded(from, to *Node) int64 { return m.Forwarded(from.Name(), to.GRPCAddr()) }
 
 // memCluster starts size nodes on one memNet, converged.
 func memCluster(t testing.TB, size int, mod func(*Config)) (*memNet, []*Node) {

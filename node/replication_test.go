@@ -421,9 +421,7 @@ func TestReplicationResendsWhatTheBackupAsksFor(t *testing.T) {
 		t.Fatalf("second check: %+v, %v; want banned", d, err)
 	}
 	waitBan(t, backup, key)
-	mn.mu.Lock()
-	left := mn.askAgain[memLink{owner.Name(), backup.GRPCAddr()}]
-	mn.mu.Unlock()
+	left := mn.AskAgain(owner.Name(), backup.GRPCAddr())
 	if left != 0 {
 		t.Fatal("no send carried the ban state before it reached the backup")
 	}

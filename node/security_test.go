@@ -517,10 +517,7 @@ func TestAdmissionRetried(t *testing.T) {
 	cfg := base // the same test CA and gossip key
 	cfg.Name = "late"
 	cfg.Join = []string{nodes[0].GossipAddr()}
-	link := memLink{"late", nodes[0].GRPCAddr()}
-	mn.mu.Lock()
-	mn.cut[link] = true // late cannot reach node-0's peer port yet
-	mn.mu.Unlock()
+	mn.SetCut("late", nodes[0].GRPCAddr(), true) // late cannot reach node-0's peer port yet
 	late, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -543,9 +540,7 @@ func TestAdmissionRetried(t *testing.T) {
 			t.Fatalf("late's ring gives key k%d to node-0, which it never reached", i)
 		}
 	}
-	mn.mu.Lock()
-	mn.cut[link] = false
-	mn.mu.Unlock()
+	mn.SetCut("late", nodes[0].GRPCAddr(), false)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := waitConverged(ctx, append(nodes, late)...); err != nil {
