@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node/internal/keyops"
 	"github.com/ringlimit/ringlimit/transport"
 )
 
@@ -180,7 +180,8 @@ func (s peerService) KeyOp(ctx context.Context, r transport.KeyOpRequest) (trans
 	return res, err
 }
 
-// keyOpHere runs r on this node.
+// keyOpHere runs r on this node (keyops.Stores.Apply), and sends a reset's
+// or unban's invalidation to every other member.
 func (n *Node) keyOpHere(ctx context.Context, r transport.KeyOpRequest) (transport.KeyOpResult, error) {
 	if n.stopping.Load() {
 		return transport.KeyOpResult{Code: transport.CodeUnavailable, Message: "stopping"}, nil
@@ -189,102 +190,27 @@ func (n *Node) keyOpHere(ctx context.Context, r transport.KeyOpRequest) (transpo
 	h := rs.snap.Hash(r.Key)
 	m, ok := rs.snap.OwnerOfHash(h)
 	owns := ok && m.Name == n.cfg.Name && !rs.leaving
-	notOwner := transport.KeyOpResult{Code: transport.CodeNotOwner, Message: "not the owner of the key"}
-	switch r.Op {
-	case transport.KeyOpInspect, transport.KeyOpInspectReplica:
-		if r.Op == transport.KeyOpInspect && !owns {
-			return notOwner, nil
-		}
-		var res transport.KeyOpResult
-		if n.owned.Has(h, r.Limit.Kind) {
-			wall := n.clock()
-			d, err := n.owned.Take(h, r.Limit, 0, wall, wall, func() bool { return true })
-			if err != nil {
-				return transport.KeyOpResult{}, err
-			}
-			res.Found, res.Decision = true, d
-		}
-		res.BanUntil = n.bans.BanUntil(h, r.Key, n.clock())
-		return res, nil
-	case transport.KeyOpReset, transport.KeyOpUnban:
-		if !owns {
-			return notOwner, nil
-		}
-		var found bool
-		switch {
-		case r.Op == transport.KeyOpReset && r.All:
-			found = n.dropAll(h, r.Key)
-		case r.Op == transport.KeyOpReset:
-			found = n.owned.Remove(h, r.Limit.Kind)
-		default:
-			found = n.bans.Unban(h, r.Key)
-		}
-		inv := transport.KeyOpRequest{Op: transport.KeyOpInvalidate, Key: r.Key, All: r.All}
-		if r.Op == transport.KeyOpReset {
-			inv.Limit.Kind = r.Limit.Kind
-		}
-		return transport.KeyOpResult{Found: found}, n.broadcastInvalidation(ctx, rs, h, inv)
-	case transport.KeyOpInvalidate:
-		if n.denied != nil {
-			n.denied.Invalidate(h)
-		}
-		if !owns { // as the key's backup: drop the replica of what was reset
-			if r.All {
-				n.dropAll(h, r.Key)
-			} else if r.Limit.Kind.Valid() {
-				n.owned.Remove(h, r.Limit.Kind)
-			} else {
-				n.bans.Unban(h, r.Key)
-			}
-		}
-		return transport.KeyOpResult{}, nil
+	res, inv, err := keyops.Stores{Owned: n.owned, Bans: n.bans, Denied: n.denied}.Apply(r, h, owns, n.clock)
+	if err != nil || inv == nil {
+		return res, err
 	}
-	return transport.KeyOpResult{Code: transport.CodeInvalidArgument, Message: "unknown key operation"}, nil
+	return res, n.broadcastInvalidation(ctx, rs, *inv)
 }
 
 // broadcastInvalidation sends inv to every other member of rs and waits for
-// their acknowledgements, up to ForwardTimeout.
-func (n *Node) broadcastInvalidation(ctx context.Context, rs *ringState, h uint64, inv transport.KeyOpRequest) error {
-	if n.denied != nil {
-		n.denied.Invalidate(h)
-	}
+// their acknowledgements, up to ForwardTimeout; an error wrapping
+// ErrInvalidationIncomplete names those that did not acknowledge.
+func (n *Node) broadcastInvalidation(ctx context.Context, rs *ringState, inv transport.KeyOpRequest) error {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ForwardTimeout)
 	defer cancel()
-	var (
-		wg     sync.WaitGroup
-		mu     sync.Mutex
-		missed []string
-	)
+	var peers []keyops.Peer
 	for _, m := range rs.snap.Members() {
-		if m.Name == n.cfg.Name {
-			continue
+		if m.Name != n.cfg.Name {
+			peers = append(peers, keyops.Peer{Name: m.Name, Addr: m.Addr})
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res, err := n.peers.KeyOp(ctx, m.Addr, inv)
-			if err != nil || res.Code != transport.CodeOK {
-				mu.Lock()
-				missed = append(missed, m.Name)
-				mu.Unlock()
-			}
-		}()
 	}
-	wg.Wait()
-	if len(missed) > 0 {
+	if missed := keyops.Broadcast(ctx, peers, inv, n.peers.KeyOp); len(missed) > 0 {
 		return fmt.Errorf("%w: %v", ErrInvalidationIncomplete, missed)
 	}
 	return nil
-}
-
-// dropAll drops the key's states under every algorithm and its ban state,
-// and reports whether there was any.
-func (n *Node) dropAll(h uint64, key string) bool {
-	found := n.bans.Unban(h, key)
-	for _, k := range algo.Kinds() {
-		if n.owned.Remove(h, k) {
-			found = true
-		}
-	}
-	return found
 }
