@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node/internal/booking"
 	"github.com/ringlimit/ringlimit/node/internal/store"
 )
 
@@ -222,47 +223,14 @@ func (n *Node) bookOwned(ctx context.Context, rs *ringState, c *Check, h uint64,
 	if now == 0 {
 		now = wall
 	}
-	owns := func() bool { return n.owns(rs, h) }
-	if c.cancelAt != 0 {
-		r := algo.Reservation{OK: true, Hits: c.Hits, Delay: 1, At: c.cancelAt}
-		if err := n.owned.Cancel(h, c.Limit, r, now, owns); err != nil {
-			return false, err
-		}
-		out.Decision = algo.Decision{Allowed: true}
-		return false, nil
-	}
-	capacity := c.Limit.Burst
-	if c.Limit.Kind == algo.GCRA {
-		capacity++
-	}
-	l := c.Limit
-	if c.Hits <= capacity {
-		if l, err = c.Limit.Reserving(c.MaxWait); err != nil {
-			return false, err
-		}
-		if err := n.withinMaxima(l); err != nil {
-			return false, err
-		}
-	}
-	take := func(hits int64) (algo.Decision, error) { return n.owned.Take(h, l, hits, now, wall, owns) }
-	var d algo.Decision
-	if c.Penalty.IsZero() {
-		d, err = take(c.Hits)
-	} else {
-		d, banned, err = n.bans.Take(h, c.Key, store.BanRule(c.Penalty), c.Hits, now, take)
-	}
+	bc := booking.Check{H: h, Key: c.Key, Limit: c.Limit, Hits: c.Hits, MaxWait: c.MaxWait, CancelAt: c.cancelAt,
+		Penalty: store.BanRule(c.Penalty), Penalized: !c.Penalty.IsZero()}
+	r, err := booking.Decide(n.owned, n.bans, &bc, now, wall, func() bool { return n.owns(rs, h) }, n.withinMaxima)
 	if err != nil {
 		return false, err
 	}
-	if l != c.Limit && !banned {
-		var delay time.Duration
-		d, delay = c.Limit.Reserved(d, c.MaxWait)
-		if d.Allowed {
-			out.Delay, out.at = delay, now+int64(delay)
-		}
-	}
-	out.Decision = d
-	return banned, nil
+	out.Decision, out.Delay, out.at = r.Decision, r.Delay, r.At
+	return r.Banned, nil
 }
 
 // At returns, for an allowed booking (a check with a MaxWait), the
