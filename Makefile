@@ -12,7 +12,7 @@ CERTS       ?= certs
 CA_KEY      ?= certs-ca/ca.key
 NODES       := ringlimit-1 ringlimit-2 ringlimit-3
 
-.PHONY: help build docker certs up down logs test test-docker fleet demo proto vet clean
+.PHONY: help build docker certs up down logs test test-docker fleet demo proto vet clean bench-gubernator
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -74,6 +74,12 @@ demo: ## an in-process cluster with a short load run
 
 proto: ## regenerate the gRPC code from transport/proto
 	$(GO) generate ./transport/...
+
+# Flags of bench/gubernator (its -h lists them), e.g. GUBER_BENCH='-members 3 -rounds 1'.
+GUBER_BENCH ?=
+
+bench-gubernator: ## ringlimit and gubernator side by side on one hot key, in process (3 and 10 members, about 6 min; a module of its own)
+	cd bench/gubernator && nice -n 10 $(GO) run . $(GUBER_BENCH)
 
 vet: ## gofmt and go vet
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
