@@ -67,11 +67,18 @@ type caller struct {
 }
 
 // drive runs callers closed-loop callers, spread round-robin over c's
-// members, each checking key under l one hit at a time until d has passed.
-func drive(ctx context.Context, c cluster, key string, l limit, callers int, d time.Duration) (result, error) {
+// members (over those that do not own key with nonOwners), each checking key
+// under l one hit at a time until d has passed.
+func drive(ctx context.Context, c cluster, key string, l limit, callers int, nonOwners bool, d time.Duration) (result, error) {
 	owner, err := c.owner(ctx, key)
 	if err != nil {
 		return result{}, err
+	}
+	var placed []int // member index of each caller slot
+	for i := range c.members {
+		if !nonOwners || i != owner {
+			placed = append(placed, i)
+		}
 	}
 	// One check per member of another key first: peer connections are made
 	// before the run, not in it.
@@ -87,7 +94,7 @@ func drive(ctx context.Context, c cluster, key string, l limit, callers int, d t
 	for i := range tallies {
 		t := &caller{routes: map[string]int64{}, lat: newHist()}
 		tallies[i] = t
-		m := c.members[i%len(c.members)]
+		m := c.members[placed[i%len(placed)]]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -130,8 +137,10 @@ func drive(ctx context.Context, c cluster, key string, l limit, callers int, d t
 	}
 	for i, m := range c.members {
 		mr := memberResult{name: m.name, owner: i == owner, routes: map[string]int64{}, lat: newHist()}
-		for j := i; j < callers; j += len(c.members) {
-			t := tallies[j]
+		for j, t := range tallies {
+			if placed[j%len(placed)] != i {
+				continue
+			}
 			mr.callers++
 			mr.checks += t.checks
 			mr.admitted += t.admitted

@@ -47,6 +47,9 @@ type config struct {
 	systems  []string
 	loads    []string
 	repl     string
+	// nonOwners places the callers on the members that do not own the
+	// key only.
+	nonOwners bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -59,14 +62,18 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	systems := fs.String("systems", "ringlimit,gubernator-global,gubernator-forward", "systems to run, comma-separated")
 	loads := fs.String("loads", "limited,throughput", "loads to run, comma-separated: limited (100/s, burst 100) and throughput (all admitted)")
 	repl := fs.String("replication", "async", "ringlimit's replication: off, async or sync")
+	nonOwners := fs.Bool("non-owners", false, "place the callers on the members that do not own the key only (not with -members 1): in one process, the owner's own callers never wait on the network and take the CPUs from the others'")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
-	c := config{callers: *callers, duration: *duration, rounds: *rounds, repl: *repl}
+	c := config{callers: *callers, duration: *duration, rounds: *rounds, repl: *repl, nonOwners: *nonOwners}
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 {
 			return config{}, fmt.Errorf("-members: %q is not a size >= 1", s)
+		}
+		if n < 2 && *nonOwners {
+			return config{}, fmt.Errorf("-members: -non-owners needs a size >= 2, not %d", n)
 		}
 		c.sizes = append(c.sizes, n)
 	}
@@ -134,8 +141,8 @@ func main() {
 }
 
 func run(ctx context.Context, cfg config, w io.Writer) error {
-	fmt.Fprintf(w, "# GOMAXPROCS=%d callers=%d duration=%v rounds=%d ringlimit replication=%s\n",
-		runtime.GOMAXPROCS(0), cfg.callers, cfg.duration, cfg.rounds, cfg.repl)
+	fmt.Fprintf(w, "# GOMAXPROCS=%d callers=%d non-owners=%v duration=%v rounds=%d ringlimit replication=%s\n",
+		runtime.GOMAXPROCS(0), cfg.callers, cfg.nonOwners, cfg.duration, cfg.rounds, cfg.repl)
 	var all []result
 	for _, size := range cfg.sizes {
 		for round := 1; round <= cfg.rounds; round++ {
@@ -182,7 +189,7 @@ func runSystem(ctx context.Context, cfg config, sys string, size, round int, w i
 		if load == loadThroughput {
 			lim = limit{rate: highRate, period: time.Second, burst: highRate}
 		}
-		r, err := drive(ctx, c, key, lim, cfg.callers, cfg.duration)
+		r, err := drive(ctx, c, key, lim, cfg.callers, cfg.nonOwners, cfg.duration)
 		if err != nil {
 			return nil, err
 		}

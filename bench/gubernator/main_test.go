@@ -42,6 +42,7 @@ func TestParseFlags(t *testing.T) {
 		{"-callers", "0"},
 		{"-duration", "0s"},
 		{"-rounds", "0"},
+		{"-members", "1", "-non-owners"},
 	} {
 		if _, err := parseFlags(bad, io.Discard); err == nil {
 			t.Errorf("parseFlags(%v) accepted", bad)

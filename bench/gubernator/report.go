@@ -108,8 +108,13 @@ func printSummary(w io.Writer, all []result) {
 			var worst int64
 			for _, m := range r.members {
 				if m.owner {
-					own = append(own, fmt.Sprintf("%.0f", perSec(m.checks, r.span)))
-					ownP99 = append(ownP99, us(m.lat.ValueAtQuantile(99)))
+					if m.callers == 0 {
+						own = append(own, "-")
+						ownP99 = append(ownP99, "-")
+					} else {
+						own = append(own, fmt.Sprintf("%.0f", perSec(m.checks, r.span)))
+						ownP99 = append(ownP99, us(m.lat.ValueAtQuantile(99)))
+					}
 					continue
 				}
 				nonChecks += m.checks
