@@ -72,6 +72,8 @@ func (n *Node) storeDenied(c *Check, h uint64, sent int64, epoch uint64, d *Deci
 		Limit: d.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Banned: d.Banned, Owner: d.Owner})
 }
 
+// cachedDenials returns Stats.CachedDenials: the checks denied from the
+// cache since New (0 when the cache is off).
 func (n *Node) cachedDenials() uint64 {
 	if n.denied == nil {
 		return 0

@@ -15,7 +15,7 @@ type DeniedKey struct {
 	Error   int64
 }
 
-// TopDenied returns up to n (1..Config.TopDeniedKeys) of the keys this
+// TopDenied returns up to count (1..Config.TopDeniedKeys) of the keys this
 // node's callers were denied most over the last minute, most denied first
 // (ties by key). Empty when Config.TopDeniedKeys is 0. Keys are the callers'
 // own strings: show them to operators, never as metric labels.
@@ -23,7 +23,12 @@ func (n *Node) TopDenied(count int) []DeniedKey {
 	if n.top == nil || count <= 0 {
 		return nil
 	}
-	return n.topDeniedKeys(count)
+	es := n.top.Top(min(count, n.top.K()), n.clock())
+	out := make([]DeniedKey, len(es))
+	for i, e := range es {
+		out[i] = DeniedKey(e)
+	}
+	return out
 }
 
 // noteDenied counts a denied check of c for TopDenied (not peeks: a
@@ -32,13 +37,4 @@ func (n *Node) noteDenied(c *Check) {
 	if n.top != nil && c.Hits > 0 {
 		n.top.Note(c.Key, n.clock())
 	}
-}
-
-func (n *Node) topDeniedKeys(count int) []DeniedKey {
-	es := n.top.Top(min(count, n.top.K()), n.clock())
-	out := make([]DeniedKey, len(es))
-	for i, e := range es {
-		out[i] = DeniedKey(e)
-	}
-	return out
 }
