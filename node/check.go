@@ -78,7 +78,8 @@ func (c *Check) Validate(maxKeyLen int) error {
 // and the key's backup decided on its replica, see Config.Replication) or
 // RouteFallback (neither was reachable and Config.OwnerUnreachable decided)
 // or RouteCachedDenial (this node answered from a denial the owner gave it
-// earlier, see Config.DeniedCacheSize).
+// earlier, see Config.DeniedCacheSize) or RouteLease (this node admitted the
+// check from capacity the owner lent it, see Config.Lease).
 type Route uint8
 
 // The routes a Decision reports.
@@ -100,10 +101,16 @@ const (
 	// the owner's with RetryAfter and ResetAfter counted down, Owner the
 	// member that gave the denial.
 	RouteCachedDenial
+	// RouteLease: the check was admitted by this node, without a forward,
+	// from a capacity lease: hits of the key's capacity that its owner had
+	// already taken from the key's state and lent to this node (Config.Lease).
+	// Remaining is what is left of the lease, ResetAfter the time until the
+	// lease ends; Owner is the member that lent it.
+	RouteLease
 )
 
-// String returns "owner", "forwarded", "fallback", "backup", "cached_denial"
-// or "unknown" (the zero Route), the names used in metrics, logs and the
+// String returns "owner", "forwarded", "fallback", "backup", "cached_denial",
+// "lease" or "unknown" (the zero Route), the names used in metrics, logs and the
 // doors' answers: transport's names, which the wire conversion keeps equal.
 func (r Route) String() string { return transport.Route(r).String() }
 

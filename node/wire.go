@@ -20,6 +20,7 @@ var (
 	_ = [1]struct{}{}[transport.RouteFallback-transport.Route(RouteFallback)]
 	_ = [1]struct{}{}[transport.RouteBackup-transport.Route(RouteBackup)]
 	_ = [1]struct{}{}[transport.RouteCachedDenial-transport.Route(RouteCachedDenial)]
+	_ = [1]struct{}{}[transport.RouteLease-transport.Route(RouteLease)]
 	_ = transport.Penalty(Penalty{})
 )
 

@@ -54,6 +54,9 @@ func randChecks(r *rand.Rand, n int) []Check {
 		if r.IntN(3) == 0 {
 			checks[i].MaxWait, checks[i].CancelAt = time.Duration(randInt64(r)), randInt64(r) // fields 12, 13
 		}
+		if r.IntN(3) == 0 {
+			checks[i].LeaseHits = randInt64(r) // field 14
+		}
 	}
 	return checks
 }
@@ -65,13 +68,16 @@ func randResults(r *rand.Rand, n int) []Result {
 		out[i] = Result{
 			Decision: algo.Decision{Allowed: r.IntN(2) == 0, Limit: randInt64(r), Remaining: randInt64(r),
 				RetryAfter: time.Duration(randInt64(r)), ResetAfter: time.Duration(randInt64(r))},
-			Route:  Route(r.IntN(4)),
+			Route:  Route(r.IntN(int(RouteLease) + 1)),
 			Code:   Code(r.IntN(6)), // every Code, CodeResourceExhausted's retry_after_ns too
 			Owner:  owners[r.IntN(len(owners))],
 			Banned: r.IntN(2) == 0,
 		}
 		if r.IntN(3) == 0 {
 			out[i].Delay, out[i].At = time.Duration(randInt64(r)), randInt64(r) // Decision fields 9, 10
+		}
+		if r.IntN(3) == 0 {
+			out[i].LeaseHits, out[i].LeaseFor = randInt64(r), time.Duration(randInt64(r)) // Decision fields 11, 12
 		}
 		if out[i].Code != CodeOK {
 			out[i].Message = fmt.Sprint("message ", i)

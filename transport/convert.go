@@ -63,6 +63,8 @@ func routeToWire(r Route) pb.Route {
 		return pb.Route_ROUTE_BACKUP
 	case RouteCachedDenial:
 		return pb.Route_ROUTE_CACHED_DENIAL
+	case RouteLease:
+		return pb.Route_ROUTE_LEASE
 	}
 	return pb.Route_ROUTE_UNSPECIFIED
 }
@@ -79,6 +81,8 @@ func routeFromWire(r pb.Route) Route {
 		return RouteBackup
 	case pb.Route_ROUTE_CACHED_DENIAL:
 		return RouteCachedDenial
+	case pb.Route_ROUTE_LEASE:
+		return RouteLease
 	}
 	return RouteUnknown
 }
@@ -135,6 +139,7 @@ func checkToWire(c Check, m *pb.Check, keys *[]byte) {
 	m.AsBackup = c.AsBackup
 	m.MaxWaitNs = int64(c.MaxWait)
 	m.CancelAtUnixNs = c.CancelAt
+	m.LeaseHits = c.LeaseHits
 }
 
 // wireLimit is the limit part that pb.Check and pb.KeyState share.
@@ -170,6 +175,7 @@ func checkFromWire(m *pb.Check) (Check, error) {
 		AsBackup:  m.GetAsBackup(),
 		MaxWait:   time.Duration(m.GetMaxWaitNs()),
 		CancelAt:  m.GetCancelAtUnixNs(),
+		LeaseHits: m.GetLeaseHits(),
 	}, nil
 }
 
@@ -201,6 +207,8 @@ func decisionToWire(r Result, m *pb.Decision) {
 	m.Banned = r.Banned
 	m.DelayNs = int64(r.Delay)
 	m.AtUnixNs = r.At
+	m.LeaseHits = r.LeaseHits
+	m.LeaseNs = int64(r.LeaseFor)
 }
 
 // decisionFromWire maps a Decision message (nil reads as the zero Decision) into
@@ -218,6 +226,8 @@ func decisionFromWire(m *pb.Decision, r *Result) {
 	r.Banned = m.GetBanned()
 	r.Delay = time.Duration(m.GetDelayNs())
 	r.At = m.GetAtUnixNs()
+	r.LeaseHits = m.GetLeaseHits()
+	r.LeaseFor = time.Duration(m.GetLeaseNs())
 }
 
 // resultsToWire builds the wire form of a batch of results with four

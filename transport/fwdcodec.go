@@ -58,7 +58,7 @@ func checkSize(c *Check) int {
 	return sizeBytes(len(c.Key)) + sizeI64(int64(kindToWire(c.Limit.Kind))) + sizeI64(c.Limit.Limit) +
 		sizeI64(int64(c.Limit.Period)) + sizeI64(c.Limit.Burst) + sizeI64(c.Hits) + sizeI64(c.CreatedAt) +
 		sizeI64(c.Penalty.Denials) + sizeI64(int64(c.Penalty.Within)) + sizeI64(int64(c.Penalty.Ban)) +
-		sizeBool(c.AsBackup) + sizeI64(int64(c.MaxWait)) + sizeI64(c.CancelAt)
+		sizeBool(c.AsBackup) + sizeI64(int64(c.MaxWait)) + sizeI64(c.CancelAt) + sizeI64(c.LeaseHits)
 }
 
 // sizeBool is the encoded size of a bool field (omitted when false).
@@ -87,7 +87,8 @@ func appendCheck(b []byte, c *Check) []byte {
 		b = appendI64(b, 11, 1)
 	}
 	b = appendI64(b, 12, int64(c.MaxWait))
-	return appendI64(b, 13, c.CancelAt)
+	b = appendI64(b, 13, c.CancelAt)
+	return appendI64(b, 14, c.LeaseHits)
 }
 
 func (m *fwdRequest) decode(b []byte) error {
@@ -177,7 +178,7 @@ func decodeCheck(b []byte, keys *[]byte) (Check, error) {
 			b, c.Key = b[l:], keyString(keys, v)
 			continue
 		}
-		if typ != protowire.VarintType || num < 2 || num > 13 {
+		if typ != protowire.VarintType || num < 2 || num > 14 {
 			l := protowire.ConsumeFieldValue(num, typ, b)
 			if l < 0 {
 				return Check{}, errMalformed
@@ -216,6 +217,8 @@ func decodeCheck(b []byte, keys *[]byte) (Check, error) {
 			c.MaxWait = time.Duration(v)
 		case 13:
 			c.CancelAt = v
+		case 14:
+			c.LeaseHits = v
 		}
 	}
 	k, err := kindFromWire(alg)
@@ -351,7 +354,8 @@ func appendResult(b []byte, r *Result) []byte {
 func decisionSize(r *Result) int {
 	d := &r.Decision
 	n := sizeI64(d.Limit) + sizeI64(d.Remaining) + sizeI64(int64(d.RetryAfter)) + sizeI64(int64(d.ResetAfter)) +
-		sizeI64(int64(routeToWire(r.Route))) + sizeBytes(len(r.Owner)) + sizeI64(int64(r.Delay)) + sizeI64(r.At)
+		sizeI64(int64(routeToWire(r.Route))) + sizeBytes(len(r.Owner)) + sizeI64(int64(r.Delay)) + sizeI64(r.At) +
+		sizeI64(r.LeaseHits) + sizeI64(int64(r.LeaseFor))
 	if d.Allowed {
 		n += 2
 	}
@@ -378,7 +382,9 @@ func appendDecision(b []byte, r *Result) []byte {
 		b = protowire.AppendVarint(b, 1)
 	}
 	b = appendI64(b, 9, int64(r.Delay))
-	return appendI64(b, 10, r.At)
+	b = appendI64(b, 10, r.At)
+	b = appendI64(b, 11, r.LeaseHits)
+	return appendI64(b, 12, int64(r.LeaseFor))
 }
 
 func (m *fwdResponse) decode(b []byte) error {
@@ -517,6 +523,8 @@ func (m *fwdResponse) decodeResult(b []byte, r *Result) error {
 	r.Banned = d.Banned
 	r.Delay = time.Duration(d.DelayNs)
 	r.At = d.AtUnixNs
+	r.LeaseHits = d.LeaseHits
+	r.LeaseFor = time.Duration(d.LeaseNs)
 	return nil
 }
 
@@ -539,7 +547,7 @@ func (m *fwdResponse) decodeDecision(b []byte, d *pb.Decision) error {
 			d.Owner = m.lastOwner
 			continue
 		}
-		if typ != protowire.VarintType || num < 1 || num > 10 || num == 7 {
+		if typ != protowire.VarintType || num < 1 || num > 12 || num == 7 {
 			l := protowire.ConsumeFieldValue(num, typ, b)
 			if l < 0 {
 				return errMalformed
@@ -572,6 +580,10 @@ func (m *fwdResponse) decodeDecision(b []byte, d *pb.Decision) error {
 			d.DelayNs = v
 		case 10:
 			d.AtUnixNs = v
+		case 11:
+			d.LeaseHits = v
+		case 12:
+			d.LeaseNs = v
 		}
 	}
 	return nil

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/ringlimit/ringlimit/algo"
 )
 
 // FuzzStreamRequest decodes arbitrary bytes as a ForwardStream message with
@@ -12,7 +14,9 @@ import (
 // reason (answered CodeInvalidArgument); decoding it into a message that
 // held an earlier batch (as the stream reuses them) gives the same.
 func FuzzStreamRequest(f *testing.F) {
-	req := fwdRequest{id: 7, timeout: int64(time.Second), checks: []Check{validCheck("a", 1), {Key: "b", Limit: validCheck("b", 0).Limit, CreatedAt: 1}}}
+	leased := validCheck("c", 1)
+	leased.LeaseHits = 40
+	req := fwdRequest{id: 7, timeout: int64(time.Second), checks: []Check{validCheck("a", 1), {Key: "b", Limit: validCheck("b", 0).Limit, CreatedAt: 1}, leased}}
 	seed := req.append(nil)
 	f.Add(seed)
 	f.Add([]byte{0x0a, 0x02, 0x0a, 0x00})
@@ -54,7 +58,8 @@ func FuzzStreamRequest(f *testing.F) {
 // the forwarding peer does: no panic, and decoding into a message that held
 // an earlier answer (as the stream's receive loop does) gives the same.
 func FuzzStreamResponse(f *testing.F) {
-	resp := fwdResponse{id: 3, results: []Result{{Code: CodeOK, Route: RouteOwner, Owner: "n", Banned: true}, {Code: CodeNotOwner, Message: "x"}}}
+	resp := fwdResponse{id: 3, results: []Result{{Code: CodeOK, Route: RouteOwner, Owner: "n", Banned: true}, {Code: CodeNotOwner, Message: "x"},
+		{Code: CodeOK, Route: RouteOwner, Decision: algo.Decision{Allowed: true}, LeaseHits: 12, LeaseFor: time.Second}}}
 	seed := resp.append(nil)
 	f.Add(seed)
 	f.Add([]byte{0x0a, 0x00})

@@ -2,8 +2,8 @@ package transport
 
 import "strconv"
 
-// String returns "owner", "forwarded", "fallback", "backup", "cached_denial"
-// or "unknown", the
+// String returns "owner", "forwarded", "fallback", "backup", "cached_denial",
+// "lease" or "unknown", the
 // names used in logs and metrics.
 func (r Route) String() string {
 	switch r {
@@ -17,6 +17,8 @@ func (r Route) String() string {
 		return "backup"
 	case RouteCachedDenial:
 		return "cached_denial"
+	case RouteLease:
+		return "lease"
 	case RouteUnknown:
 		return "unknown"
 	}

@@ -29,6 +29,10 @@ const (
 	// denial the key's owner gave it earlier that still holds (no forward).
 	// Never sent between nodes.
 	RouteCachedDenial
+	// RouteLease: the node that received the check admitted it from a
+	// capacity lease, hits the key's owner had taken from the key's state
+	// and lent to it (no forward). Never sent between nodes.
+	RouteLease
 )
 
 // Check is one rate-limit check as it travels between nodes and from callers.
@@ -56,6 +60,11 @@ type Check struct {
 	// CancelAt, when not 0, gives back a booking of Hits hits under Key and
 	// Limit whose Result.At it is, instead of checking (algo.State.Cancel).
 	CancelAt int64
+	// LeaseHits, when > 0, asks the owner for a capacity lease of up to
+	// LeaseHits hits of Key under Limit besides deciding the check (peer
+	// service only; the public Limiter service never sets it): the owner
+	// answers the hits it took for the sender in Result.LeaseHits.
+	LeaseHits int64
 }
 
 // Result is the answer to one Check of a batch.
@@ -83,6 +92,15 @@ type Result struct {
 	// at (Unix ns, now + Delay); Check.CancelAt echoes it. Carried as
 	// Decision.at_unix_ns.
 	At int64
+	// LeaseHits is the capacity lease granted with the decision (see
+	// Check.LeaseHits): hits the owner took from the key's state for the
+	// sender; 0 = none. Carried as Decision.lease_hits.
+	LeaseHits int64
+	// LeaseFor bounds the lease (ns after the sender sent the check): for
+	// GCRA and token bucket the time until the key's state would be full
+	// again without further hits, for a fixed window the time until the
+	// window ends. Carried as Decision.lease_ns.
+	LeaseFor time.Duration
 }
 
 // Code is the per-check outcome inside a batch.

@@ -119,6 +119,10 @@ const (
 	// The node that received the check denied it itself, without a forward,
 	// from a denial the key's owner gave it earlier that still holds.
 	Route_ROUTE_CACHED_DENIAL Route = 5
+	// The node that received the check admitted it itself, without a forward,
+	// from a capacity lease: a slice of the key's capacity its owner had
+	// already taken from the key's state and lent to this node.
+	Route_ROUTE_LEASE Route = 6
 )
 
 // Enum value maps for Route.
@@ -130,6 +134,7 @@ var (
 		3: "ROUTE_FALLBACK",
 		4: "ROUTE_BACKUP",
 		5: "ROUTE_CACHED_DENIAL",
+		6: "ROUTE_LEASE",
 	}
 	Route_value = map[string]int32{
 		"ROUTE_UNSPECIFIED":   0,
@@ -138,6 +143,7 @@ var (
 		"ROUTE_FALLBACK":      3,
 		"ROUTE_BACKUP":        4,
 		"ROUTE_CACHED_DENIAL": 5,
+		"ROUTE_LEASE":         6,
 	}
 )
 
@@ -342,8 +348,14 @@ type Check struct {
 	// The owner returns what has not acted and was not booked after it; the
 	// answer is allowed with nothing else set. 0 = not a cancel.
 	CancelAtUnixNs int64 `protobuf:"varint,13,opt,name=cancel_at_unix_ns,json=cancelAtUnixNs,proto3" json:"cancel_at_unix_ns,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Peer-only: the sender asks the owner for a capacity lease of up to
+	// lease_hits hits of this key under this limit, besides deciding the
+	// check (GCRA, token bucket and fixed window only; 0 = none). The owner
+	// takes the hits it lends from the key's state before it answers
+	// (Decision.lease_hits). Ignored on the public Limiter service.
+	LeaseHits     int64 `protobuf:"varint,14,opt,name=lease_hits,json=leaseHits,proto3" json:"lease_hits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Check) Reset() {
@@ -467,6 +479,13 @@ func (x *Check) GetCancelAtUnixNs() int64 {
 	return 0
 }
 
+func (x *Check) GetLeaseHits() int64 {
+	if x != nil {
+		return x.LeaseHits
+	}
+	return 0
+}
+
 // Decision is the outcome of one decided check.
 type Decision struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -492,7 +511,17 @@ type Decision struct {
 	// An allowed booking: the owner-clock instant (Unix ns) its hits act at
 	// (the owner's now plus delay_ns), which Check.cancel_at_unix_ns echoes to
 	// give it back.
-	AtUnixNs      int64 `protobuf:"varint,10,opt,name=at_unix_ns,json=atUnixNs,proto3" json:"at_unix_ns,omitempty"`
+	AtUnixNs int64 `protobuf:"varint,10,opt,name=at_unix_ns,json=atUnixNs,proto3" json:"at_unix_ns,omitempty"`
+	// Peer-only: a capacity lease granted with this decision (Check.lease_hits):
+	// the hits the owner took from the key's state for the sender, which may
+	// admit up to that many checks of the key under the limit itself, for at
+	// most lease_ns after it sent the check. For GCRA and token bucket
+	// lease_ns is the time until the key's state would be full again without
+	// further hits, and the lent hits must be used at no more than the
+	// limit's rate from there back (see the node package's leases); for a
+	// fixed window it is the time until the window ends. 0 = no lease.
+	LeaseHits     int64 `protobuf:"varint,11,opt,name=lease_hits,json=leaseHits,proto3" json:"lease_hits,omitempty"`
+	LeaseNs       int64 `protobuf:"varint,12,opt,name=lease_ns,json=leaseNs,proto3" json:"lease_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -593,6 +622,20 @@ func (x *Decision) GetDelayNs() int64 {
 func (x *Decision) GetAtUnixNs() int64 {
 	if x != nil {
 		return x.AtUnixNs
+	}
+	return 0
+}
+
+func (x *Decision) GetLeaseHits() int64 {
+	if x != nil {
+		return x.LeaseHits
+	}
+	return 0
+}
+
+func (x *Decision) GetLeaseNs() int64 {
+	if x != nil {
+		return x.LeaseNs
 	}
 	return 0
 }
@@ -2032,7 +2075,7 @@ var File_ringlimit_v1_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\"\xbd\x03\n" +
+	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\"\xdc\x03\n" +
 	"\x05Check\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x125\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x14\n" +
@@ -2047,7 +2090,9 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	" \x01(\x03R\fpenaltyBanNs\x12\x1b\n" +
 	"\tas_backup\x18\v \x01(\bR\basBackup\x12\x1e\n" +
 	"\vmax_wait_ns\x18\f \x01(\x03R\tmaxWaitNs\x12)\n" +
-	"\x11cancel_at_unix_ns\x18\r \x01(\x03R\x0ecancelAtUnixNs\"\xb6\x02\n" +
+	"\x11cancel_at_unix_ns\x18\r \x01(\x03R\x0ecancelAtUnixNs\x12\x1d\n" +
+	"\n" +
+	"lease_hits\x18\x0e \x01(\x03R\tleaseHits\"\xf0\x02\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -2060,7 +2105,10 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\bdelay_ns\x18\t \x01(\x03R\adelayNs\x12\x1c\n" +
 	"\n" +
 	"at_unix_ns\x18\n" +
-	" \x01(\x03R\batUnixNs\"\xa4\x01\n" +
+	" \x01(\x03R\batUnixNs\x12\x1d\n" +
+	"\n" +
+	"lease_hits\x18\v \x01(\x03R\tleaseHits\x12\x19\n" +
+	"\blease_ns\x18\f \x01(\x03R\aleaseNs\"\xa4\x01\n" +
 	"\x06Result\x12&\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x12.ringlimit.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x122\n" +
@@ -2175,14 +2223,15 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x16ALGORITHM_FIXED_WINDOW\x10\x03\x12\x12\n" +
 	"\x0eALGORITHM_GCRA\x10\x04\x12\x1a\n" +
 	"\x16ALGORITHM_TOKEN_BUCKET\x10\x05\x12%\n" +
-	"!ALGORITHM_BUCKETED_SLIDING_WINDOW\x10\x06*\x83\x01\n" +
+	"!ALGORITHM_BUCKETED_SLIDING_WINDOW\x10\x06*\x94\x01\n" +
 	"\x05Route\x12\x15\n" +
 	"\x11ROUTE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROUTE_OWNER\x10\x01\x12\x13\n" +
 	"\x0fROUTE_FORWARDED\x10\x02\x12\x12\n" +
 	"\x0eROUTE_FALLBACK\x10\x03\x12\x10\n" +
 	"\fROUTE_BACKUP\x10\x04\x12\x17\n" +
-	"\x13ROUTE_CACHED_DENIAL\x10\x05*\x91\x01\n" +
+	"\x13ROUTE_CACHED_DENIAL\x10\x05\x12\x0f\n" +
+	"\vROUTE_LEASE\x10\x06*\x91\x01\n" +
 	"\x04Code\x12\v\n" +
 	"\aCODE_OK\x10\x00\x12\x12\n" +
 	"\x0eCODE_NOT_OWNER\x10\x01\x12\x19\n" +

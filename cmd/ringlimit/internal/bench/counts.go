@@ -55,7 +55,7 @@ func (l *admLog) flush() {
 }
 
 // routeSlots sizes the per-route counters, indexed by node.Route: room for
-// every route (RouteCachedDenial is the highest) and a few more; a Decision
+// every route (RouteLease is the highest) and a few more; a Decision
 // with a route beyond them is counted in no route.
 const routeSlots = 8
 

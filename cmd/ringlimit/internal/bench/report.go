@@ -155,7 +155,7 @@ func (r *Report) Write(w io.Writer) error {
 			fmt.Fprintf(tw, "  \t%s\n", ev)
 		}
 	}
-	fmt.Fprintf(tw, "routes\towner %d, forwarded %d, cached denial %d, backup %d, fallback %d\n", r.Routes[node.RouteOwner], r.Routes[node.RouteForwarded], r.Routes[node.RouteCachedDenial], r.Routes[node.RouteBackup], r.Routes[node.RouteFallback])
+	fmt.Fprintf(tw, "routes\towner %d, forwarded %d, lease %d, cached denial %d, backup %d, fallback %d\n", r.Routes[node.RouteOwner], r.Routes[node.RouteForwarded], r.Routes[node.RouteLease], r.Routes[node.RouteCachedDenial], r.Routes[node.RouteBackup], r.Routes[node.RouteFallback])
 	if h := r.Latency; h.TotalCount() > 0 {
 		p := func(q float64) time.Duration { return time.Duration(h.ValueAtQuantile(q)) }
 		fmt.Fprintf(tw, "latency\tp50 %v  p90 %v  p99 %v  p99.9 %v  max %v\n",
@@ -183,15 +183,15 @@ func (r *Report) writeTargets(w io.Writer) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "\nper target\tdecided\tchecks/s\tp50\tp99\t%s\t%s\t%s\t%s\t%s\terrors\t\n",
-		node.RouteOwner, node.RouteForwarded, node.RouteCachedDenial, node.RouteBackup, node.RouteFallback)
+	fmt.Fprintf(tw, "\nper target\tdecided\tchecks/s\tp50\tp99\t%s\t%s\t%s\t%s\t%s\t%s\terrors\t\n",
+		node.RouteOwner, node.RouteForwarded, node.RouteLease, node.RouteCachedDenial, node.RouteBackup, node.RouteFallback)
 	for _, t := range r.Targets {
 		p50, p99 := "-", "-"
 		if h := t.Latency; h != nil && h.TotalCount() > 0 {
 			p50, p99 = rnd(time.Duration(h.ValueAtQuantile(50))).String(), rnd(time.Duration(h.ValueAtQuantile(99))).String()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", t.Name, t.Decided, t.Throughput, p50, p99,
-			t.Routes[node.RouteOwner], t.Routes[node.RouteForwarded], t.Routes[node.RouteCachedDenial], t.Routes[node.RouteBackup], t.Routes[node.RouteFallback], t.Errors)
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", t.Name, t.Decided, t.Throughput, p50, p99,
+			t.Routes[node.RouteOwner], t.Routes[node.RouteForwarded], t.Routes[node.RouteLease], t.Routes[node.RouteCachedDenial], t.Routes[node.RouteBackup], t.Routes[node.RouteFallback], t.Errors)
 	}
 	return tw.Flush()
 }

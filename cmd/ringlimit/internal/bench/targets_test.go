@@ -131,7 +131,7 @@ func TestRunPerTarget(t *testing.T) {
 	}
 	rows := map[string][]string{}
 	for _, line := range strings.Split(out, "\n") {
-		if f := strings.Fields(line); len(f) == 11 {
+		if f := strings.Fields(line); len(f) == 12 {
 			rows[f[0]] = f
 		}
 	}
@@ -143,7 +143,7 @@ func TestRunPerTarget(t *testing.T) {
 			continue
 		}
 		want := []string{tr.Name, strconv.FormatInt(f.decided(), 10)}
-		for _, rt := range []node.Route{node.RouteOwner, node.RouteForwarded, node.RouteCachedDenial, node.RouteBackup, node.RouteFallback} {
+		for _, rt := range []node.Route{node.RouteOwner, node.RouteForwarded, node.RouteLease, node.RouteCachedDenial, node.RouteBackup, node.RouteFallback} {
 			want = append(want, strconv.FormatInt(f.routes[rt], 10))
 		}
 		want = append(want, strconv.FormatInt(tr.Errors, 10))

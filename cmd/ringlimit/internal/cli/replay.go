@@ -258,10 +258,10 @@ any replay differs from the single-node reference.`,
 
 func writeDemoTable(w io.Writer, reports []*replay.Report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "algorithm\trequests\tadmitted\tdenied\tmismatches\towner\tforwarded\tbackup\tfallback\treq/s\telapsed\t")
+	fmt.Fprintln(tw, "algorithm\trequests\tadmitted\tdenied\tmismatches\towner\tforwarded\tlease\tbackup\tfallback\treq/s\telapsed\t")
 	for _, r := range reports {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f\t%v\t\n", r.Limit.Kind, r.Requests, r.Admitted, r.Denied, r.Mismatches,
-			r.Routes[node.RouteOwner], r.Routes[node.RouteForwarded], r.Routes[node.RouteBackup], r.Routes[node.RouteFallback],
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f\t%v\t\n", r.Limit.Kind, r.Requests, r.Admitted, r.Denied, r.Mismatches,
+			r.Routes[node.RouteOwner], r.Routes[node.RouteForwarded], r.Routes[node.RouteLease], r.Routes[node.RouteBackup], r.Routes[node.RouteFallback],
 			r.Throughput(), r.Elapsed.Round(time.Millisecond))
 	}
 	return tw.Flush()

@@ -173,7 +173,7 @@ func (r *Report) Write(w io.Writer) error {
 	fmt.Fprintf(tw, "denied\t%d\n", r.Denied)
 	fmt.Fprintf(tw, "mismatches\t%d (of which errors %d)\n", r.Mismatches, r.Errors)
 	decided := r.Admitted + r.Denied
-	for _, rt := range []node.Route{node.RouteOwner, node.RouteForwarded, node.RouteCachedDenial, node.RouteBackup, node.RouteFallback, node.RouteUnknown} {
+	for _, rt := range []node.Route{node.RouteOwner, node.RouteForwarded, node.RouteLease, node.RouteCachedDenial, node.RouteBackup, node.RouteFallback, node.RouteUnknown} {
 		if n := r.Routes[rt]; n > 0 || rt == node.RouteOwner || rt == node.RouteForwarded {
 			fmt.Fprintf(tw, "route %s\t%d (%s)\n", rt.String(), n, pct(n, decided))
 		}

@@ -142,7 +142,8 @@ type CheckResponse struct {
 	// ResetAfterNS is the time in ns until the key is back to full capacity.
 	ResetAfterNS int64 `json:"reset_after_ns"`
 	// Route is "owner", "forwarded", "cached_denial" (denied by this node from
-	// an owner's earlier denial, no forward), "backup" or "fallback".
+	// an owner's earlier denial, no forward), "lease" (admitted by this node
+	// from capacity the owner lent it, no forward), "backup" or "fallback".
 	Route string `json:"route"`
 	// Owner is the member that decided ("" when unknown, as on some fallbacks).
 	Owner string `json:"owner"`

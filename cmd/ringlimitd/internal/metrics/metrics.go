@@ -105,7 +105,7 @@ type Metrics struct {
 	tokenReloads *prometheus.CounterVec
 	replSends    *prometheus.CounterVec
 	replStates   prometheus.Counter
-	checkCounter [2][5][7]prometheus.Counter // [allowed][route][kind], resolved once
+	checkCounter [2][node.RouteLease + 1][7]prometheus.Counter // [allowed][route][kind], resolved once
 }
 
 var (
@@ -240,7 +240,7 @@ func New(stats func() node.Stats) *Metrics {
 	// Resolve the label combinations of the hot path once, so Check costs an
 	// atomic add and no map lookup; they also appear at 0 before the first check.
 	for a, result := range []string{"denied", "allowed"} {
-		for _, r := range []node.Route{node.RouteOwner, node.RouteForwarded, node.RouteFallback, node.RouteBackup} {
+		for _, r := range []node.Route{node.RouteOwner, node.RouteForwarded, node.RouteFallback, node.RouteBackup, node.RouteCachedDenial, node.RouteLease} {
 			for _, k := range algo.Kinds() {
 				m.checkCounter[a][r][k] = m.checks.WithLabelValues(result, r.String(), k.String())
 			}
@@ -278,7 +278,7 @@ func (m *Metrics) Check(kind algo.Kind, route node.Route, allowed bool) {
 	if allowed {
 		a = 1
 	}
-	if kind.Valid() && route >= node.RouteOwner && route <= node.RouteBackup {
+	if kind.Valid() && route >= node.RouteOwner && route <= node.RouteLease {
 		m.checkCounter[a][route][kind].Inc()
 		return
 	}
