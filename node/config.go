@@ -368,6 +368,19 @@ type Config struct {
 	// reset or an unban sends. Default 10 s; must be > 0 when DeniedCacheSize
 	// is.
 	DeniedCacheMaxTTL time.Duration
+	// Lease configures capacity leases (RouteLease, see node/lease.go): a
+	// member that checks a key often (Lease.Threshold checks/s) admits
+	// them itself from slices of the key's capacity that the owner takes
+	// from the key's state and lends it, for at most Lease.Period, so the
+	// members together never admit more than one limiter would; unused
+	// slices are under-admission (at most one slice per member per
+	// period). GCRA, TokenBucket and FixedWindow only. Off by default
+	// (Size 0): a leased check's Remaining is what is left of the lessee's
+	// slice, not of the key, and unused slices admit a little less than
+	// the limit; set Lease.Size (1024 is a good start) on every member to
+	// turn it on. DefaultConfig sets Threshold 100/s, Period 100 ms and
+	// MaxShare 0.5.
+	Lease LeaseConfig
 	// TopDeniedKeys is how many keys a node keeps counting in each 10 s
 	// slot of its most-limited keys (Node.TopDenied): a space-saving
 	// summary of its callers' denials over the last minute, 6 slots of at
@@ -501,6 +514,7 @@ func DefaultConfig() Config {
 		ForwardTimeout:     time.Second,
 		DeniedCacheSize:    4096,
 		DeniedCacheMaxTTL:  10 * time.Second,
+		Lease:              LeaseConfig{Threshold: 100, Period: 100 * time.Millisecond, MaxShare: 0.5},
 		TopDeniedKeys:      100,
 		HandoffTimeout:     2 * time.Second,
 		ReplicationLag:     5 * time.Millisecond,
@@ -575,6 +589,10 @@ func (c *Config) validate() error {
 		{"ForwardTimeout", c.ForwardTimeout <= 0, c.ForwardTimeout},
 		{"DeniedCacheSize", c.DeniedCacheSize < 0 || c.DeniedCacheSize > 1<<24, c.DeniedCacheSize},
 		{"DeniedCacheMaxTTL", c.DeniedCacheSize > 0 && c.DeniedCacheMaxTTL <= 0, c.DeniedCacheMaxTTL},
+		{"Lease.Size", c.Lease.Size < 0 || c.Lease.Size > 1<<24, c.Lease.Size},
+		{"Lease.Threshold", c.Lease.Size > 0 && !(c.Lease.Threshold > 0 && c.Lease.Threshold <= 1e12), c.Lease.Threshold},
+		{"Lease.Period", c.Lease.Size > 0 && (c.Lease.Period <= 0 || c.Lease.Period > time.Hour), c.Lease.Period},
+		{"Lease.MaxShare", c.Lease.Size > 0 && !(c.Lease.MaxShare > 0 && c.Lease.MaxShare <= 1), c.Lease.MaxShare},
 		{"TopDeniedKeys", c.TopDeniedKeys < 0 || c.TopDeniedKeys > 100_000, c.TopDeniedKeys},
 		{"HandoffTimeout", c.HandoffTimeout <= 0, c.HandoffTimeout},
 		{"CloseTimeout", c.CloseTimeout <= 0, c.CloseTimeout},

@@ -190,11 +190,15 @@ func (n *Node) keyOpHere(ctx context.Context, r transport.KeyOpRequest) (transpo
 	h := rs.snap.Hash(r.Key)
 	m, ok := rs.snap.OwnerOfHash(h)
 	owns := ok && m.Name == n.cfg.Name && !rs.leaving
-	res, inv, err := keyops.Stores{Owned: n.owned, Bans: n.bans, Denied: n.denied}.Apply(r, h, owns, n.clock)
+	res, inv, err := keyops.Stores{Owned: n.owned, Bans: n.bans, Denied: n.denied, Leases: n.leases}.Apply(r, h, owns, n.clock)
 	if err != nil || inv == nil {
 		return res, err
 	}
-	return res, n.broadcastInvalidation(ctx, rs, *inv)
+	err = n.broadcastInvalidation(ctx, rs, *inv)
+	if r.Op == transport.KeyOpReset {
+		n.leaseReset(h, r.Limit.Kind, r.All, err == nil)
+	}
+	return res, err
 }
 
 // broadcastInvalidation sends inv to every other member of rs and waits for

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/internal/breaker"
 	"github.com/ringlimit/ringlimit/node/internal/denycache"
+	"github.com/ringlimit/ringlimit/node/internal/lease"
 	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/node/internal/topdenied"
 	"github.com/ringlimit/ringlimit/ring"
@@ -47,6 +48,7 @@ func New(cfg Config) (*Node, error) {
 		ring:      r,
 		bans:      &store.Bans{Track: cfg.Replication != ReplicationOff},
 		denied:    denycache.New(cfg.DeniedCacheSize, cfg.DeniedCacheMaxTTL),
+		leases:    lease.New(lease.Config{Size: cfg.Lease.Size, Threshold: cfg.Lease.Threshold, Period: cfg.Lease.Period}),
 		top:       topdenied.New(cfg.TopDeniedKeys),
 		memberSig: make(chan struct{}, 1),
 		straySig:  make(chan struct{}, 1),
@@ -59,6 +61,9 @@ func New(cfg Config) (*Node, error) {
 		stop:      make(chan struct{}),
 	}
 	n.owned = store.New(cfg.MaxKeys, r.Snapshot().Hash, n.onEvict)
+	if n.leases != nil {
+		n.holds = &lease.Holds{}
+	}
 	n.owned.Track = cfg.Replication != ReplicationOff
 	n.repl = newReplicator()
 	n.breakers = breaker.NewSet(cfg.BreakerCooldown)

@@ -32,6 +32,7 @@ import (
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/internal/breaker"
 	"github.com/ringlimit/ringlimit/node/internal/denycache"
+	"github.com/ringlimit/ringlimit/node/internal/lease"
 	"github.com/ringlimit/ringlimit/node/internal/peergate"
 	"github.com/ringlimit/ringlimit/node/internal/peerinput"
 	"github.com/ringlimit/ringlimit/node/internal/persist"
@@ -156,6 +157,10 @@ type Stats struct {
 	// CachedDenials is the number of checks this node denied from a cached
 	// denial, without a forward (RouteCachedDenial), since New.
 	CachedDenials uint64
+	// LeasedChecks is the number of checks this node admitted from
+	// capacity leases, without a forward (RouteLease), since New;
+	// LeasesGranted the leases it was granted.
+	LeasedChecks, LeasesGranted uint64
 	// TLSNotAfter is the earliest expiry of this member's certificate and of
 	// the CAs of its bundle (zero when insecure).
 	TLSNotAfter time.Time
@@ -194,6 +199,11 @@ type Node struct {
 
 	// denied caches owners' denials (denials.go); nil when off.
 	denied *denycache.Cache
+	// leases holds the capacity this node was lent (lease.go); nil when off.
+	leases *lease.Table
+	// holds are the slices this node lent of its keys (lease.go); nil when
+	// leases are off.
+	holds *lease.Holds
 	// top counts the denials of this node's callers by key
 	// (topdenied.go); nil when off.
 	top *topdenied.Tracker
@@ -335,6 +345,7 @@ func (n *Node) OwnedKeys() int {
 func (n *Node) Stats() Stats {
 	s := Stats{Keys: n.owned.Len(), FallbackKeys: n.fallback.Len(), Members: n.rs.Load().snap.Len(), Refused: n.refusedCount(), Insecure: !n.secure,
 		Rebuilds: n.rebuilds.Load(), RebuildTime: time.Duration(n.rebuildNs.Load()), RefusedStates: n.refusedStates.Load(), RefusedKeys: n.refusedKeys.Load(), CachedDenials: n.cachedDenials()}
+	s.LeasedChecks, s.LeasesGranted = n.leaseStats()
 	n.tlsStats(&s)
 	n.persistStats(&s)
 	return s

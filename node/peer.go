@@ -107,6 +107,9 @@ func (p peerService) Forward(ctx context.Context, checks []transport.Check, out 
 			continue
 		}
 		out[i] = n.decideResult(ctx, rs, checkFromWire(&checks[i]), h)
+		if c.LeaseHits > 0 {
+			n.grantLease(ctx, rs, &checks[i], h, &out[i])
+		}
 		changed = changed || c.Hits > 0 && out[i].Code == transport.CodeOK && out[i].Decision.Allowed
 	}
 	if backups != nil {
@@ -184,8 +187,8 @@ func (p peerService) ForwardMayWait(checks []transport.Check) bool {
 		return true
 	}
 	for i := range checks {
-		if checks[i].AsBackup {
-			return true
+		if checks[i].AsBackup || checks[i].LeaseHits > 0 {
+			return true // a lease is replicated to the key's backup before it is answered
 		}
 	}
 	if rs.gates == nil || !time.Now().Before(rs.deadline) {

@@ -106,10 +106,29 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 		)
 		var sent int64
 		var epoch uint64
+		// A lease first: it admits what the owner already counted, whatever
+		// a cached denial says of the owner's state; then the cached denials.
+		var ask int64
+		var leaseSent int64
+		var leaseEpoch uint64
+		if n.leases != nil && attempt == 0 && c.leasable() {
+			leaseSent = n.clock()
+			sent = leaseSent
+			var ok bool
+			if ok, ask, leaseEpoch = n.answerLease(c, h, leaseSent, out); ok {
+				n.observe(c.Limit.Kind, RouteLease, true)
+				return nil
+			}
+		}
 		cache := n.denied != nil && c.cacheable()
 		if cache {
-			sent = n.clock()
+			if sent == 0 {
+				sent = n.clock()
+			}
 			if n.answerDenied(c, h, sent, out) {
+				if ask > 0 {
+					n.leases.Answered(h, c.Limit, leaseEpoch, leaseSent, 0, 0, "")
+				}
 				n.observe(c.Limit.Kind, RouteCachedDenial, false)
 				n.noteDenied(c)
 				return nil
@@ -118,7 +137,17 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 		}
 		viaBackup := n.breakers.Skip(owner.Name)
 		if !viaBackup {
-			res, err = n.peers.Forward(ctx, owner.Addr, c.wire(false))
+			w := c.wire(false)
+			w.LeaseHits = ask
+			res, err = n.peers.Forward(ctx, owner.Addr, w)
+			if ask > 0 {
+				if err == nil && res.Code == transport.CodeOK {
+					n.leases.Answered(h, c.Limit, leaseEpoch, leaseSent, res.LeaseHits, res.LeaseFor, owner.Name)
+				} else {
+					n.leases.Answered(h, c.Limit, leaseEpoch, leaseSent, 0, 0, "")
+				}
+				ask = 0
+			}
 			if err != nil && ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -156,6 +185,10 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 				// owners, its backups): the backup decides.
 				viaBackup = true
 			}
+		}
+		if ask > 0 { // not sent to the owner: no lease this time
+			n.leases.Answered(h, c.Limit, leaseEpoch, leaseSent, 0, 0, "")
+			ask = 0
 		}
 		if viaBackup {
 			d, err := n.decideViaBackup(ctx, rs, *c, h, owner)
@@ -248,10 +281,10 @@ func (n *Node) decideOwned(ctx context.Context, rs *ringState, c *Check, h uint6
 	}
 	owns := func() bool { return n.owns(rs, h) }
 	if c.Penalty.IsZero() {
-		return false, n.owned.TakeInto(out, h, c.Limit, c.Hits, now, wall, owns)
+		return false, n.takeOwnedInto(out, h, c.Limit, c.Hits, now, wall, owns)
 	}
 	d, banned, err := n.bans.Take(h, c.Key, store.BanRule(c.Penalty), c.Hits, now, func(hits int64) (algo.Decision, error) {
-		return n.owned.Take(h, c.Limit, hits, now, wall, owns)
+		return n.takeOwned(h, c.Limit, hits, now, wall, owns)
 	})
 	if err == nil {
 		*out = d

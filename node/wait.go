@@ -224,7 +224,7 @@ func (n *Node) bookOwned(ctx context.Context, rs *ringState, c *Check, h uint64,
 		now = wall
 	}
 	bc := booking.Check{H: h, Key: c.Key, Limit: c.Limit, Hits: c.Hits, MaxWait: c.MaxWait, CancelAt: c.cancelAt,
-		Penalty: store.BanRule(c.Penalty), Penalized: !c.Penalty.IsZero()}
+		Penalty: store.BanRule(c.Penalty), Penalized: !c.Penalty.IsZero(), Take: n.takeOwned}
 	r, err := booking.Decide(n.owned, n.bans, &bc, now, wall, func() bool { return n.owns(rs, h) }, n.withinMaxima)
 	if err != nil {
 		return false, err

@@ -26,6 +26,9 @@ type Check struct {
 	Hits     int64
 	MaxWait  time.Duration // > 0: book up to this far ahead
 	CancelAt int64         // != 0: cancel the booking acting at this owner instant (Unix ns)
+	// Take, when not nil, takes the booking's hits instead of the store's
+	// Take (node's capacity leases hold lent hits back from every take).
+	Take func(h uint64, l algo.Limit, hits, now, wall int64, owns func() bool) (algo.Decision, error)
 	// Penalty is the check's penalty rule; Penalized says it has one.
 	Penalty   store.BanRule
 	Penalized bool
@@ -69,7 +72,12 @@ func Decide(owned *store.Store, bans *store.Bans, c *Check, now, wall int64, own
 			return Result{}, err
 		}
 	}
-	take := func(hits int64) (algo.Decision, error) { return owned.Take(c.H, l, hits, now, wall, owns) }
+	take := func(hits int64) (algo.Decision, error) {
+		if c.Take != nil {
+			return c.Take(c.H, l, hits, now, wall, owns)
+		}
+		return owned.Take(c.H, l, hits, now, wall, owns)
+	}
 	var out Result
 	var err error
 	if !c.Penalized {

@@ -7,8 +7,8 @@
 // Data flow: the owner applies a reset or an unban to its stores (Apply),
 // drops its own cached denials of the key and sends the invalidation Apply
 // returns to every other member (Broadcast); each of them drops its cached
-// denials and, as the key's backup, its replica of what was reset (Apply of
-// the invalidation).
+// denials and capacity leases of the key and, as the key's backup, its
+// replica of what was reset (Apply of the invalidation).
 package keyops
 
 import (
@@ -17,6 +17,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/node/internal/denycache"
+	"github.com/ringlimit/ringlimit/node/internal/lease"
 	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/transport"
 )
@@ -26,6 +27,7 @@ type Stores struct {
 	Owned  *store.Store
 	Bans   *store.Bans
 	Denied *denycache.Cache // nil: no denial cache
+	Leases *lease.Table     // nil: no capacity leases
 }
 
 // notOwner answers a request that only the key's owner may answer.
@@ -38,7 +40,7 @@ var notOwner = transport.KeyOpResult{Code: transport.CodeNotOwner, Message: "not
 // reset (of one algorithm's state, or with All of every state and the ban)
 // or an unban and returns, with inv set, the invalidation to send to every
 // other member (see Broadcast). An invalidation drops the key's cached
-// denials and, when this node does not own the key (as its backup), the
+// denials and leases and, when this node does not own the key (as its backup), the
 // replica of what was reset. Errors are the store's; a request of another
 // node's making is answered with its code (CodeNotOwner,
 // CodeInvalidArgument), not an error.
@@ -75,14 +77,10 @@ func (s Stores) Apply(r transport.KeyOpRequest, h uint64, owns bool, clock func(
 		if r.Op == transport.KeyOpReset {
 			inv.Limit.Kind = r.Limit.Kind
 		}
-		if s.Denied != nil {
-			s.Denied.Invalidate(h)
-		}
+		s.invalidate(h)
 		return transport.KeyOpResult{Found: found}, &inv, nil
 	case transport.KeyOpInvalidate:
-		if s.Denied != nil {
-			s.Denied.Invalidate(h)
-		}
+		s.invalidate(h)
 		if !owns { // as the key's backup: drop the replica of what was reset
 			if r.All {
 				s.dropAll(h, r.Key)
@@ -95,6 +93,17 @@ func (s Stores) Apply(r transport.KeyOpRequest, h uint64, owns bool, clock func(
 		return transport.KeyOpResult{}, nil, nil
 	}
 	return transport.KeyOpResult{Code: transport.CodeInvalidArgument, Message: "unknown key operation"}, nil, nil
+}
+
+// invalidate drops this node's cached denials and capacity leases of the
+// key with ring hash h: a reset or an unban freed capacity early.
+func (s Stores) invalidate(h uint64) {
+	if s.Denied != nil {
+		s.Denied.Invalidate(h)
+	}
+	if s.Leases != nil {
+		s.Leases.Invalidate(h)
+	}
 }
 
 // dropAll drops the key's states under every algorithm and its ban state,

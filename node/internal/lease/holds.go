@@ -1,0 +1,145 @@
+package lease
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/ringlimit/ringlimit/algo"
+)
+
+// Holds is the owner's side of GCRA and token-bucket leases: the slices it
+// lent of each key, held back from every admission of the key until the
+// lease has ended and the slice is recorded in the key's state.
+//
+// Why not take the slice from the state at the grant. A GCRA or
+// token-bucket state forgets admitted hits at the limit's rate: a slice
+// taken at the grant and admitted by the lessee later would be forgotten
+// before its admissions are, and the owner could then admit a full burst on
+// top of them. So the owner does not record a slice when it lends it: it
+// decides every check of the key as if the slices still out had been
+// admitted at that instant (the state must be able to take the check's hits
+// plus the held hits; only the check's are taken), and records a slice in
+// the state, as admitted then, at the first decision after its lease ended
+// (its lessee admits nothing after that). A slice the state cannot take yet
+// stays held until it can. Over any interval, the admissions of the owner
+// and of every lessee together then stay within the algorithm's bound: the
+// last decision of the owner in the interval was made with every slice
+// still out counted in full, and every slice that ended in the interval is
+// recorded in it.
+//
+// The methods of a Shard are called with its lock held (Lock); Holds' own
+// methods lock for themselves.
+type Holds struct {
+	n      atomic.Int64 // slices held, in all shards
+	ids    atomic.Uint64
+	shards [holdShards]Shard
+}
+
+const holdShards = 64
+
+// Shard is the slices of the keys whose ring hash falls in it.
+type Shard struct {
+	mu sync.Mutex
+	s  *Holds
+	m  map[holdKey][]hold
+}
+
+type holdKey struct {
+	h    uint64
+	kind algo.Kind
+}
+
+// hold is one lent slice: n hits under limit, usable by the lessee until
+// end (owner clock, ns).
+type hold struct {
+	id    uint64
+	n     int64
+	end   int64
+	limit algo.Limit
+}
+
+// Any reports whether any slice is held (one atomic load).
+func (s *Holds) Any() bool { return s != nil && s.n.Load() > 0 }
+
+// Lock locks and returns the shard of the key with ring hash h.
+func (s *Holds) Lock(h uint64) *Shard {
+	sh := &s.shards[h%holdShards]
+	sh.mu.Lock()
+	sh.s = s
+	return sh
+}
+
+// Unlock unlocks sh.
+func (sh *Shard) Unlock() { sh.mu.Unlock() }
+
+// Held returns the hits held back from admissions of the key with ring hash
+// h under algorithm k.
+func (sh *Shard) Held(h uint64, k algo.Kind) int64 {
+	var x int64
+	for _, e := range sh.m[holdKey{h, k}] {
+		x += e.n
+	}
+	return min(x, algo.MaxHits)
+}
+
+// Add holds a slice of n hits of the key with ring hash h under l, usable
+// until end (owner clock, ns), and returns its id.
+func (sh *Shard) Add(h uint64, l algo.Limit, n, end int64) uint64 {
+	if sh.m == nil {
+		sh.m = make(map[holdKey][]hold)
+	}
+	k := holdKey{h, l.Kind}
+	id := sh.s.ids.Add(1)
+	sh.m[k] = append(sh.m[k], hold{id: id, n: n, end: end, limit: l})
+	sh.s.n.Add(1)
+	return id
+}
+
+// Remove forgets the slice id of the key with ring hash h under k (a grant
+// that was not answered).
+func (sh *Shard) Remove(h uint64, k algo.Kind, id uint64) {
+	key := holdKey{h, k}
+	hs := sh.m[key]
+	for i := range hs {
+		if hs[i].id == id {
+			hs[i] = hs[len(hs)-1]
+			hs = hs[:len(hs)-1]
+			sh.s.n.Add(-1)
+			break
+		}
+	}
+	if len(hs) == 0 {
+		delete(sh.m, key)
+	} else {
+		sh.m[key] = hs
+	}
+}
+
+// Record records in the state the slices of the key with ring hash h under
+// k whose lease ended before now: take(hits, l) takes them as admitted now
+// and reports whether the state took them; a slice it refused stays held.
+func (sh *Shard) Record(h uint64, k algo.Kind, now int64, take func(hits int64, l algo.Limit) bool) {
+	key := holdKey{h, k}
+	hs := sh.m[key]
+	for i := len(hs) - 1; i >= 0; i-- {
+		if hs[i].end >= now || !take(hs[i].n, hs[i].limit) {
+			continue
+		}
+		hs[i] = hs[len(hs)-1]
+		hs = hs[:len(hs)-1]
+		sh.s.n.Add(-1)
+	}
+	if len(hs) == 0 {
+		delete(sh.m, key)
+	} else {
+		sh.m[key] = hs
+	}
+}
+
+// Drop forgets the slices of the key with ring hash h under k (a reset that
+// every member acknowledged: no lessee holds any of them any more).
+func (sh *Shard) Drop(h uint64, k algo.Kind) {
+	key := holdKey{h, k}
+	sh.s.n.Add(-int64(len(sh.m[key])))
+	delete(sh.m, key)
+}

@@ -1,0 +1,272 @@
+// Package lease is the mechanism of capacity leases (node's RouteLease). On
+// the lessee: Table, a fixed-size table of the hits that keys' owners lent
+// this member, from which it admits checks itself, and of the rate of
+// forwarded checks per key that decides when to ask for a lease. On the
+// owner: Holds, the hits of lent slices that a GCRA or token-bucket state no
+// longer counts and the owner holds back. Why the two together never admit
+// more than one limiter would is node's lease.go.
+//
+// Data flow: every check of a key this member does not own passes Decide
+// first (one slot lock): it is admitted from a live grant of its key and
+// limit, or counted toward the key's rate and answered with how many hits
+// to ask for on its forward (0 for none). The forward's answer comes back
+// through Answered, which installs the owner's grant (or only clears the
+// request in flight). Invalidate drops a key's grants (a reset); the epoch
+// keeps the grant of a forward that was in flight during an invalidation
+// out of the table.
+package lease
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algo"
+)
+
+// Supports reports whether checks under k can be leased: GCRA, TokenBucket
+// and FixedWindow. The sliding windows cannot: a hit taken now and admitted
+// by the lessee later counts in the owner's window from the time it was
+// taken, so it leaves the window earlier than the admission it stands for,
+// and the window's bound (at most Limit admissions in any Period) would no
+// longer hold.
+func Supports(k algo.Kind) bool {
+	return k == algo.GCRA || k == algo.TokenBucket || k == algo.FixedWindow
+}
+
+// Config sizes a Table.
+type Config struct {
+	// Size is the number of slots (rounded up to a power of two), one key and
+	// limit each, chosen by the key's ring hash. > 0.
+	Size int
+	// Threshold is the rate (checks per second of one key and limit on this
+	// member) from which this member asks for leases. > 0.
+	Threshold float64
+	// Period is the longest a lease lives and the time its slice is sized
+	// for: the member asks for twice its observed rate × Period hits. > 0.
+	Period time.Duration
+}
+
+// Table holds this member's leases. Its methods are safe for concurrent use.
+type Table struct {
+	mask      uint64
+	slots     []slot
+	threshold float64
+	period    int64
+	window    int64 // ns over which a key's rate is measured
+	// epoch counts invalidations; Answered installs a grant only if it has
+	// not moved since the forward's Decide.
+	epoch atomic.Uint64
+	// admitted counts the checks admitted from leases, granted the grants
+	// installed.
+	admitted, granted atomic.Uint64
+}
+
+type slot struct {
+	mu sync.Mutex
+	e  entry
+}
+
+// rateWindow is the longest window a key's rate is measured over (Period
+// when shorter): short enough that a key that turns hot gets its first
+// lease within a few of them.
+const rateWindow = 20 * time.Millisecond
+
+// maxGrants is the number of grants one key and limit holds at once: the one
+// in use and the next, asked for before the first runs out.
+const maxGrants = 2
+
+type entry struct {
+	h     uint64
+	limit algo.Limit
+	used  bool
+	// The rate: checks counted since winStart (this node's clock, ns), and
+	// the rate of the last full window (checks/s).
+	winStart, winCount int64
+	rate               float64
+	// asked is the clock at which a lease request went out, 0 when none is
+	// in flight.
+	asked int64
+	// slice is the size of the last grant.
+	slice  int64
+	owner  string
+	grants [maxGrants]grant
+}
+
+// grant is one lease: left hits of the key's capacity, usable until end
+// (this node's clock, ns: the send plus the lease's length, which is no
+// later than the end the owner counts from its own later decision).
+type grant struct {
+	left int64
+	end  int64
+}
+
+// New returns a table, or nil when c.Size <= 0 (leases off).
+func New(c Config) *Table {
+	if c.Size <= 0 {
+		return nil
+	}
+	n := 1
+	for n < c.Size {
+		n <<= 1
+	}
+	return &Table{mask: uint64(n - 1), slots: make([]slot, n), threshold: c.Threshold, period: int64(c.Period),
+		window: min(int64(c.Period), int64(rateWindow))}
+}
+
+// Answer is what a lease decided for a check: Remaining is what is left of
+// this member's leases of the key after the check, ResetAfter the time until
+// the last of them ends, Owner the member that lent them.
+type Answer struct {
+	Remaining  int64
+	ResetAfter time.Duration
+	Owner      string
+}
+
+// Decide admits hits (> 0) of the key with ring hash h under l at now (this
+// node's clock, ns) from a live lease and fills *out (true), or counts the
+// check toward the key's rate and returns false with ask, the hits to ask
+// the owner for on this check's forward (0: none; when > 0 the caller must
+// call Answered once the forward returned, whatever happened to it), and the
+// epoch to pass to Answered.
+func (t *Table) Decide(h uint64, l algo.Limit, hits, now int64, out *Answer) (ok bool, ask int64, epoch uint64) {
+	epoch = t.epoch.Load()
+	s := &t.slots[h&t.mask]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := &s.e
+	if !e.used || e.h != h || e.limit != l {
+		*e = entry{h: h, limit: l, used: true, winStart: now}
+	}
+	var total int64
+	var last int64
+	for i := range e.grants {
+		g := &e.grants[i]
+		a := g.avail(now)
+		if a <= 0 {
+			*g = grant{}
+			continue
+		}
+		total += a
+		last = max(last, g.end)
+	}
+	e.count(now, t.window)
+	asking := e.asked != 0 && now-e.asked < 10*t.period
+	if total >= hits && (asking || e.rate < t.threshold || (total-hits)*2 >= e.slice && last-now >= t.period/4) {
+		need := hits
+		for i := range e.grants {
+			g := &e.grants[i]
+			if need == 0 {
+				break
+			}
+			take := min(need, g.left)
+			if take <= 0 {
+				continue
+			}
+			g.left -= take
+			need -= take
+		}
+		*out = Answer{Remaining: total - hits, ResetAfter: time.Duration(max(last-now, 0)), Owner: e.owner}
+		t.admitted.Add(1)
+		return true, 0, epoch
+	}
+	// No lease, or one about to run out (less than half of its slice left,
+	// or a quarter of its time): this check is forwarded, and asks for the
+	// next lease while the one left serves the checks that come meanwhile.
+	if asking || e.rate < t.threshold {
+		return false, 0, epoch
+	}
+	// Twice the rate × Period: the next ask goes out when half is left, so
+	// a slice lasts about a period from there, time for the next grant to
+	// arrive before this one runs out.
+	ask = int64(2 * e.rate * float64(t.period) / float64(time.Second))
+	ask = min(max(ask, 2*hits, 1), algo.MaxHits)
+	e.asked = now
+	return false, ask, epoch
+}
+
+// count adds one check to e's rate, closing the window after window ns.
+func (e *entry) count(now, window int64) {
+	e.winCount++
+	if d := now - e.winStart; d >= window || d < 0 {
+		if d > 0 {
+			e.rate = float64(e.winCount) * float64(time.Second) / float64(d)
+		}
+		e.winStart, e.winCount = now, 0
+	}
+}
+
+// avail returns the hits g may still admit at now: its left hits, none
+// from its end on.
+func (g *grant) avail(now int64) int64 {
+	if g.left <= 0 || now >= g.end {
+		return 0
+	}
+	return g.left
+}
+
+// Answered ends the lease request of a forward of the key with ring hash h
+// under l that Decide asked for at epoch and that was sent at sent (this
+// node's clock, ns): it installs the grant of hits (0: none) that owner
+// answered, usable for at most leaseFor and Period after sent, unless the
+// table was invalidated since epoch (a reset may have freed what the grant
+// was taken from; its hits are then lost, never admitted twice).
+func (t *Table) Answered(h uint64, l algo.Limit, epoch uint64, sent, hits int64, leaseFor time.Duration, owner string) {
+	s := &t.slots[h&t.mask]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := &s.e
+	mine := e.used && e.h == h && e.limit == l
+	if mine {
+		e.asked = 0
+	}
+	if hits <= 0 || leaseFor <= 0 || t.epoch.Load() != epoch {
+		return
+	}
+	if !mine {
+		*e = entry{h: h, limit: l, used: true, winStart: sent}
+	}
+	g := grant{left: hits, end: sent + min(int64(leaseFor), t.period)}
+	// Replace the grant with the least left (an expired one first).
+	j, least := 0, int64(-1)
+	for i := range e.grants {
+		if a := e.grants[i].avail(sent); least < 0 || a < least {
+			j, least = i, a
+		}
+	}
+	e.grants[j] = g
+	e.owner, e.slice = owner, hits
+	t.granted.Add(1)
+}
+
+// Invalidate drops every grant of the key with ring hash h (a reset of the
+// key: its owner's state no longer counts them) and keeps the grants of
+// forwards in flight out of the table.
+func (t *Table) Invalidate(h uint64) {
+	t.epoch.Add(1)
+	s := &t.slots[h&t.mask]
+	s.mu.Lock()
+	if s.e.h == h {
+		s.e.grants = [maxGrants]grant{}
+	}
+	s.mu.Unlock()
+}
+
+// InvalidateAll drops every grant (a ring change that may have moved keys
+// to owners that do not know of them is not a reason: the state travels
+// with the handoff; this is for tests and for a node that stops).
+func (t *Table) InvalidateAll() {
+	t.epoch.Add(1)
+	for i := range t.slots {
+		s := &t.slots[i]
+		s.mu.Lock()
+		s.e.grants = [maxGrants]grant{}
+		s.mu.Unlock()
+	}
+}
+
+// Admitted returns the number of checks admitted from leases.
+func (t *Table) Admitted() uint64 { return t.admitted.Load() }
+
+// Granted returns the number of grants installed.
+func (t *Table) Granted() uint64 { return t.granted.Load() }

@@ -1,0 +1,292 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node/internal/lease"
+	"github.com/ringlimit/ringlimit/node/internal/store"
+	"github.com/ringlimit/ringlimit/transport"
+)
+
+// This file is capacity leases (the mechanism is node/internal/lease): a
+// member that forwards checks of one key often asks the key's owner, on one
+// of those forwards, for a slice of the key's capacity; the owner lends what
+// the key can spare, and the member then admits checks of that key and
+// limit itself from its slice (RouteLease), without a forward, until the
+// slice is used or the lease ends (Config.Lease.Period, or the end of a
+// fixed window).
+//
+// Why the members together never admit more than one limiter would. The
+// owner lends a slice only if the key's state could admit it on top of
+// every slice still out, and counts every lent hit as admitted while any
+// lessee may still admit it:
+//
+//   - Fixed window: the slice is taken from the current window's count at
+//     the grant, and the lease ends with that window (the lessee measures
+//     the window's end from the instant it sent its forward, which is no
+//     later than the owner's decision), so every admission is counted in
+//     its own window.
+//   - GCRA and token bucket: their states forget admitted hits at the
+//     limit's rate, so a slice taken at the grant and admitted later would
+//     be forgotten before its admissions are. The owner therefore holds the
+//     slice back instead (lease.Holds): every check of the key is admitted
+//     only if the state could take its hits plus every slice still held,
+//     and a slice is recorded in the state, as admitted then, at the first
+//     decision after its lease ended (a slice the state cannot take yet
+//     stays held). Over any interval, the owner's last decision in it
+//     counted every slice a lessee could still use in full, and every slice
+//     that ended in it is recorded in it: the admissions of all members stay
+//     within burst + rate × interval.
+//   - The sliding windows (log, counter, bucketed) get no leases: a hit
+//     lent now and admitted later would have to be counted in the window at
+//     the time it is admitted, which the owner does not know, and counted
+//     at the grant it leaves the window before the admission it stands for
+//     does, breaking "at most Limit in any Period".
+//
+// Checks with a Penalty (the owner counts denials toward a ban, and a ban
+// denies at once), a CreatedAt, a MaxWait or a cancel are never admitted
+// from a lease, nor ask for one.
+//
+// What is lost. A lent hit that its lessee does not use is not given back:
+// under-admission, at most one slice per member per lease period. A slice
+// is at most twice the member's own rate × Config.Lease.Period and at most
+// Config.Lease.MaxShare of the key's capacity shared among the other
+// members, and the owner lends only what the key can spare after the check,
+// so a member that stops checking stops holding capacity within one period.
+//
+// Exactness events. A reset (Node.ResetKey) drops the key's state on the
+// owner and the key's leases on every member before it is acknowledged
+// (the invalidation the denial cache uses; a lease answer in flight during
+// it is not installed). If some member did not acknowledge it (the reset
+// then fails with ErrInvalidationIncomplete), the owner keeps holding the
+// slices still out against the fresh state, so nothing is admitted twice. A
+// limit change needs nothing: a lease is for one key and limit, a check
+// under another limit is forwarded, and the holds stay on the key's state.
+// A lessee that crashes loses its slice (under, never over). Before it
+// answers a grant, the owner replicates to the key's backup a state that
+// counts the new slice and every slice still held as admitted at the grant
+// (a grant it cannot replicate is not answered), so a backup that takes
+// over after the owner's crash starts from a state that counts them.
+//
+// Limits, said plainly. The holds live on the owner only: a backup that
+// takes over, or a new owner after a ring change (whose handoff carries the
+// state, not the holds), counts the slices still out as admitted at their
+// grant, not at their use. The total admitted from the start of the
+// limit's history still never exceeds one limiter's bound, but over the
+// rest of those slices' leases (at most Config.Lease.Period) a burst on
+// the new owner can exceed the burst bound of a short interval by at most
+// the slices still out.
+
+// LeaseConfig configures capacity leases (see Config.Lease).
+type LeaseConfig struct {
+	// Size is the number of keys (each under one limit) this member can
+	// hold leases of at once: a fixed-size direct-mapped table of about 150
+	// bytes per slot (rounded up to a power of two), which also measures
+	// the rate of forwarded checks per key. Default 0: leases off on this
+	// member, as lessee and as owner (its keys are then decided by
+	// forwards only); 1024 is a good start.
+	Size int
+	// Threshold is the rate of checks of one key and limit on this member
+	// (checks per second, measured over Period) from which it asks the
+	// key's owner for leases. Default 100. Lower values lend capacity to
+	// members that check a key rarely, which costs more under-admission
+	// than it saves forwards.
+	Threshold float64
+	// Period is the longest a lease lives and what a slice is sized for:
+	// a member asks for twice its observed rate × Period hits (it asks for
+	// the next slice when half is left). Default 100 ms.
+	// Longer periods save more forwards and leave more capacity idle on
+	// members whose callers stop; a fixed-window lease ends with its window
+	// anyway.
+	Period time.Duration
+	// MaxShare bounds one grant to MaxShare × the key's capacity (GCRA's
+	// Burst+1, a token bucket's Burst, a fixed window's Limit) divided by
+	// the number of other members, in (0, 1]. Default 0.5: the members'
+	// slices together hold at most half of a full key.
+	MaxShare float64
+}
+
+// leasable reports whether c may be admitted from a lease, or ask for one.
+func (c *Check) leasable() bool {
+	return c.cacheable() && c.Penalty.IsZero() && lease.Supports(c.Limit.Kind)
+}
+
+// leaseCapacity is the most hits a full key under l holds.
+func leaseCapacity(l algo.Limit) int64 {
+	switch l.Kind {
+	case algo.GCRA:
+		return l.Burst + 1
+	case algo.TokenBucket:
+		return l.Burst
+	}
+	return l.Limit
+}
+
+// answerLease admits c (ring hash h) at now (node clock) from a lease and
+// fills *out, or returns false with the hits to ask for on its forward
+// (0: none) and the lease table's epoch.
+func (n *Node) answerLease(c *Check, h uint64, now int64, out *Decision) (ok bool, ask int64, epoch uint64) {
+	var a lease.Answer
+	ok, ask, epoch = n.leases.Decide(h, c.Limit, c.Hits, now, &a)
+	if !ok {
+		return false, ask, epoch
+	}
+	out.Allowed = true
+	out.Limit = leaseCapacity(c.Limit)
+	out.Remaining, out.ResetAfter = a.Remaining, a.ResetAfter
+	out.Route, out.Owner = RouteLease, a.Owner
+	return true, 0, epoch
+}
+
+// grantLease is the owner's side: c, a forwarded check of a key this node
+// owns (ring hash h, under rs), asked for a lease and was decided as r. It
+// lends what the key can spare (see the file comment), replicates to the
+// key's backup a state that counts the slice (and every slice still out)
+// as admitted now, and only then sets r's lease fields (and lowers r's
+// Remaining by the slice). Nothing is lent when leases are off here, the
+// check cannot be leased, the key lacks the capacity, or the backup cannot
+// be reached.
+func (n *Node) grantLease(ctx context.Context, rs *ringState, c *transport.Check, h uint64, r *transport.Result) {
+	if n.leases == nil || c.LeaseHits <= 0 || r.Code != transport.CodeOK || !r.Decision.Allowed || r.Banned ||
+		c.Hits <= 0 || c.CreatedAt != 0 || c.MaxWait != 0 || c.CancelAt != 0 || !c.Penalty.IsZero() || !lease.Supports(c.Limit.Kind) {
+		return
+	}
+	l := c.Limit
+	others := max(rs.snap.Len()-1, 1)
+	most := int64(float64(leaseCapacity(l)) * n.cfg.Lease.MaxShare / float64(others))
+	want := min(c.LeaseHits, most, r.Decision.Remaining)
+	if want <= 0 {
+		return
+	}
+	now := n.clock()
+	owns := func() bool { return n.owns(rs, h) }
+	leaseFor := n.cfg.Lease.Period
+	var m store.Moved
+	var id uint64
+	if l.Kind == algo.FixedWindow {
+		// Taken from the window now: the lease ends with the window.
+		d, probe, err := n.owned.Probe(h, l, want, now, owns)
+		if err != nil || !d.Allowed || d.ResetAfter <= 0 {
+			return
+		}
+		m, leaseFor = probe, min(leaseFor, d.ResetAfter)
+	} else {
+		sh := n.holds.Lock(h)
+		n.recordEnded(sh, h, l.Kind, now, owns)
+		held := sh.Held(h, l.Kind)
+		d, probe, err := n.owned.Probe(h, l, min(want+held, algo.MaxHits), now, owns)
+		if err != nil || !d.Allowed {
+			sh.Unlock()
+			return
+		}
+		id = sh.Add(h, l, want, now+int64(leaseFor))
+		sh.Unlock()
+		m = probe
+	}
+	if err := n.replicateGrant(ctx, rs, h, &m); err != nil {
+		// Not lent: a slice the backup would not count after a crash.
+		n.log.Debug("lease not granted: its state did not reach the key's backup", "err", err)
+		if id != 0 {
+			sh := n.holds.Lock(h)
+			sh.Remove(h, l.Kind, id)
+			sh.Unlock()
+		}
+		return
+	}
+	if l.Kind == algo.FixedWindow {
+		d, err := n.owned.Take(h, l, want, now, now, owns)
+		if err != nil || !d.Allowed {
+			return // the window filled meanwhile: nothing lent
+		}
+	}
+	r.LeaseHits, r.LeaseFor = want, leaseFor
+	r.Decision.Remaining = max(0, r.Decision.Remaining-want)
+}
+
+// takeOwnedInto decides a check of hits of the key with ring hash h under l
+// on this node as its owner (store.TakeInto), holding back the hits of the
+// GCRA and token-bucket slices lent out and still unrecorded, and recording
+// those whose lease ended.
+func (n *Node) takeOwnedInto(out *algo.Decision, h uint64, l algo.Limit, hits, now, wall int64, owns func() bool) error {
+	if !n.holds.Any() || (l.Kind != algo.GCRA && l.Kind != algo.TokenBucket) {
+		return n.owned.TakeInto(out, h, l, hits, now, wall, owns)
+	}
+	sh := n.holds.Lock(h)
+	defer sh.Unlock()
+	n.recordEnded(sh, h, l.Kind, wall, owns)
+	if held := sh.Held(h, l.Kind); held > 0 {
+		return n.owned.TakeHeldInto(out, h, l, hits, held, int64(n.cfg.Lease.Period), now, wall, owns)
+	}
+	return n.owned.TakeInto(out, h, l, hits, now, wall, owns)
+}
+
+// takeOwned is takeOwnedInto returning the Decision.
+func (n *Node) takeOwned(h uint64, l algo.Limit, hits, now, wall int64, owns func() bool) (algo.Decision, error) {
+	var d algo.Decision
+	err := n.takeOwnedInto(&d, h, l, hits, now, wall, owns)
+	return d, err
+}
+
+// recordEnded records in the key's state, as admitted at now (node clock),
+// the slices of the key (ring hash h, algorithm k) whose lease ended; sh is
+// the key's locked hold shard.
+func (n *Node) recordEnded(sh *lease.Shard, h uint64, k algo.Kind, now int64, owns func() bool) {
+	sh.Record(h, k, now, func(hits int64, l algo.Limit) bool {
+		d, err := n.owned.Take(h, l, hits, now, now, owns)
+		return err == nil && d.Allowed
+	})
+}
+
+// leaseReset is a reset of the key with ring hash h under k (all: every
+// algorithm) on its owner: the slices lent of it are forgotten when every
+// member dropped its leases of the key (complete), and otherwise stay held
+// in full against the fresh state.
+func (n *Node) leaseReset(h uint64, k algo.Kind, all, complete bool) {
+	if !complete || !n.holds.Any() {
+		return
+	}
+	sh := n.holds.Lock(h)
+	defer sh.Unlock()
+	for _, kind := range []algo.Kind{algo.GCRA, algo.TokenBucket} {
+		if all || kind == k {
+			sh.Drop(h, kind)
+		}
+	}
+}
+
+// replicateGrant sends the key's state m (ring hash h) after a grant to the
+// key's backup and waits for its answer, bounded by ForwardTimeout. Without
+// a backup (one member, or ReplicationOff) there is nothing to wait for.
+func (n *Node) replicateGrant(ctx context.Context, rs *ringState, h uint64, m *store.Moved) error {
+	b, ok := rs.backupOfHash(h)
+	if !ok {
+		return nil
+	}
+	st, err := m.St.AppendBinary(nil)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ForwardTimeout)
+	defer cancel()
+	needFull, err := n.peers.Replicate(ctx, b.Addr, transport.TransferBatch{From: n.cfg.Name, Replica: true,
+		States: []transport.KeyState{{KeyHash: m.H, Limit: m.Limit, State: st, LastNow: m.LastNow, CallerClock: m.CallerClock}}})
+	if err != nil {
+		return err
+	}
+	if len(needFull) > 0 {
+		return fmt.Errorf("backup %s did not install the state", b.Name)
+	}
+	return nil
+}
+
+// leaseStats returns the checks admitted from leases and the grants
+// installed on this node.
+func (n *Node) leaseStats() (admitted, granted uint64) {
+	if n.leases == nil {
+		return 0, 0
+	}
+	return n.leases.Admitted(), n.leases.Granted()
+}

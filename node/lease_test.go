@@ -1,0 +1,321 @@
+package node
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/algo"
+)
+
+// leasesOn turns capacity leases on in a test config.
+func leasesOn(c *Config) {
+	c.Lease = LeaseConfig{Size: 1024, Threshold: 10, Period: 100 * time.Millisecond, MaxShare: 0.5}
+}
+
+// manualClock is a node clock the test moves: every member of a cluster
+// shares it, so rates, leases and states are measured on one timeline.
+type manualClock struct{ ns atomic.Int64 }
+
+func newManualClock() *manualClock {
+	c := &manualClock{}
+	c.ns.Store(time.Now().UnixNano())
+	return c
+}
+
+func (c *manualClock) now() int64                { return c.ns.Load() }
+func (c *manualClock) add(d time.Duration) int64 { return c.ns.Add(int64(d)) }
+
+// One hot key checked by callers on all three members of a gRPC cluster (the
+// forward stream's codec carries the ask and the grant), limit high enough
+// that every check is admitted: once the key is hot, at least 95% of the
+// non-owners' checks are decided from leases, without a forward.
+func TestLeaseHotKeyDecidedLocally(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	base := testConfig()
+	leasesOn(&base)
+	// Slices for a second of checks: the owner's own callers take most of
+	// the CPU under the race detector, and the non-owners' rates vary.
+	base.Lease.Period = time.Second
+	c, err := startCluster(ctx, 3, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	nodes := c.Nodes()
+	key := keyOwnedBy(t, nodes[0], nodes[1])
+	l := algo.Limit{Kind: algo.TokenBucket, Limit: 10_000_000, Period: time.Second, Burst: 10_000_000}
+	var hot atomic.Bool
+	var routes [3][RouteLease + 1]atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for i, n := range nodes {
+		for range 4 {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					d, err := n.Allow(ctx, key, l)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if !d.Allowed {
+						t.Errorf("denied under a limit that admits all: %+v", d)
+						return
+					}
+					if hot.Load() {
+						routes[i][d.Route].Add(1)
+					}
+				}
+			})
+		}
+	}
+	// Warm up until a non-owner holds a lease, then count for a while.
+	for nodes[0].Stats().LeasesGranted == 0 || nodes[2].Stats().LeasesGranted == 0 {
+		if ctx.Err() != nil {
+			close(stop)
+			wg.Wait()
+			t.Fatal("no lease granted to the non-owners")
+		}
+		time.Sleep(5 * time.Millisecond) // poll
+	}
+	hot.Store(true)
+	<-time.After(2 * time.Second) // the measured span
+	close(stop)
+	wg.Wait()
+	for _, i := range []int{0, 2} {
+		var total int64
+		for r := range routes[i] {
+			total += routes[i][r].Load()
+		}
+		leased := routes[i][RouteLease].Load()
+		t.Logf("%s: %d checks, %d from leases, %d forwarded", nodes[i].Name(), total, leased, routes[i][RouteForwarded].Load())
+		if total == 0 || float64(leased) < 0.95*float64(total) {
+			t.Errorf("%s: %d of %d checks decided from leases, want at least 95%%", nodes[i].Name(), leased, total)
+		}
+	}
+	if got := routes[1][RouteOwner].Load(); got == 0 {
+		t.Errorf("the owner decided none of its own checks")
+	}
+}
+
+// The same key at 100/s from callers on all three members for 3 s, under
+// GCRA, token bucket and fixed window: admitted within one limiter's bound
+// in every run, and at least 95% of it.
+func TestLeaseHotKeyWithinTheBound(t *testing.T) {
+	t.Parallel()
+	for _, l := range []algo.Limit{
+		{Kind: algo.GCRA, Limit: 100, Period: time.Second, Burst: 99},
+		{Kind: algo.TokenBucket, Limit: 100, Period: time.Second, Burst: 100},
+		{Kind: algo.FixedWindow, Limit: 100, Period: time.Second},
+	} {
+		t.Run(l.Kind.String(), func(t *testing.T) {
+			t.Parallel()
+			_, nodes := memCluster(t, 3, leasesOn)
+			key := keyOwnedBy(t, nodes[0], nodes[1])
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			start := time.Now()
+			end := start.Add(3 * time.Second)
+			for _, n := range nodes {
+				for range 3 {
+					wg.Go(func() {
+						for time.Now().Before(end) {
+							d, err := n.Allow(context.Background(), key, l)
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							if d.Allowed {
+								admitted.Add(1)
+							}
+						}
+					})
+				}
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			var bound, fair int64
+			switch l.Kind {
+			case algo.FixedWindow:
+				p := int64(l.Period)
+				windows := (start.Add(elapsed).UnixNano())/p - start.UnixNano()/p + 1
+				bound = windows * l.Limit
+				fair = (windows - 1) * l.Limit // the first window may have begun before the run
+			default:
+				bound = leaseCapacity(l) + int64(elapsed/(l.Period/time.Duration(l.Limit))) + 1
+				fair = leaseCapacity(l) + int64(elapsed.Seconds()*float64(l.Limit))
+			}
+			var leased uint64
+			for _, n := range nodes {
+				leased += n.Stats().LeasedChecks
+			}
+			got := admitted.Load()
+			t.Logf("admitted %d in %v (bound %d), %d from leases", got, elapsed.Round(time.Millisecond), bound, leased)
+			if got > bound {
+				t.Errorf("admitted %d, over the bound %d", got, bound)
+			}
+			if float64(got) < 0.95*float64(fair) {
+				t.Errorf("admitted %d, want at least 95%% of %d", got, fair)
+			}
+		})
+	}
+}
+
+// leaseUp checks key under l on each of the members from the shared clock
+// at 1,000 checks/s until each holds a lease, and returns the hits admitted
+// on the way.
+func leaseUp(t *testing.T, clk *manualClock, key string, l algo.Limit, members ...*Node) int64 {
+	t.Helper()
+	var admitted int64
+	for _, n := range members {
+		for i := 0; ; i++ {
+			if i > 1000 {
+				t.Fatalf("%s got no lease", n.Name())
+			}
+			clk.add(time.Millisecond)
+			d, err := n.Allow(context.Background(), key, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				admitted++
+			}
+			if d.Route == RouteLease {
+				break
+			}
+		}
+	}
+	return admitted
+}
+
+// drain checks key under l on every member until each is denied 20 times in
+// a row, at one instant, and returns the hits admitted.
+func drain(t *testing.T, key string, l algo.Limit, nodes ...*Node) int64 {
+	t.Helper()
+	var admitted int64
+	for _, n := range nodes {
+		for denied := 0; denied < 20; {
+			d, err := n.Allow(context.Background(), key, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				admitted++
+				denied = 0
+			} else {
+				denied++
+			}
+		}
+	}
+	return admitted
+}
+
+// A reset of a key whose capacity is lent to two members: after the reset,
+// the members together admit at most one full key. Without the invalidation
+// of the leases, the members would admit their slices on top of it.
+func TestLeaseReset(t *testing.T) {
+	t.Parallel()
+	clk := newManualClock()
+	_, nodes := memCluster(t, 3, func(c *Config) { leasesOn(c); c.Clock = clk.now })
+	key := keyOwnedBy(t, nodes[0], nodes[1])
+	l := algo.Limit{Kind: algo.GCRA, Limit: 1, Period: time.Hour, Burst: 999} // 1,000, no refill to speak of
+	leaseUp(t, clk, key, l, nodes[0], nodes[2])
+	if _, err := nodes[0].ResetKey(context.Background(), key, l); err != nil {
+		t.Fatal(err)
+	}
+	if got := drain(t, key, l, nodes...); got > 1000 {
+		t.Errorf("admitted %d after the reset, want at most 1000", got)
+	}
+}
+
+// A limit change while capacity is lent under the old limit: checks under the
+// new limit are never admitted from the old limit's leases, so the new,
+// smaller limit holds.
+func TestLeaseLimitChange(t *testing.T) {
+	t.Parallel()
+	clk := newManualClock()
+	_, nodes := memCluster(t, 3, func(c *Config) { leasesOn(c); c.Clock = clk.now })
+	key := keyOwnedBy(t, nodes[0], nodes[1])
+	old := algo.Limit{Kind: algo.GCRA, Limit: 1, Period: time.Hour, Burst: 999}
+	small := algo.Limit{Kind: algo.GCRA, Limit: 1, Period: time.Hour, Burst: 9}
+	before := leaseUp(t, clk, key, old, nodes[0], nodes[2])
+	// The old limit's TAT stands under the new one: the key holds
+	// max(0, 10 − before) hits.
+	if got, most := drain(t, key, small, nodes...), max(0, 10-before); got > most {
+		t.Errorf("admitted %d under the new limit, want at most %d", got, most)
+	}
+}
+
+// A lessee that crashes loses its slice: the others admit at most one full
+// key in all.
+func TestLeaseLesseeCrash(t *testing.T) {
+	t.Parallel()
+	clk := newManualClock()
+	_, nodes := memCluster(t, 3, func(c *Config) { leasesOn(c); c.Clock = clk.now })
+	key := keyOwnedBy(t, nodes[0], nodes[1])
+	l := algo.Limit{Kind: algo.TokenBucket, Limit: 1, Period: time.Hour, Burst: 1000}
+	got := leaseUp(t, clk, key, l, nodes[0], nodes[2])
+	nodes[2].Abort()
+	got += drain(t, key, l, nodes[0], nodes[1])
+	if got > 1000 {
+		t.Errorf("admitted %d, want at most 1000", got)
+	}
+}
+
+// An owner that crashes while its capacity is lent: the key's backup, which
+// takes over, holds the lent hits (the grant reached it before it was
+// answered, though async replication sends nothing else here), so the
+// lessees' slices and the new owner's admissions stay within one key.
+func TestLeaseOwnerCrash(t *testing.T) {
+	t.Parallel()
+	clk := newManualClock()
+	_, nodes := memCluster(t, 3, func(c *Config) {
+		leasesOn(c)
+		c.Clock = clk.now
+		c.Replication = ReplicationAsync
+		c.ReplicationLag = time.Hour // nothing but the grants reaches the backup
+	})
+	owner := nodes[1]
+	key := keyOwnedBy(t, nodes[0], owner)
+	b, ok := owner.Backup(key)
+	if !ok {
+		t.Fatal("no backup")
+	}
+	var lessee, backup *Node
+	for _, n := range []*Node{nodes[0], nodes[2]} {
+		if n.Name() == b.Name {
+			backup = n
+		} else {
+			lessee = n
+		}
+	}
+	l := algo.Limit{Kind: algo.GCRA, Limit: 1, Period: time.Hour, Burst: 999}
+	got := leaseUp(t, clk, key, l, lessee)
+	owner.Abort()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for {
+		if m, ok := backup.Owner(key); ok && m.Name == backup.Name() {
+			if m, ok := lessee.Owner(key); ok && m.Name == backup.Name() {
+				break
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the crash was not detected")
+		}
+		time.Sleep(5 * time.Millisecond) // poll
+	}
+	got += drain(t, key, l, lessee, backup)
+	if got > 1000 {
+		t.Errorf("admitted %d, want at most 1000", got)
+	}
+}
