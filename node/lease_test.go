@@ -121,7 +121,7 @@ func TestLeaseHotKeyWithinTheBound(t *testing.T) {
 			t.Parallel()
 			_, nodes := memCluster(t, 3, leasesOn)
 			key := keyOwnedBy(t, nodes[0], nodes[1])
-			var admitted atomic.Int64
+			var admitted, first atomic.Int64
 			var wg sync.WaitGroup
 			start := time.Now()
 			end := start.Add(3 * time.Second)
@@ -136,6 +136,7 @@ func TestLeaseHotKeyWithinTheBound(t *testing.T) {
 							}
 							if d.Allowed {
 								admitted.Add(1)
+								first.CompareAndSwap(0, time.Now().UnixNano())
 							}
 						}
 					})
@@ -143,16 +144,21 @@ func TestLeaseHotKeyWithinTheBound(t *testing.T) {
 			}
 			wg.Wait()
 			elapsed := time.Since(start)
+			// The bound counts from before the first admission to after the
+			// last; what a limiter would admit, from the first admission to the
+			// planned end (under load the callers start late).
+			span := time.Duration(max(time.Now().UnixNano()-first.Load(), 0))
+			planned := time.Duration(max(end.UnixNano()-first.Load(), 0))
 			var bound, fair int64
 			switch l.Kind {
 			case algo.FixedWindow:
 				p := int64(l.Period)
-				windows := (start.Add(elapsed).UnixNano())/p - start.UnixNano()/p + 1
+				windows := time.Now().UnixNano()/p - start.UnixNano()/p + 1
 				bound = windows * l.Limit
-				fair = (windows - 1) * l.Limit // the first window may have begun before the run
+				fair = (end.UnixNano()/p - first.Load()/p) * l.Limit // whole windows after the first
 			default:
-				bound = leaseCapacity(l) + int64(elapsed/(l.Period/time.Duration(l.Limit))) + 1
-				fair = leaseCapacity(l) + int64(elapsed.Seconds()*float64(l.Limit))
+				bound = leaseCapacity(l) + int64(span/(l.Period/time.Duration(l.Limit))) + 1
+				fair = leaseCapacity(l) + int64(planned.Seconds()*float64(l.Limit))
 			}
 			var leased uint64
 			for _, n := range nodes {

@@ -46,6 +46,9 @@ totals mix.
 
 --replication off|async|sync sets how the in-process cluster's owners copy key
 states to their backups (default async, as a node's); not with --addr or --redis.
+--leases N turns capacity leases on in the in-process cluster (each node's lease
+table size; 0, the default, is off): the route column "lease" counts the checks a
+non-owner admitted from capacity its owner lent it.
 
 Closed loop (default): --concurrency callers, each sending its next check when the
 previous one is answered. Open loop (--rate R): checks scheduled at R per second,
@@ -94,8 +97,8 @@ A progress bar is drawn on stderr when it is a terminal, unless --quiet.`,
 			if err := tf.validate(cmd.Flags()); err != nil {
 				return err
 			}
-			if redisU != "" && (cmd.Flags().Changed("addr") || cmd.Flags().Changed("target") || cmd.Flags().Changed("nodes") || cmd.Flags().Changed("replication")) {
-				return errors.New("--redis sends to Redis: it excludes --addr, --target, --nodes and --replication")
+			if redisU != "" && (cmd.Flags().Changed("addr") || cmd.Flags().Changed("target") || cmd.Flags().Changed("nodes") || cmd.Flags().Changed("replication") || cmd.Flags().Changed("leases")) {
+				return errors.New("--redis sends to Redis: it excludes --addr, --target, --nodes, --replication and --leases")
 			}
 			d, err := bench.ParseDist(dist)
 			if err != nil {

@@ -143,7 +143,8 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"bench", "--dist", "hot", "--zipf-s", "1.5"}, "--zipf-s applies to --dist zipf, not --dist hot"},
 		{[]string{"bench", "--dist", "zipf", "--hot-share", "0.5"}, "apply to --dist hot, not --dist zipf"},
 		{[]string{"bench", "--replication", "eventual"}, `--replication "eventual": want off, async or sync`},
-		{[]string{"bench", "--addr", "127.0.0.1:1", "--replication", "off"}, "excludes --target, --nodes and --replication"},
+		{[]string{"bench", "--addr", "127.0.0.1:1", "--replication", "off"}, "excludes --target, --nodes, --replication and --leases"},
+		{[]string{"bench", "--addr", "127.0.0.1:1", "--leases", "1024"}, "excludes --target, --nodes, --replication and --leases"},
 		{[]string{"bench", "--redis", "redis://127.0.0.1:1/0", "--replication", "off"}, "--redis sends to Redis"},
 		{[]string{"replay", "--replication", "on"}, `--replication "on"`},
 	}

@@ -76,6 +76,7 @@ type targetFlags struct {
 	target      string
 	nodes       int
 	replication string
+	leases      int
 	addrs       []string
 	sec         secFlags
 
@@ -86,14 +87,15 @@ func (f *targetFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.target, "target", "inprocess", "where checks go when --addr is not set: inprocess (a cluster of --nodes nodes started in this process on loopback)")
 	fs.IntVar(&f.nodes, "nodes", 3, "nodes of the in-process cluster")
 	fs.StringVar(&f.replication, "replication", node.DefaultConfig().Replication.String(), "replication of the in-process cluster: off, async or sync (how owners copy key states to their backups)")
+	fs.IntVar(&f.leases, "leases", 0, "capacity leases of the in-process cluster: each node's lease table size (node.Config.Lease.Size; 0 off, 1024 a good start)")
 	fs.StringSliceVar(&f.addrs, "addr", nil, "comma-separated gRPC addresses (host:port) of ringlimitd daemons; checks are spread over them")
 	f.sec.register(fs)
 }
 
 func (f *targetFlags) validate(fs *pflag.FlagSet) error {
 	if len(f.addrs) > 0 {
-		if fs.Changed("target") || fs.Changed("nodes") || fs.Changed("replication") {
-			return errors.New("--addr sends to daemons: it excludes --target, --nodes and --replication (set replication on the daemons)")
+		if fs.Changed("target") || fs.Changed("nodes") || fs.Changed("replication") || fs.Changed("leases") {
+			return errors.New("--addr sends to daemons: it excludes --target, --nodes, --replication and --leases (set them on the daemons)")
 		}
 		for _, a := range f.addrs {
 			if strings.TrimSpace(a) == "" {
@@ -107,6 +109,9 @@ func (f *targetFlags) validate(fs *pflag.FlagSet) error {
 	}
 	if f.nodes < 1 || f.nodes > 64 {
 		return fmt.Errorf("--nodes %d: want 1..64", f.nodes)
+	}
+	if f.leases < 0 || f.leases > 1<<24 {
+		return fmt.Errorf("--leases %d: want 0..%d", f.leases, 1<<24)
 	}
 	r, err := node.ParseReplication(f.replication)
 	if err != nil {
@@ -123,7 +128,7 @@ func (f *targetFlags) open(ctx context.Context, fs *pflag.FlagSet, deps Deps, ac
 		if deps.InProcess == nil {
 			return nil, nil, errors.New("in-process clusters are not available in this build")
 		}
-		return deps.InProcess(ctx, inprocess.Options{Nodes: f.nodes, AcceptCallerTimestamps: acceptCallerTimestamps, Replication: f.repl})
+		return deps.InProcess(ctx, inprocess.Options{Nodes: f.nodes, AcceptCallerTimestamps: acceptCallerTimestamps, Replication: f.repl, Leases: f.leases})
 	}
 	sec, err := f.sec.resolve(fs)
 	if err != nil {

@@ -39,6 +39,10 @@ type Options struct {
 	// Replication sets node.Config.Replication: how owners copy key states to
 	// their backups. The zero value, node.ReplicationAsync, is node's default.
 	Replication node.Replication
+	// Leases sets node.Config.Lease.Size: each node's capacity lease table
+	// (0, the default, turns leases off; the other lease settings are
+	// node.DefaultConfig's).
+	Leases int
 }
 
 // Start starts a cluster of o.Nodes nodes from nodetest.TestConfig with
@@ -49,7 +53,7 @@ type Options struct {
 // include a full scan of every node's keys each second, which a deployment
 // does not run. (Gossip keeps the test profile's timings: with a LAN's, the
 // CLI's cluster took about 3.7 s longer to start and stop.) o sets caller
-// timestamps and replication. stop closes every node gracefully. Errors: an
+// timestamps, replication and leases. stop closes every node gracefully. Errors: an
 // invalid size or config (wrapping node.ErrInvalidConfig), a listener that
 // cannot bind, or a cluster that does not converge within StartTimeout.
 func Start(ctx context.Context, o Options) (targets []target.Target, stop func() error, err error) {
@@ -58,6 +62,8 @@ func Start(ctx context.Context, o Options) (targets []target.Target, stop func()
 	cfg.IdleScanInterval = def.IdleScanInterval
 	cfg.AcceptCallerTimestamps = o.AcceptCallerTimestamps
 	cfg.Replication = o.Replication
+	cfg.Lease = def.Lease
+	cfg.Lease.Size = o.Leases
 	cfg.ForwardTimeout = ForwardTimeout
 	ctx, cancel := context.WithTimeout(ctx, StartTimeout)
 	defer cancel()
