@@ -27,8 +27,11 @@ type result struct {
 	system, load string
 	size, round  int
 	span         time.Duration
-	bound        int64 // the most one limiter admits over span; 0 for throughput
-	members      []memberResult
+	// cpu is the process's CPU time (user+system) over the run: both the
+	// cluster's and the callers'; 0 where not measured.
+	cpu     time.Duration
+	bound   int64 // the most one limiter admits over span; 0 for throughput
+	members []memberResult
 }
 
 func (r result) checks() (n int64) {
@@ -89,6 +92,7 @@ func drive(ctx context.Context, c cluster, key string, l limit, callers int, non
 	}
 	tallies := make([]*caller, callers)
 	var wg sync.WaitGroup
+	cpu0, cpuOK := processCPU()
 	start := time.Now()
 	deadline := start.Add(d)
 	for i := range tallies {
@@ -125,6 +129,7 @@ func drive(ctx context.Context, c cluster, key string, l limit, callers int, non
 		}()
 	}
 	wg.Wait()
+	cpu1, cpuOK1 := processCPU()
 	end := start
 	for _, t := range tallies {
 		if t.last.After(end) {
@@ -132,6 +137,9 @@ func drive(ctx context.Context, c cluster, key string, l limit, callers int, non
 		}
 	}
 	r := result{span: end.Sub(start)}
+	if cpuOK && cpuOK1 {
+		r.cpu = cpu1 - cpu0
+	}
 	if l.rate == limitedRate {
 		r.bound = bucketBound(l, r.span)
 	}

@@ -18,6 +18,14 @@ func perSec(n int64, d time.Duration) float64 {
 
 func us(ns int64) string { return fmt.Sprintf("%.1f µs", float64(ns)/1e3) }
 
+// cpuPerCheck is r's process CPU time per decided check, or "-".
+func cpuPerCheck(r result) string {
+	if r.cpu <= 0 || r.checks() == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f µs", float64(r.cpu.Nanoseconds())/float64(r.checks())/1e3)
+}
+
 // printResult prints one run: its totals, then a row per member.
 func printResult(w io.Writer, r result) {
 	fmt.Fprintf(w, "\n== %s, %d members, load %s, round %d: %d checks in %v (%.0f/s), %d admitted",
@@ -31,6 +39,9 @@ func printResult(w io.Writer, r result) {
 	}
 	if e := r.errors(); e > 0 {
 		fmt.Fprintf(w, ", %d errors", e)
+	}
+	if r.cpu > 0 && r.checks() > 0 {
+		fmt.Fprintf(w, "; cpu %.2f s, %s per check (this process: every member and the callers)", r.cpu.Seconds(), cpuPerCheck(r))
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -93,9 +104,9 @@ func printSummary(w io.Writer, all []result) {
 	})
 	fmt.Fprintln(w, "\n== summary (each cell: the rounds' values, in run order)")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "members\tload\tsystem\tadmitted/bound\tchecks/s all\towner checks/s\tnon-owner checks/s per member\towner p99\tnon-owner p99 (worst)\terrors\t")
+	fmt.Fprintln(tw, "members\tload\tsystem\tadmitted/bound\tchecks/s all\tcpu per check\towner checks/s\tnon-owner checks/s per member\towner p99\tnon-owner p99 (worst)\terrors\t")
 	for _, g := range order {
-		var adm, total, own, non, ownP99, nonP99, errs []string
+		var adm, total, cpu, own, non, ownP99, nonP99, errs []string
 		for _, r := range by[g] {
 			if r.bound > 0 {
 				adm = append(adm, fmt.Sprintf("%d/%d", r.admitted(), r.bound))
@@ -103,6 +114,7 @@ func printSummary(w io.Writer, all []result) {
 				adm = append(adm, fmt.Sprintf("%d", r.admitted()))
 			}
 			total = append(total, fmt.Sprintf("%.0f", perSec(r.checks(), r.span)))
+			cpu = append(cpu, cpuPerCheck(r))
 			var nonChecks int64
 			var nonN int
 			var worst int64
@@ -135,7 +147,7 @@ func printSummary(w io.Writer, all []result) {
 			}
 			return strings.Join(s, " ")
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", g.size, g.load, g.system, j(adm), j(total), j(own), j(non), j(ownP99), j(nonP99), j(errs))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", g.size, g.load, g.system, j(adm), j(total), j(cpu), j(own), j(non), j(ownP99), j(nonP99), j(errs))
 	}
 	_ = tw.Flush()
 }
