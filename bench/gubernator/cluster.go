@@ -54,8 +54,10 @@ const closeWait = 5 * time.Second
 // startRinglimit starts size ringlimit nodes as the CLI's in-process cluster
 // does (cmd/ringlimit/internal/inprocess): nodetest.TestConfig, secure (mutual
 // TLS between members), a deployment's idle-scan interval, a one-minute
-// forward timeout; repl is node.ParseReplication's name.
-func startRinglimit(ctx context.Context, size int, repl string) (cluster, error) {
+// forward timeout; repl is node.ParseReplication's name; leaseSize > 0 turns
+// capacity leases on with that table size (node.Config.Lease.Size) and
+// node.DefaultConfig's other lease settings.
+func startRinglimit(ctx context.Context, size int, repl string, leaseSize int) (cluster, error) {
 	r, err := node.ParseReplication(repl)
 	if err != nil {
 		return cluster{}, err
@@ -64,6 +66,8 @@ func startRinglimit(ctx context.Context, size int, repl string) (cluster, error)
 	cfg.IdleScanInterval = node.DefaultConfig().IdleScanInterval
 	cfg.ForwardTimeout = time.Minute
 	cfg.Replication = r
+	cfg.Lease = node.DefaultConfig().Lease
+	cfg.Lease.Size = leaseSize
 	sctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	c, err := nodetest.StartCluster(sctx, size, cfg)

@@ -14,6 +14,8 @@
 //     admitted; it reports checks/s per member.
 //
 // Systems: ringlimit (forward to the key's owner, with its local denials),
+// ringlimit-leases (the same with capacity leases on: a member that checks a
+// key often admits from a slice of its capacity the owner lent it),
 // gubernator with Behavior GLOBAL (each member answers from its local copy and
 // sends the hits to the owner asynchronously) and gubernator's default
 // behaviour (forward to the owner, batched).
@@ -47,6 +49,8 @@ type config struct {
 	systems  []string
 	loads    []string
 	repl     string
+	// leaseSize is node.Config.Lease.Size of the ringlimit-leases system.
+	leaseSize int
 	// nonOwners places the callers on the members that do not own the
 	// key only.
 	nonOwners bool
@@ -59,14 +63,15 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	callers := fs.Int("callers", 64, "closed-loop callers in all, spread round-robin over the members")
 	duration := fs.Duration("duration", 10*time.Second, "length of each run")
 	rounds := fs.Int("rounds", 2, "times the whole sequence of systems is repeated (A/B/A/B)")
-	systems := fs.String("systems", "ringlimit,gubernator-global,gubernator-forward", "systems to run, comma-separated")
+	systems := fs.String("systems", "ringlimit,ringlimit-leases,gubernator-global,gubernator-forward", "systems to run, comma-separated: ringlimit (capacity leases off, its default), ringlimit-leases (on), gubernator-global, gubernator-forward")
+	leaseSize := fs.Int("lease-size", 1024, "ringlimit-leases: each member's capacity lease table size (node.Config.Lease.Size, 1..16777216; the other lease settings are node.DefaultConfig's)")
 	loads := fs.String("loads", "limited,throughput", "loads to run, comma-separated: limited (100/s, burst 100) and throughput (all admitted)")
 	repl := fs.String("replication", "async", "ringlimit's replication: off, async or sync")
 	nonOwners := fs.Bool("non-owners", false, "place the callers on the members that do not own the key only (not with -members 1): in one process, the owner's own callers never wait on the network and take the CPUs from the others'")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
-	c := config{callers: *callers, duration: *duration, rounds: *rounds, repl: *repl, nonOwners: *nonOwners}
+	c := config{callers: *callers, duration: *duration, rounds: *rounds, repl: *repl, leaseSize: *leaseSize, nonOwners: *nonOwners}
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 {
@@ -80,7 +85,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	for _, s := range strings.Split(*systems, ",") {
 		s = strings.TrimSpace(s)
 		switch s {
-		case sysRinglimit, sysGuberGlobal, sysGuberForward:
+		case sysRinglimit, sysRinglimitLeases, sysGuberGlobal, sysGuberForward:
 			c.systems = append(c.systems, s)
 		default:
 			return config{}, fmt.Errorf("-systems: unknown system %q", s)
@@ -102,14 +107,17 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return config{}, errors.New("-duration must be > 0")
 	case c.rounds < 1:
 		return config{}, errors.New("-rounds must be >= 1")
+	case c.leaseSize < 1 || c.leaseSize > 1<<24:
+		return config{}, errors.New("-lease-size must be in 1..16777216")
 	}
 	return c, nil
 }
 
 const (
-	sysRinglimit    = "ringlimit"
-	sysGuberGlobal  = "gubernator-global"
-	sysGuberForward = "gubernator-forward"
+	sysRinglimit       = "ringlimit"
+	sysRinglimitLeases = "ringlimit-leases"
+	sysGuberGlobal     = "gubernator-global"
+	sysGuberForward    = "gubernator-forward"
 
 	loadLimited    = "limited"
 	loadThroughput = "throughput"
@@ -141,8 +149,8 @@ func main() {
 }
 
 func run(ctx context.Context, cfg config, w io.Writer) error {
-	fmt.Fprintf(w, "# GOMAXPROCS=%d callers=%d non-owners=%v duration=%v rounds=%d ringlimit replication=%s\n",
-		runtime.GOMAXPROCS(0), cfg.callers, cfg.nonOwners, cfg.duration, cfg.rounds, cfg.repl)
+	fmt.Fprintf(w, "# GOMAXPROCS=%d callers=%d non-owners=%v duration=%v rounds=%d ringlimit replication=%s lease size=%d\n",
+		runtime.GOMAXPROCS(0), cfg.callers, cfg.nonOwners, cfg.duration, cfg.rounds, cfg.repl, cfg.leaseSize)
 	var all []result
 	for _, size := range cfg.sizes {
 		for round := 1; round <= cfg.rounds; round++ {
@@ -168,7 +176,9 @@ func runSystem(ctx context.Context, cfg config, sys string, size, round int, w i
 	)
 	switch sys {
 	case sysRinglimit:
-		c, err = startRinglimit(ctx, size, cfg.repl)
+		c, err = startRinglimit(ctx, size, cfg.repl, 0)
+	case sysRinglimitLeases:
+		c, err = startRinglimit(ctx, size, cfg.repl, cfg.leaseSize)
 	case sysGuberGlobal:
 		c, err = startGubernator(ctx, size, true)
 	case sysGuberForward:

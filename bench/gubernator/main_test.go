@@ -31,7 +31,7 @@ func TestParseFlags(t *testing.T) {
 	if len(c.sizes) != 2 || c.sizes[0] != 3 || c.sizes[1] != 10 {
 		t.Errorf("sizes = %v, want [3 10]", c.sizes)
 	}
-	if len(c.systems) != 2 || len(c.loads) != 1 || c.duration != 10*time.Second || c.callers != 64 {
+	if c.leaseSize != 1024 || len(c.systems) != 2 || len(c.loads) != 1 || c.duration != 10*time.Second || c.callers != 64 {
 		t.Errorf("config = %+v", c)
 	}
 	for _, bad := range [][]string{
@@ -43,6 +43,7 @@ func TestParseFlags(t *testing.T) {
 		{"-duration", "0s"},
 		{"-rounds", "0"},
 		{"-members", "1", "-non-owners"},
+		{"-lease-size", "0"},
 	} {
 		if _, err := parseFlags(bad, io.Discard); err == nil {
 			t.Errorf("parseFlags(%v) accepted", bad)
