@@ -32,6 +32,12 @@ type loadSpec struct {
 	Limit algo.Limit
 	// Mod modifies nodetest.TestConfig for every node (restarted ones too).
 	Mod func(*node.Config)
+	// Moved restarts a member on new ports (a new address, as a rescheduled
+	// pod gets) instead of the ports of its first start.
+	Moved bool
+	// EarlyLoad puts a restarted member in the callers' live set as soon as
+	// New returns, before it reports Ready: checks reach it while it joins.
+	EarlyLoad bool
 }
 
 // crashLimit is the limit of the crash tests' keys: 50 hits per 10 minutes,
@@ -322,6 +328,9 @@ func (r *loadRun) restart(name string, within time.Duration) (n *node.Node, star
 	cfg := r.base
 	cfg.Name = name
 	cfg.GossipPort, cfg.PeerPort = r.ports[name][0], r.ports[name][1]
+	if r.spec.Moved {
+		cfg.GossipPort, cfg.PeerPort = 0, 0
+	}
 	for _, m := range r.liveNodes() {
 		cfg.Join = append(cfg.Join, m.GossipAddr())
 	}
@@ -342,6 +351,12 @@ func (r *loadRun) restart(name string, within time.Duration) (n *node.Node, star
 	started = time.Now()
 	r.phase.Store(2)
 	r.t.Cleanup(func() { n.Abort() })
+	if r.spec.EarlyLoad {
+		r.mu.Lock()
+		r.nodes[name] = n
+		r.mu.Unlock()
+		r.publish()
+	}
 	for !n.Ready() {
 		if time.Now().After(deadline) {
 			r.t.Fatalf("restarted %s not Ready within %v", name, within)

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -30,6 +31,11 @@ type admission struct {
 	// doubt.go); probing while a probe of it runs.
 	doubt   *doubt
 	probing bool
+	// proved is when the admitted identity last answered its Hello or a
+	// probe; overruled is the last claim (id@addr) rejected as a conflict
+	// whose probe passed (see claimMoved).
+	proved    time.Time
+	overruled string
 }
 
 // admitPending starts a handshake with every member that needs one: joining
@@ -97,7 +103,7 @@ func (n *Node) hello(name, id, addr string, redial bool) {
 	a.inflight, a.last = false, time.Now()
 	newRefusal := reason != "" && (a.state != StateRefused || a.reason != reason)
 	if reason == "" {
-		a.state, a.reason = StateAlive, ""
+		a.state, a.reason, a.proved = StateAlive, "", a.last
 	} else {
 		a.state, a.reason = StateRefused, reason
 	}
@@ -189,6 +195,11 @@ func (d delegate) NotifyConflict(existing, other *memberlist.Node) {
 	n := d.n
 	theirs := net.JoinHostPort(other.Addr.String(), strconv.Itoa(int(other.Port)))
 	peerAddr, _, _ := decodeMeta(other.Meta)
+	if existing.Name != n.cfg.Name {
+		if addr, id, ok := decodeMeta(other.Meta); ok {
+			n.claimMoved(Member{Name: other.Name, Addr: addr, ID: id, GossipAddr: theirs})
+		}
+	}
 	if existing.Name == n.cfg.Name {
 		n.conflictMu.Lock()
 		if n.conflict == "" {
@@ -204,14 +215,34 @@ func (d delegate) NotifyConflict(existing, other *memberlist.Node) {
 // nameConflict returns the address of another live member that uses this
 // node's name, "" if gossip saw none. When there is one, it also tells that
 // member (a Hello it refuses and logs at WARN), so both sides say why.
+//
+// Gossip may also hold this node's previous instance: a member killed and
+// started again under its name at a new address (a rescheduled pod) before
+// the others found the old one dead. That is no conflict: when the other
+// address does not answer the Hello, or answers as another member, or as
+// this name but with a certificate that does not name it, nameConflict
+// returns "" and the others admit this node once the old address fails
+// their probe (see claimMoved).
 func (n *Node) nameConflict() string {
 	n.conflictMu.Lock()
 	c, peer := n.conflict, n.conflictPeer
 	n.conflictMu.Unlock()
-	if c != "" && peer != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ForwardTimeout)
-		_, _, _ = n.peers.Hello(ctx, peer, n.helloOf())
-		cancel()
+	if c == "" || peer == "" {
+		return c
 	}
-	return c
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ForwardTimeout)
+	resp, cert, err := n.peers.Hello(ctx, peer, n.helloOf())
+	cancel()
+	switch {
+	case errors.Is(err, transport.ErrRefused):
+		return c // a live process refused this node its own name
+	case err == nil && resp.Member == n.cfg.Name && (!n.secure || cert == n.cfg.Name):
+		return c
+	}
+	why := "it does not answer"
+	if err == nil {
+		why = "another member answers there"
+	}
+	n.log.Info("gossip still holds an earlier instance of this member at another address, but "+why+": taking the name over", "gossip", c, "err", err)
+	return ""
 }

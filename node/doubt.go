@@ -39,6 +39,11 @@ type doubt struct {
 	since  time.Time // when gossip began to disagree
 	last   time.Time // end of the last probe
 	passed int       // probes that passed
+	// quiet: gossip's own member list still holds the admitted identity;
+	// the doubt comes from a claim gossip rejected as a conflict (see
+	// claimMoved) or from the death of an earlier instance (see setMember).
+	// The first probe that passes ends it, since no later gossip would.
+	quiet bool
 }
 
 // doubtClaimLocked is called when gossip says member m (not this node) is
@@ -57,7 +62,7 @@ func (n *Node) doubtClaimLocked(a *admission, m Member) bool {
 		}
 		return false
 	}
-	n.doubtLocked(a, m.Name).claim = &m
+	n.doubtLocked(a, m.Name, false).claim = &m
 	return true
 }
 
@@ -69,16 +74,19 @@ func (n *Node) doubtLeaveLocked(name string, a *admission) bool {
 	if a == nil || !n.secure || a.state != StateAlive {
 		return false
 	}
-	n.doubtLocked(a, name).claim = nil
+	n.doubtLocked(a, name, false).claim = nil
 	return true
 }
 
-// doubtLocked returns a's doubt, creating it; under membersMu.
-func (n *Node) doubtLocked(a *admission, name string) *doubt {
+// doubtLocked returns a's doubt, creating it (quiet, see doubt.quiet); a
+// doubt that gossip itself holds (quiet false) stays until gossip agrees
+// again. Under membersMu.
+func (n *Node) doubtLocked(a *admission, name string, quiet bool) *doubt {
 	if a.doubt == nil {
-		a.doubt = &doubt{since: time.Now()}
+		a.doubt = &doubt{since: time.Now(), quiet: quiet}
 		n.log.Info("gossip contradicts an admitted member; probing it at its admitted address", "member", name, "addr", a.addr)
 	}
+	a.doubt.quiet = a.doubt.quiet && quiet
 	return a.doubt
 }
 
@@ -127,10 +135,21 @@ func (n *Node) probe(name, id, addr string) {
 	d.last = time.Now()
 	if reason == "" && a.state == StateAlive {
 		d.passed++
+		a.proved = d.last
 		first := d.passed == 1
 		what := "left or died"
 		if d.claim != nil {
 			what = "is at " + d.claim.Addr + " (instance " + d.claim.ID + ")"
+		}
+		if d.quiet {
+			// Gossip still holds the admitted identity: nothing would end
+			// the doubt. A rejected claim is a rumour overruled (once per
+			// claim); an earlier instance's death is none.
+			a.doubt = nil
+			first = d.claim != nil && a.overruled != d.claim.ID+"@"+d.claim.Addr
+			if first {
+				a.overruled = d.claim.ID + "@" + d.claim.Addr
+			}
 		}
 		n.membersMu.Unlock()
 		if first {
@@ -144,15 +163,89 @@ func (n *Node) probe(name, id, addr string) {
 		reason = a.reason // refused meanwhile (deny list)
 	}
 	claim := d.claim
-	if claim == nil {
-		n.removeMemberLocked(name)
+	if claim != nil {
+		n.membersMu.Unlock()
+		n.log.Info("member moved: its admitted address fails its probe; admitting its new address", "member", name, "addr", addr, "reason", reason, "new_addr", claim.Addr, "new_instance", claim.ID)
+		n.admitClaim(a, *claim, claim.Addr == addr)
+		return
+	}
+	n.removeMemberLocked(name)
+	n.membersMu.Unlock()
+	n.log.Info("member dropped: gossip says it is gone, and its probe failed", "member", name, "addr", addr, "reason", reason)
+	n.signalMembers()
+}
+
+// admitClaim replaces the admitted identity old of a member, whose probe just
+// failed, with gossip's claim for its name (a restart at another address or
+// under another instance id): it runs the claim's Hello first and installs its
+// outcome in one step, so that the member does not leave the ring between
+// its two identities when the claim passes (the table stays the same; the
+// others hand the new instance the states they kept for it, see rebuild). If
+// the admission changed meanwhile, the newer one stands. redial: the claim is
+// at the address of the identity it replaces (see admission.redial).
+func (n *Node) admitClaim(old *admission, claim Member, redial bool) {
+	if redial {
+		n.peers.Drop(claim.Addr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ForwardTimeout)
+	resp, cert, err := n.peers.Hello(ctx, claim.Addr, n.helloOf())
+	cancel()
+	reason := n.helloMismatch(claim.Name, claim.ID, resp, cert, err)
+	n.membersMu.Lock()
+	if n.admit[claim.Name] != old {
+		n.membersMu.Unlock()
+		return
+	}
+	if reason == "" && n.secure && n.revokedSeenLocked(claim.Name) {
+		reason = "certificate revoked"
+	}
+	n.departed[claim.Name] = time.Now() // its handoff may still arrive (see peerAllowed)
+	n.members[claim.Name] = claim
+	now := time.Now()
+	a := &admission{id: claim.ID, addr: claim.Addr, state: StateAlive, last: now, proved: now}
+	if reason != "" {
+		a.state, a.reason = StateRefused, reason
+	}
+	n.admit[claim.Name] = a
+	n.membersMu.Unlock()
+	if reason != "" {
+		n.refused("member")
+		n.log.Warn("member refused: it stays out of the ring", "member", claim.Name, "addr", claim.Addr, "reason", reason)
 	} else {
-		n.departed[name] = time.Now() // its handoff may still arrive (see peerAllowed)
-		n.members[name] = *claim
-		n.admit[name] = &admission{id: claim.ID, addr: claim.Addr, state: StateJoining, redial: claim.Addr == addr}
+		n.log.Info("member admitted", "member", claim.Name, "addr", claim.Addr)
+	}
+	n.signalMembers()
+}
+
+// claimMoved is called when gossip reports a live member m (not this node)
+// at another address than the one gossip holds for its name (memberlist
+// rejects that claim until the old address is found dead, see
+// delegate.NotifyConflict). A member that restarted at a new address (a
+// rescheduled pod) is such a claim: the admitted identity is doubted and
+// probed at once, and when its address no longer answers the claim is
+// admitted, without waiting for gossip to find the old address dead. A claim
+// for a member that is not admitted replaces it (its Hello decides). Under
+// no lock; it does not block.
+func (n *Node) claimMoved(m Member) {
+	n.membersMu.Lock()
+	a := n.admit[m.Name]
+	switch {
+	case a != nil && a.id == m.ID && a.addr == m.Addr:
+		n.membersMu.Unlock()
+		return // gossip caught up with what is admitted
+	case a != nil && a.state == StateAlive && a.doubt == nil && time.Since(a.proved) < n.cfg.Gossip.ProbeInterval:
+		n.membersMu.Unlock()
+		return // it answered at its admitted address a moment ago
+	case a != nil && a.state == StateAlive:
+		n.doubtLocked(a, m.Name, true).claim = &m
+	case a == nil || a.state == StateRefused:
+		n.members[m.Name] = m
+		n.admit[m.Name] = &admission{id: m.ID, addr: m.Addr, state: StateJoining, redial: a != nil && a.addr == m.Addr}
+	default: // joining: its handshake, under way, decides first
+		n.membersMu.Unlock()
+		return
 	}
 	n.membersMu.Unlock()
-	n.log.Info("member dropped: gossip says it is gone or moved, and its probe failed", "member", name, "addr", addr, "reason", reason)
 	n.signalMembers()
 }
 

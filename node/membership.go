@@ -159,6 +159,21 @@ func (n *Node) setMember(m *memberlist.Node, alive bool) {
 				}
 			}
 		}
+	} else if _, id, ok := decodeMeta(m.Meta); ok && !self && n.admit[m.Name] != nil && n.admit[m.Name].id != id {
+		// The leave or death of an instance this node does not hold for the
+		// name: typically the one before a restart at another address,
+		// replaced before gossip found it dead (see claimMoved). If it is
+		// the claim a doubt waits on, the claim is gone. Otherwise the
+		// admitted instance is probed (quietly): gossip may have taken the
+		// leave of the instance it still had under this name for its own
+		// (a restarted member that leaves before gossip holds its new
+		// address), and a leaving member fails its probe.
+		a := n.admit[m.Name]
+		if d := a.doubt; d != nil && d.claim != nil && d.claim.ID == id {
+			d.claim = nil
+		} else if a.state == StateAlive && d == nil {
+			n.doubtLocked(a, m.Name, true)
+		}
 	} else if !n.doubtLeaveLocked(m.Name, n.admit[m.Name]) {
 		n.removeMemberLocked(m.Name)
 	}
