@@ -29,6 +29,19 @@ func BenchmarkFleetCheck(b *testing.B) {
 	}
 }
 
+// BenchmarkFleetCheckReplication is BenchmarkFleetCheck at 30 members with
+// replication off and asynchronous (the default), side by side, to tell what
+// the copies to the backups add to a check's cost at that size:
+//
+//	go test -run '^$' -bench 'FleetCheckReplication' -benchtime 100000x -count 2 -cpu 2 ./cluster_test/
+func BenchmarkFleetCheckReplication(b *testing.B) {
+	for _, mode := range []node.Replication{node.ReplicationOff, node.ReplicationAsync} {
+		b.Run(fmt.Sprintf("members=30/%s", mode), func(b *testing.B) {
+			benchCluster(b, 30, false, mode)
+		})
+	}
+}
+
 // startClusterWithin is startCluster with a deadline for forming the cluster
 // other than the tests' 20 s.
 func startClusterWithin(t testing.TB, size int, within time.Duration, mod func(*node.Config)) []*node.Node {

@@ -30,15 +30,15 @@ func gateOptions(gate PeerGate) []grpc.ServerOption {
 	gated := func(method string) bool {
 		return strings.HasPrefix(method, peerServicePrefix) && method != pb.Peer_Hello_FullMethodName
 	}
-	check := func(ctx context.Context) error {
-		if err := gate(callerCert(ctx)); err != nil {
+	check := func(cert *x509.Certificate) error {
+		if err := gate(cert); err != nil {
 			return status.Error(codes.PermissionDenied, err.Error())
 		}
 		return nil
 	}
 	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if gated(info.FullMethod) {
-			if err := check(ctx); err != nil {
+			if err := check(callerCert(ctx)); err != nil {
 				return nil, err
 			}
 		}
@@ -48,10 +48,13 @@ func gateOptions(gate PeerGate) []grpc.ServerOption {
 		if !gated(info.FullMethod) {
 			return handler(srv, ss)
 		}
-		if err := check(ss.Context()); err != nil {
+		// A connection's certificate never changes: looked up once per
+		// stream, not per message.
+		cert := callerCert(ss.Context())
+		if err := check(cert); err != nil {
 			return err
 		}
-		return handler(srv, gatedStream{ServerStream: ss, check: check})
+		return handler(srv, gatedStream{ServerStream: ss, cert: cert, check: check})
 	}
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream)}
 }
@@ -59,14 +62,15 @@ func gateOptions(gate PeerGate) []grpc.ServerOption {
 // gatedStream puts its stream through the gate after each message received.
 type gatedStream struct {
 	grpc.ServerStream
-	check func(context.Context) error
+	cert  *x509.Certificate // the caller's, nil on plaintext
+	check func(*x509.Certificate) error
 }
 
 func (s gatedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	return s.check(s.Context())
+	return s.check(s.cert)
 }
 
 // callerCert returns the verified certificate of the caller of the RPC whose
