@@ -237,9 +237,6 @@ func dialOptions(tlsCfg *tls.Config, expect func(string) (string, bool), kaTime,
 		grpc.WithInitialWindowSize(streamWindow),
 		grpc.WithInitialConnWindowSize(connWindow),
 		grpc.WithReadBufferSize(readBuffer),
-		// The write buffer (32 KiB) is taken from a pool for each flush
-		// instead of being kept by every connection between writes.
-		grpc.WithSharedWriteBuffer(true),
 	}
 	return append(opts, extra...)
 }

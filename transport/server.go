@@ -226,7 +226,6 @@ func newServer(cfg ServerConfig) (*Server, ServerConfig) {
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(connWindow),
 		grpc.ReadBufferSize(readBuffer), // see readBuffer
-		grpc.SharedWriteBuffer(true),
 		// Reuse a goroutine per core for RPCs instead of one new goroutine each.
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 		// ForwardStream's messages skip the protobuf runtime (same bytes on
