@@ -240,6 +240,24 @@ func (n *Node) recordEnded(sh *lease.Shard, h uint64, k algo.Kind, now int64, ow
 	})
 }
 
+// sweepHolds records, at now (node clock), the slices whose lease ended of
+// keys no check has touched since (so that the holds do not outlive their
+// keys, and the owner's checks skip them once none is left), and forgets
+// the slices of keys this node no longer owns (their state moved on with
+// the ring). Called every IdleScanInterval.
+func (n *Node) sweepHolds(now int64) {
+	for _, k := range n.holds.Ended(now) {
+		rs := n.rs.Load()
+		sh := n.holds.Lock(k.H)
+		if n.owns(rs, k.H) {
+			n.recordEnded(sh, k.H, k.Kind, now, func() bool { return n.owns(rs, k.H) })
+		} else {
+			sh.Drop(k.H, k.Kind)
+		}
+		sh.Unlock()
+	}
+}
+
 // leaseReset is a reset of the key with ring hash h under k (all: every
 // algorithm) on its owner: the slices lent of it are forgotten when every
 // member dropped its leases of the key (complete), and otherwise stay held

@@ -325,3 +325,35 @@ func TestLeaseOwnerCrash(t *testing.T) {
 		t.Errorf("admitted %d, want at most 1000", got)
 	}
 }
+
+// A slice whose lease ended while no check of its key reached the owner is
+// recorded in the key's state by the idle sweep, and the owner holds nothing
+// any more.
+func TestLeaseSweepRecordsEndedSlices(t *testing.T) {
+	t.Parallel()
+	clk := newManualClock()
+	_, nodes := memCluster(t, 3, func(c *Config) { leasesOn(c); c.Clock = clk.now })
+	owner := nodes[1]
+	key := keyOwnedBy(t, nodes[0], owner)
+	l := algo.Limit{Kind: algo.GCRA, Limit: 1, Period: time.Hour, Burst: 999}
+	before := leaseUp(t, clk, key, l, nodes[0])
+	if !owner.holds.Any() {
+		t.Fatal("the owner holds no slice after a grant")
+	}
+	d, err := owner.Allow(context.Background(), key, l)
+	if err != nil || !d.Allowed {
+		t.Fatal(d, err)
+	}
+	if lent := 1000 - before - 1 - d.Remaining; lent <= 0 {
+		t.Fatalf("remaining %d after %d admitted: want the slice held back", d.Remaining, before+1)
+	}
+	clk.add(time.Second) // past the lease's end
+	owner.sweepHolds(clk.now())
+	if owner.holds.Any() {
+		t.Errorf("slices still held after the sweep")
+	}
+	d2, err := owner.Allow(context.Background(), key, l)
+	if err != nil || !d2.Allowed || d2.Remaining != d.Remaining-1 {
+		t.Errorf("after the sweep: %+v, %v; want admitted with %d left (the slice recorded)", d2, err, d.Remaining-1)
+	}
+}

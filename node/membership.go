@@ -382,6 +382,7 @@ func (n *Node) idleLoop() {
 		wall := n.clock()
 		n.owned.DropIdle(wall)
 		n.fallback.DropIdle(wall)
+		n.sweepHolds(wall)
 		return true
 	})
 }

@@ -143,3 +143,33 @@ func (sh *Shard) Drop(h uint64, k algo.Kind) {
 	sh.s.n.Add(-int64(len(sh.m[key])))
 	delete(sh.m, key)
 }
+
+// Key names the slices of one key under one algorithm.
+type Key struct {
+	H    uint64 // ring hash
+	Kind algo.Kind
+}
+
+// Ended returns the keys with a slice whose lease ended before now (owner
+// clock, ns): the keys no decision has touched since, whose slices the
+// owner records (or forgets) in a sweep.
+func (s *Holds) Ended(now int64) []Key {
+	if !s.Any() {
+		return nil
+	}
+	var out []Key
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, hs := range sh.m {
+			for _, e := range hs {
+				if e.end < now {
+					out = append(out, Key{k.h, k.kind})
+					break
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return out
+}
