@@ -103,6 +103,14 @@ func (*batchCounter) Eviction(string)                   {}
 // metrics. It also reports goroutines/member and heap-MB/member, measured once
 // the cluster has formed, before the load, and form-s, the seconds forming took.
 func benchCluster(b *testing.B, size int, insecure bool, repl node.Replication) {
+	benchClusterRouted(b, size, insecure, repl, false)
+}
+
+// benchClusterRouted is benchCluster; with toOwner, each caller sends every
+// check to the key's owner (found with InspectKey before the load) instead of
+// to its own member, as callers that know the ring would: nothing is
+// forwarded.
+func benchClusterRouted(b *testing.B, size int, insecure bool, repl node.Replication, toOwner bool) {
 	batches := new(batchCounter)
 	within := 20 * time.Second
 	if size > 3 {
@@ -152,6 +160,10 @@ func benchCluster(b *testing.B, size int, insecure bool, repl node.Replication) 
 	for i := range hists {
 		hists[i] = hdrhistogram.New(1, int64(10*time.Second/time.Microsecond), 3)
 	}
+	var owners []*node.Node // by key index, with toOwner
+	if toOwner {
+		owners = keyOwners(b, nodes, keys, l)
+	}
 	b.ResetTimer()
 	if dir := os.Getenv("RINGLIMIT_BENCH_PROFILE"); dir != "" {
 		stop := profileLoad(b, dir, size)
@@ -170,11 +182,15 @@ func benchCluster(b *testing.B, size int, insecure bool, repl node.Replication) 
 			defer wg.Done()
 			h := hists[g]
 			r := rand.New(rand.NewPCG(uint64(g), 1))
-			n := nodes[g%size]
+			own := nodes[g%size]
 			fw := int64(0)
 			for next.Add(1) <= int64(b.N) {
 				t0 := time.Now()
-				d, err := n.Allow(context.Background(), keys[r.IntN(len(keys))], l)
+				k, n := r.IntN(len(keys)), own
+				if owners != nil {
+					n = owners[k]
+				}
+				d, err := n.Allow(context.Background(), keys[k], l)
 				if err != nil {
 					b.Error(err)
 					return
@@ -284,4 +300,41 @@ func profileLoad(b *testing.B, dir string, size int) (stop func()) {
 		_ = f.Close()
 		writeAllocs("allocs1")
 	}
+}
+
+// keyOwners returns the owner of every key among nodes, asking nodes[0]
+// (InspectKey) from 64 goroutines.
+func keyOwners(b *testing.B, nodes []*node.Node, keys []string, l algo.Limit) []*node.Node {
+	b.Helper()
+	byName := make(map[string]*node.Node, len(nodes))
+	for _, n := range nodes {
+		byName[n.Name()] = n
+	}
+	owners := make([]*node.Node, len(keys))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < len(keys); i = int(next.Add(1)) - 1 {
+				info, err := nodes[0].InspectKey(context.Background(), keys[i], l)
+				if err != nil {
+					errs <- fmt.Errorf("InspectKey(%q): %w", keys[i], err)
+					return
+				}
+				if owners[i] = byName[info.Owner]; owners[i] == nil {
+					errs <- fmt.Errorf("InspectKey(%q): owner %q is no member", keys[i], info.Owner)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	return owners
 }

@@ -42,6 +42,20 @@ func BenchmarkFleetCheckReplication(b *testing.B) {
 	}
 }
 
+// BenchmarkFleetCheckToOwner is BenchmarkFleetCheck at 3 and 30 members with
+// callers that send each check to its key's owner (as callers that know the
+// ring would), so that nothing is forwarded: what the fleet's size costs a
+// check besides the forward.
+//
+//	go test -run '^$' -bench 'FleetCheckToOwner' -benchtime 100000x -count 2 -cpu 2 ./cluster_test/
+func BenchmarkFleetCheckToOwner(b *testing.B) {
+	for _, size := range []int{3, 30} {
+		b.Run(fmt.Sprintf("members=%d", size), func(b *testing.B) {
+			benchClusterRouted(b, size, false, node.ReplicationAsync, true)
+		})
+	}
+}
+
 // startClusterWithin is startCluster with a deadline for forming the cluster
 // other than the tests' 20 s.
 func startClusterWithin(t testing.TB, size int, within time.Duration, mod func(*node.Config)) []*node.Node {
