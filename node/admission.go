@@ -27,6 +27,13 @@ type admission struct {
 	// failed with the old process and may sit in reconnect backoff, so it is
 	// dropped before the handshake, and checks reach the new process at once.
 	redial bool
+	// unreachable: the last attempt failed to reach the member (its address
+	// did not answer), as opposed to a refusal. It is tried again every
+	// Gossip.ProbeInterval on a new connection, and at once when gossip
+	// says the member is alive again (a healed partition), not after
+	// AdmissionRetry: the pooled connection of the failed attempt may sit in
+	// reconnect backoff for seconds.
+	unreachable bool
 	// doubt is set while gossip contradicts this admitted identity (see
 	// doubt.go); probing while a probe of it runs.
 	doubt   *doubt
@@ -39,14 +46,19 @@ type admission struct {
 }
 
 // admitPending starts a handshake with every member that needs one: joining
-// members, and refused members whose last attempt is AdmissionRetry old. It
-// runs on the membership loop.
+// members, refused members whose last attempt is AdmissionRetry old, and
+// unreachable ones whose last attempt is retryUnreachable old. It runs on the
+// membership loop.
 func (n *Node) admitPending() {
 	now := time.Now()
 	n.membersMu.Lock()
 	defer n.membersMu.Unlock()
 	for name, a := range n.admit {
-		if a.inflight || a.state == StateAlive || (a.state == StateRefused && now.Sub(a.last) < n.cfg.AdmissionRetry) {
+		wait := n.cfg.AdmissionRetry
+		if a.unreachable {
+			wait = n.retryUnreachable()
+		}
+		if a.inflight || a.state == StateAlive || (a.state == StateRefused && now.Sub(a.last) < wait) {
 			continue
 		}
 		a.inflight = true
@@ -101,6 +113,8 @@ func (n *Node) hello(name, id, addr string, redial bool) {
 		return
 	}
 	a.inflight, a.last = false, time.Now()
+	a.unreachable = err != nil && !errors.Is(err, transport.ErrRefused)
+	a.redial = a.unreachable // a new connection for the next attempt
 	newRefusal := reason != "" && (a.state != StateRefused || a.reason != reason)
 	if reason == "" {
 		a.state, a.reason, a.proved = StateAlive, "", a.last
@@ -116,6 +130,12 @@ func (n *Node) hello(name, id, addr string, redial bool) {
 		n.refused("member")
 		n.log.Warn("member refused: it stays out of the ring", "member", name, "addr", addr, "reason", reason)
 	}
+}
+
+// retryUnreachable is how long after a failed attempt an unreachable member
+// is tried again: Gossip.ProbeInterval, at most AdmissionRetry.
+func (n *Node) retryUnreachable() time.Duration {
+	return min(n.cfg.AdmissionRetry, n.cfg.Gossip.ProbeInterval)
 }
 
 // Hello answers a member's admission handshake (or its probe, see doubt.go)

@@ -453,6 +453,9 @@ type Config struct {
 	// memory (nodetest/memnet) instead of over gRPC (the node still serves
 	// gRPC).
 	peerNet peerNet
+	// cutNet, set only by node's own tests, carries gossip and dials the
+	// gRPC peer connections through a network they can cut (a partition).
+	cutNet cutNet
 	// anyCertName, set only by node's own tests, lets New start with a
 	// certificate that names another member (to play an impostor).
 	anyCertName bool

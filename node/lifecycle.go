@@ -112,6 +112,10 @@ func New(cfg Config) (*Node, error) {
 			"gossip_encrypted", len(cfg.SecretKey) > 0)
 	}
 	if cfg.peerNet == nil {
+		var dial []grpc.DialOption
+		if cfg.cutNet != nil {
+			dial = append(dial, grpc.WithContextDialer(cfg.cutNet.dial(n)))
+		}
 		pool, err := transport.NewPool(transport.ClientConfig{
 			TLS:            clientTLS,
 			ExpectMember:   n.memberAt,
@@ -119,6 +123,7 @@ func New(cfg Config) (*Node, error) {
 			BatchMaxWait:   cfg.BatchMaxWait,
 			ForwardTimeout: cfg.ForwardTimeout,
 			OnBatch:        n.onBatch,
+			DialOptions:    dial,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("node: peer pool: %w", err)

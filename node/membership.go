@@ -156,6 +156,10 @@ func (n *Node) setMember(m *memberlist.Node, alive bool) {
 				// A member new to us, restarted or moved is admitted afresh.
 				if a == nil || a.id != id || a.addr != addr {
 					n.admit[m.Name] = &admission{id: id, addr: addr, state: StateJoining, redial: a != nil && a.addr == addr}
+				} else if a.state == StateRefused && a.unreachable {
+					// Gossip hears from it again (a healed partition): try
+					// now, on a new connection.
+					a.last = time.Time{}
 				}
 			}
 		}
@@ -231,6 +235,11 @@ func (n *Node) startGossip(host string) error {
 	mc.Conflict = delegate{n}
 	mc.Logger = nil
 	mc.LogOutput = slogWriter{n}
+	if n.cfg.cutNet != nil {
+		if err := n.cfg.cutNet.gossip(n, mc); err != nil {
+			return fmt.Errorf("node: gossip: %w", err)
+		}
+	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		return fmt.Errorf("node: gossip: %w", err)
@@ -244,6 +253,14 @@ func (n *Node) startGossip(host string) error {
 		}
 	}
 	return nil
+}
+
+// cutNet lets node's own tests cut the network between members in process
+// (Config.cutNet): gossip sets mc's gossip transport for node n (its peer
+// address is known), and dial is the dialer of n's gRPC peer connections.
+type cutNet interface {
+	gossip(n *Node, mc *memberlist.Config) error
+	dial(n *Node) func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // slogWriter routes memberlist's log lines to the node's logger at debug level.
@@ -317,6 +334,7 @@ func (n *Node) membershipLoop() {
 		case <-probe.C:
 			if !n.leaving.Load() {
 				n.probeDoubted()
+				n.admitPending() // the unreachable (retryUnreachable)
 			}
 		case <-n.memberSig:
 			if !n.settle() {
