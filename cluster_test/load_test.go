@@ -522,3 +522,46 @@ func (r *loadRun) seriesAround(at time.Time, before, after time.Duration) string
 	}
 	return strings.TrimSpace(sb.String())
 }
+
+// join starts a new member named name, joining the live nodes, and puts it in
+// the callers' live set as soon as New returns, before it reports Ready (a
+// client that does not wait for readiness). It returns the node.
+func (r *loadRun) join(name string) *node.Node {
+	r.t.Helper()
+	cfg := r.base
+	cfg.Name = name
+	for _, m := range r.liveNodes() {
+		cfg.Join = append(cfg.Join, m.GossipAddr())
+	}
+	n, err := node.New(cfg)
+	if err != nil {
+		r.t.Fatalf("join %s: %v", name, err)
+	}
+	r.t.Cleanup(func() { n.Abort() })
+	r.mu.Lock()
+	r.nodes[name] = n
+	r.names = append(r.names, name)
+	r.mu.Unlock()
+	r.publish()
+	return n
+}
+
+// waitAdmitted waits until the callers were admitted at least total hits in
+// all, failing the test after within.
+func (r *loadRun) waitAdmitted(total int64, within time.Duration) {
+	r.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		sum := int64(0)
+		for k := range r.keys {
+			sum += r.admitted[k].Load()
+		}
+		if sum >= total {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("only %d of %d hits admitted within %v", sum, total, within)
+		}
+		time.Sleep(time.Millisecond) // poll: admissions have no event to wait on
+	}
+}
