@@ -75,11 +75,11 @@ demo: ## an in-process cluster with a short load run
 proto: ## regenerate the gRPC code from transport/proto
 	$(GO) generate ./transport/...
 
-# Flags of bench/gubernator (its -h lists them), e.g. GUBER_BENCH='-members 3 -rounds 1'.
+# Flags of cluster_test/gubernator (its -h lists them), e.g. GUBER_BENCH='-members 3 -rounds 1'.
 GUBER_BENCH ?=
 
 bench-gubernator: ## ringlimit and gubernator side by side on one hot key, in process (3 and 10 members, about 6 min; a module of its own)
-	cd bench/gubernator && nice -n 10 $(GO) run . $(GUBER_BENCH)
+	cd cluster_test/gubernator && nice -n 10 $(GO) run . $(GUBER_BENCH)
 
 vet: ## gofmt and go vet
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }

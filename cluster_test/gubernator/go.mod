@@ -1,4 +1,4 @@
-module github.com/ringlimit/ringlimit/bench/gubernator
+module github.com/ringlimit/ringlimit/cluster_test/gubernator
 
 go 1.26.0
 
