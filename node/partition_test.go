@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/ringlimit/ringlimit/algo"
 )
 
 // partNet is the cutNet of node's partition tests: every node's gossip and
@@ -23,6 +27,7 @@ type partNet struct {
 	cutOff     map[string]bool   // members on the far side of the cut
 	gossipOpen bool              // the cut no longer holds for gossip
 	conns      []partConn        // open peer connections
+	silent     map[string]bool   // addresses whose dials hang until they time out
 }
 
 type partConn struct {
@@ -31,7 +36,7 @@ type partConn struct {
 }
 
 func newPartNet() *partNet {
-	return &partNet{names: map[string]string{}, cutOff: map[string]bool{}}
+	return &partNet{names: map[string]string{}, cutOff: map[string]bool{}, silent: map[string]bool{}}
 }
 
 // cut reports whether the member from is cut off from the one at addr, on
@@ -61,6 +66,22 @@ func (p *partNet) isolate(names ...string) {
 	p.mu.Unlock()
 }
 
+// silence makes dials to the addresses hang until they time out, as dials
+// to the IP of a pod that is gone do (no refusal comes back).
+func (p *partNet) silence(addrs ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, a := range addrs {
+		p.silent[a] = true
+	}
+}
+
+func (p *partNet) isSilent(addr string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.silent[addr]
+}
+
 // healGossip ends the cut for gossip only: the peer path stays cut (a heal
 // whose routes come back one after the other).
 func (p *partNet) healGossip() {
@@ -81,6 +102,10 @@ func (p *partNet) dial(n *Node) func(ctx context.Context, addr string) (net.Conn
 		from := n.cfg.Name
 		if p.cut(from, addr, false) {
 			return nil, fmt.Errorf("dial %s: partitioned", addr)
+		}
+		if p.isSilent(addr) {
+			<-ctx.Done()
+			return nil, fmt.Errorf("dial %s: %w", addr, ctx.Err())
 		}
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", addr)
@@ -161,6 +186,10 @@ func (t *partTransport) DialTimeout(addr string, d time.Duration) (net.Conn, err
 	if t.net.cut(t.self, addr, true) {
 		return nil, errors.New("partitioned")
 	}
+	if t.net.isSilent(addr) {
+		time.Sleep(d) // a dial to an address gone silent times out
+		return nil, errors.New("dial timeout")
+	}
 	return t.NetTransport.DialTimeout(addr, d)
 }
 
@@ -227,5 +256,134 @@ func TestPartitionHealReforms(t *testing.T) {
 	t.Logf("re-formed %v after the heal", took.Round(time.Millisecond))
 	if took > 3*time.Second {
 		t.Errorf("the cluster re-formed %v after a 10 s partition healed, want at most 3 s", took.Round(time.Millisecond))
+	}
+}
+
+// A member crashes and comes back under its name at a new address while its
+// old address has gone silent (dials to it time out, as to the IP of a pod
+// that is gone), with checks on every member, the restarted one included,
+// from the moment New returns: New does not take the silent old address for
+// a live duplicate, the others admit the new address once their probe of the
+// old one times out (ForwardTimeout), and no key goes over its limit.
+func TestRestartAtNewAddressOldOneSilent(t *testing.T) {
+	pn := newPartNet()
+	base := testConfig()
+	base.cutNet = pn
+	// Every admitted hit is on the key's backup before it is answered: the
+	// crash loses none (the test is about the restart, not replication lag).
+	base.Replication = ReplicationSync
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := startCluster(ctx, 3, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, n := range c.Nodes() {
+			n.Abort()
+		}
+	})
+	nodes := c.Nodes()
+	l := algo.Limit{Kind: algo.SlidingWindowLog, Limit: 5, Period: time.Hour}
+	keys := make([]string, 90)
+	admitted := make([]atomic.Int64, len(keys))
+	for i := range keys {
+		keys[i] = fmt.Sprintf("moved:%d", i)
+	}
+	bg := context.Background()
+	// Every key exhausted first: any admission after this is one too many.
+	for i, k := range keys {
+		for j := 0; j < int(l.Limit)+1; j++ {
+			d, err := nodes[(i+j)%3].Allow(bg, k, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				admitted[i].Add(1)
+			}
+		}
+	}
+	victim := nodes[2]
+	owned := 0
+	for _, k := range keys {
+		if m, ok := nodes[0].Owner(k); ok && m.Name == victim.Name() {
+			owned++
+		}
+	}
+	if owned == 0 {
+		t.Fatalf("%s owns none of the keys", victim.Name())
+	}
+	oldPeer, oldGossip := victim.PeerAddr(), victim.GossipAddr()
+	victim.Abort()
+	pn.silence(oldPeer, oldGossip)
+	crashAt := time.Now()
+	cfg := base
+	cfg.Name = victim.Name()
+	cfg.Join = []string{nodes[0].GossipAddr(), nodes[1].GossipAddr()}
+	again, err := New(cfg)
+	if err != nil {
+		t.Fatalf("restart at a new address: %v", err)
+	}
+	t.Cleanup(func() { again.Abort() })
+	live := []*Node{nodes[0], nodes[1], again}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var errs atomic.Int64
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 26))
+			for !stop.Load() {
+				k := rng.IntN(len(keys))
+				d, err := live[rng.IntN(len(live))].Allow(bg, keys[k], l)
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				if d.Allowed {
+					admitted[k].Add(1)
+				}
+			}
+		}()
+	}
+	// Until every member holds the restarted one at its new address, and as
+	// long again as the restarted member's gates would have held without
+	// waiting for the others (HandoffTimeout), at least.
+	eventually(t, 20*time.Second, "every member holds the restarted member at its new address", func() bool {
+		for _, n := range live[:2] {
+			found := false
+			for _, m := range n.rs.Load().snap.Members() {
+				found = found || m.Name == again.Name() && m.Addr == again.PeerAddr()
+			}
+			if !found {
+				return false
+			}
+		}
+		return true
+	})
+	admittedAt := time.Since(crashAt)
+	wctx, wcancel := context.WithTimeout(bg, 20*time.Second)
+	defer wcancel()
+	if err := waitConverged(wctx, live...); err != nil {
+		t.Fatal(err)
+	}
+	for time.Since(crashAt) < admittedAt+base.HandoffTimeout {
+		time.Sleep(10 * time.Millisecond) // keep the load on for the window the test is about
+	}
+	stop.Store(true)
+	wg.Wait()
+	t.Logf("%s (owner of %d of %d keys) restarted at %s; the others admitted it %v after the crash; %d checks failed",
+		victim.Name(), owned, len(keys), again.PeerAddr(), admittedAt.Round(time.Millisecond), errs.Load())
+	over := 0
+	for i, k := range keys {
+		if got := admitted[i].Load(); got > l.Limit {
+			if over++; over <= 5 {
+				t.Errorf("%s admitted %d, want at most %d", k, got, l.Limit)
+			}
+		}
+	}
+	if over > 0 {
+		t.Errorf("%d of %d keys over their limit", over, len(keys))
 	}
 }
