@@ -109,6 +109,7 @@ func (n *Node) resync(old, ns *ringState, restarted map[string]bool) {
 func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]bool) {
 	self := n.cfg.Name
 	snap := ns.snap
+	n.handOffHolds(ns)
 	moved := n.owned.Extract(func(h uint64) store.MoveAction {
 		return n.moveOf(ns, old, restarted, h, store.MoveSend)
 	}, n.clock())

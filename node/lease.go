@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
@@ -72,9 +73,10 @@ import (
 // over after the owner's crash starts from a state that counts them.
 //
 // Limits, said plainly. The holds live on the owner only: a backup that
-// takes over, or a new owner after a ring change (whose handoff carries the
-// state, not the holds), counts the slices still out as admitted at their
-// grant, not at their use. The total admitted from the start of the
+// takes over after a crash counts the slices still out as admitted at their
+// grant (the state replicated with the grant), and a new owner after a ring
+// change or a leave as admitted at the handoff (the old owner records its
+// holds in the states it hands off), not at their use. The total admitted from the start of the
 // limit's history still never exceeds one limiter's bound, but over the
 // rest of those slices' leases (at most Config.Lease.Period) a burst on
 // the new owner can exceed the burst bound of a short interval by at most
@@ -139,6 +141,22 @@ func (n *Node) answerLease(c *Check, h uint64, now int64, out *Decision) (ok boo
 	out.Remaining, out.ResetAfter = a.Remaining, a.ResetAfter
 	out.Route, out.Owner = RouteLease, a.Owner
 	return true, 0, epoch
+}
+
+// useLease admits c (ring hash h) at now from a lease whatever the ask
+// policy (lease.Table.Use) and fills *out: c went to the owner to ask for
+// the next lease and was denied there while this member still held a slice.
+func (n *Node) useLease(c *Check, h uint64, now int64, out *Decision) bool {
+	var a lease.Answer
+	if !n.leases.Use(h, c.Limit, c.Hits, now, &a) {
+		return false
+	}
+	*out = Decision{}
+	out.Allowed = true
+	out.Limit = leaseCapacity(c.Limit)
+	out.Remaining, out.ResetAfter = a.Remaining, a.ResetAfter
+	out.Route, out.Owner = RouteLease, a.Owner
+	return true
 }
 
 // grantLease is the owner's side: c, a forwarded check of a key this node
@@ -254,6 +272,29 @@ func (n *Node) sweepHolds(now int64) {
 		} else {
 			sh.Drop(k.H, k.Kind)
 		}
+		sh.Unlock()
+	}
+}
+
+// handOffHolds records in the state, as admitted now, every slice still
+// held of a key this node does not own under ns (a ring change or a leave),
+// and forgets the holds: the handoff that follows then carries the slices
+// to the key's new owner, which never saw them lent.
+func (n *Node) handOffHolds(ns *ringState) {
+	if !n.holds.Any() {
+		return
+	}
+	now := n.clock()
+	for _, k := range n.holds.Keys() {
+		if o, ok := ns.snap.OwnerOfHash(k.H); ok && o.Name == n.cfg.Name && !ns.leaving {
+			continue
+		}
+		sh := n.holds.Lock(k.H)
+		sh.Record(k.H, k.Kind, math.MaxInt64, func(hits int64, l algo.Limit) bool {
+			d, err := n.owned.Take(k.H, l, hits, now, now, nil)
+			return err == nil && d.Allowed
+		})
+		sh.Drop(k.H, k.Kind)
 		sh.Unlock()
 	}
 }

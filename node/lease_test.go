@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -370,5 +371,61 @@ func TestLeaseSweepRecordsEndedSlices(t *testing.T) {
 	d2, err := owner.Allow(context.Background(), key, l)
 	if err != nil || !d2.Allowed || d2.Remaining != d.Remaining-1 {
 		t.Errorf("after the sweep: %+v, %v; want admitted with %d left (the slice recorded)", d2, err, d.Remaining-1)
+	}
+}
+
+// A member joins while capacity of keys it gains is lent: the old owner
+// records its held slices in the states it hands off, so the new owner
+// counts them, and each key admits at most one full key in all. (Without
+// replication: a backup's replica of a grant's state would reach the new
+// owner too.)
+func TestLeaseHandoffCarriesSlices(t *testing.T) {
+	t.Parallel()
+	clk := newManualClock()
+	_, nodes, base := memClusterBase(t, 3, func(c *Config) {
+		leasesOn(c)
+		c.Clock = clk.now
+		c.Lease.Period = time.Hour // no lease ends while the keys are leased one after another
+		// No backups: no replica holds the grants' states, only the handoff
+		// can carry the slices to the new owner.
+		c.Replication = ReplicationOff
+	})
+	owner, lessee := nodes[1], nodes[0]
+	l := algo.Limit{Kind: algo.GCRA, Limit: 1, Period: time.Hour, Burst: 999}
+	admitted := map[string]int64{}
+	for i := 0; len(admitted) < 24; i++ {
+		k := fmt.Sprintf("handoff-%d", i)
+		if m, ok := lessee.Owner(k); ok && m.Name == owner.Name() {
+			admitted[k] = leaseUp(t, clk, k, l, lessee)
+		}
+	}
+	cfg := base
+	cfg.Name = "node-3"
+	cfg.Join = []string{nodes[0].GossipAddr()}
+	joined, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { joined.Abort() })
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	all := append(nodes[:3:3], joined)
+	if err := waitConverged(ctx, all...); err != nil {
+		t.Fatal(err)
+	}
+	moved := 0
+	for k, got := range admitted {
+		m, ok := joined.Owner(k)
+		if !ok || m.Name != joined.Name() {
+			continue
+		}
+		moved++
+		got += drain(t, k, l, all...)
+		if got > 1000 {
+			t.Errorf("%s: admitted %d, want at most 1000", k, got)
+		}
+	}
+	if moved == 0 {
+		t.Fatal("no leased key moved to the new member")
 	}
 }

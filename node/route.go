@@ -128,6 +128,10 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 			if n.answerDenied(c, h, sent, out) {
 				if ask > 0 {
 					n.leases.Answered(h, c.Limit, leaseEpoch, leaseSent, 0, 0, "")
+					if n.useLease(c, h, leaseSent, out) { // the slice held admits what the owner would deny
+						n.observe(c.Limit.Kind, RouteLease, true)
+						return nil
+					}
 				}
 				n.observe(c.Limit.Kind, RouteCachedDenial, false)
 				n.noteDenied(c)
@@ -154,6 +158,13 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 			switch {
 			case err == nil && res.Code == transport.CodeOK:
 				n.breakers.Reset(owner.Name)
+				if !res.Decision.Allowed && leaseSent != 0 && n.useLease(c, h, leaseSent, out) {
+					// Sent to ask for the next lease while the slice held
+					// could admit it: the slice admits what the owner denied
+					// (and the denial, which the slice outlives, is not cached).
+					n.observe(c.Limit.Kind, RouteLease, true)
+					return nil
+				}
 				if c.cancelAt == 0 {
 					n.observe(c.Limit.Kind, RouteForwarded, res.Decision.Allowed)
 				}

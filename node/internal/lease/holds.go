@@ -173,3 +173,20 @@ func (s *Holds) Ended(now int64) []Key {
 	}
 	return out
 }
+
+// Keys returns every key with a slice held.
+func (s *Holds) Keys() []Key {
+	if !s.Any() {
+		return nil
+	}
+	var out []Key
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k := range sh.m {
+			out = append(out, Key{k.h, k.kind})
+		}
+		sh.mu.Unlock()
+	}
+	return out
+}

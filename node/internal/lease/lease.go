@@ -87,6 +87,9 @@ type entry struct {
 	// asked is the clock at which a lease request went out, 0 when none is
 	// in flight.
 	asked int64
+	// quiet is the clock before which no lease is asked for: the last ask
+	// got nothing (the key had nothing to spare).
+	quiet int64
 	// slice is the size of the last grant.
 	slice  int64
 	owner  string
@@ -151,7 +154,7 @@ func (t *Table) Decide(h uint64, l algo.Limit, hits, now int64, out *Answer) (ok
 		last = max(last, g.end)
 	}
 	e.count(now, t.window)
-	asking := e.asked != 0 && now-e.asked < 10*t.period
+	asking := e.asked != 0 && now-e.asked < 10*t.period || now < e.quiet
 	if total >= hits && (asking || e.rate < t.threshold || (total-hits)*2 >= e.slice && last-now >= t.period/4) {
 		need := hits
 		for i := range e.grants {
@@ -183,6 +186,43 @@ func (t *Table) Decide(h uint64, l algo.Limit, hits, now int64, out *Answer) (ok
 	ask = min(max(ask, 2*hits, 1), algo.MaxHits)
 	e.asked = now
 	return false, ask, epoch
+}
+
+// Use admits hits of the key with ring hash h under l at now from a live
+// lease whatever the ask policy, and fills *out: for a check that Decide
+// sent to the owner to ask for the next lease while the current one could
+// have admitted it, and that the owner then denied.
+func (t *Table) Use(h uint64, l algo.Limit, hits, now int64, out *Answer) bool {
+	s := &t.slots[h&t.mask]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := &s.e
+	if !e.used || e.h != h || e.limit != l {
+		return false
+	}
+	var total, last int64
+	for i := range e.grants {
+		if a := e.grants[i].avail(now); a > 0 {
+			total += a
+			last = max(last, e.grants[i].end)
+		}
+	}
+	if total < hits {
+		return false
+	}
+	need := hits
+	for i := range e.grants {
+		g := &e.grants[i]
+		take := min(need, g.avail(now))
+		if take <= 0 {
+			continue
+		}
+		g.left -= take
+		need -= take
+	}
+	*out = Answer{Remaining: total - hits, ResetAfter: time.Duration(max(last-now, 0)), Owner: e.owner}
+	t.admitted.Add(1)
+	return true
 }
 
 // count adds one check to e's rate, closing the window after window ns.
@@ -219,6 +259,9 @@ func (t *Table) Answered(h uint64, l algo.Limit, epoch uint64, sent, hits int64,
 	mine := e.used && e.h == h && e.limit == l
 	if mine {
 		e.asked = 0
+		if hits <= 0 {
+			e.quiet = sent + t.period/4
+		}
 	}
 	if hits <= 0 || leaseFor <= 0 || t.epoch.Load() != epoch {
 		return
