@@ -17,7 +17,9 @@ const (
 // for a lease, by now at the latest, and returns what it asks for.
 func hot(t *testing.T, tb *Table, h uint64, l algo.Limit, now int64) (int64, uint64) {
 	t.Helper()
-	tb.Answered(h, l, tb.epoch.Load(), now, 0, 0, "") // an ask left by an earlier check
+	// An ask left by an earlier check, answered long enough ago that the
+	// quiet time after an ask that got nothing is over.
+	tb.Answered(h, l, tb.epoch.Load(), now-41*ms-tb.period, 0, 0, "")
 	var a Answer
 	for i := range 41 {
 		ok, ask, epoch := tb.Decide(h, l, 1, now-40*ms+int64(i)*ms, &a)
@@ -263,5 +265,42 @@ func TestLeasesNeverExceedTheBound(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// An ask that got nothing keeps the member from asking again for a quarter
+// period (it admits from what it holds meanwhile), and Use admits from the
+// slice a check that went to the owner to ask for the next one.
+func TestQuietAfterNothingAndUse(t *testing.T) {
+	t.Parallel()
+	tb := New(Config{Size: 8, Threshold: 1, Period: 100 * time.Millisecond})
+	l := algo.Limit{Kind: algo.GCRA, Limit: 1000, Period: time.Second, Burst: 999}
+	now := t0
+	_, epoch := hot(t, tb, 5, l, now)
+	tb.Answered(5, l, epoch, now, 4, time.Second, "o")
+	var a Answer
+	// A slice of 4: two checks are admitted; the third would leave less
+	// than half of it, so it is forwarded with an ask instead.
+	for i := 0; i < 2; i++ {
+		if !admit(tb, 5, l, now+1, &a) {
+			t.Fatalf("check %d not admitted", i)
+		}
+	}
+	ok, ask, epoch := tb.Decide(5, l, 1, now+2, &a)
+	if ok || ask == 0 {
+		t.Fatalf("got ok %v ask %d with half the slice used, want an ask", ok, ask)
+	}
+	if !tb.Use(5, l, 1, now+2, &a) || a.Remaining != 1 {
+		t.Fatalf("Use: %+v, want admitted with 1 left", a)
+	}
+	tb.Answered(5, l, epoch, now+2, 0, 0, "") // the owner had nothing to spare
+	if ok, ask, _ := tb.Decide(5, l, 1, now+3, &a); !ok || ask != 0 {
+		t.Fatalf("within the quiet time: got ok %v ask %d, want admitted without an ask", ok, ask)
+	}
+	if ok, ask, _ := tb.Decide(5, l, 1, now+3, &a); ok || ask != 0 {
+		t.Fatalf("slice used, still quiet: got ok %v ask %d, want forwarded without an ask", ok, ask)
+	}
+	if _, ask, _ := tb.Decide(5, l, 1, now+2+26*ms, &a); ask == 0 {
+		t.Fatalf("after the quiet time: no ask")
 	}
 }
