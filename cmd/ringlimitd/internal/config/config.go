@@ -174,6 +174,19 @@ type Config struct {
 	// ReplicationLag is how often changed states are sent to backups under
 	// async replication (--replication-lag). Default 5 ms.
 	ReplicationLag time.Duration
+	// LeaseSize is how many keys this node can hold capacity leases of at
+	// once (--lease-size; see node.LeaseConfig.Size): a member that checks
+	// one key often admits from slices its owner lends it, never more than
+	// one limiter would in all. Default 0: leases off (every member of a
+	// cluster should use the same value).
+	LeaseSize int
+	// LeaseThreshold is the rate of checks of one key on this node, in
+	// checks per second, from which it asks the key's owner for leases
+	// (--lease-threshold). Default 100.
+	LeaseThreshold float64
+	// LeasePeriod is the longest a lease lives (--lease-period). Default
+	// 100 ms; at most 1 h.
+	LeasePeriod time.Duration
 	// MaxKeys bounds the keys this node holds (--max-keys), its own and the
 	// states peers hand off or replicate to it. Default 1,000,000.
 	MaxKeys int
@@ -270,6 +283,9 @@ func Default() Config {
 		OwnerUnreachable: d.OwnerUnreachable.String(),
 		Replication:      d.Replication.String(),
 		ReplicationLag:   d.ReplicationLag,
+		LeaseSize:        d.Lease.Size,
+		LeaseThreshold:   d.Lease.Threshold,
+		LeasePeriod:      d.Lease.Period,
 		MaxKeys:          d.MaxKeys,
 		MaxPeriod:        d.MaxPeriod,
 		MaxLimit:         d.MaxLimit,
@@ -313,6 +329,9 @@ func (c *Config) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.OwnerUnreachable, "owner-unreachable", c.OwnerUnreachable, "policy when a key's owner and its backup are unreachable: local (this node's share of the limit), fail-open or fail-closed")
 	fs.StringVar(&c.Replication, "replication", c.Replication, "how owners copy key states to their backup: async (every --replication-lag), sync (a decision waits for the backup) or off")
 	fs.DurationVar(&c.ReplicationLag, "replication-lag", c.ReplicationLag, "how often changed key states are sent to their backup under async replication: the state a crash can lose")
+	fs.IntVar(&c.LeaseSize, "lease-size", c.LeaseSize, "keys this node can hold capacity leases of at once (0: leases off); set the same value on every member")
+	fs.Float64Var(&c.LeaseThreshold, "lease-threshold", c.LeaseThreshold, "checks per second of one key on this node from which it asks the key's owner for a lease")
+	fs.DurationVar(&c.LeasePeriod, "lease-period", c.LeasePeriod, "the longest a capacity lease lives (at most 1h)")
 	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "maximum keys held by this node, its own and those peers hand off or replicate to it")
 	fs.DurationVar(&c.MaxPeriod, "max-period", c.MaxPeriod, "longest limit period accepted from clients and in peers' key states: no key is denied longer")
 	fs.Int64Var(&c.MaxLimit, "max-limit", c.MaxLimit, "largest limit or burst accepted from clients and in peers' key states")
@@ -456,6 +475,15 @@ func (c *Config) Validate() error {
 	}
 	if c.ReplicationLag <= 0 {
 		return bad("replication-lag", c.ReplicationLag, "must be > 0")
+	}
+	if c.LeaseSize < 0 || c.LeaseSize > 1<<24 {
+		return bad("lease-size", c.LeaseSize, "want 0 (off) to 16777216")
+	}
+	if c.LeaseSize > 0 && !(c.LeaseThreshold > 0 && c.LeaseThreshold <= 1e12) {
+		return bad("lease-threshold", c.LeaseThreshold, "want > 0 and <= 1e12 checks/s")
+	}
+	if c.LeaseSize > 0 && (c.LeasePeriod <= 0 || c.LeasePeriod > time.Hour) {
+		return bad("lease-period", c.LeasePeriod, "want > 0 and <= 1h")
 	}
 	if c.MaxKeys <= 0 {
 		return bad("max-keys", c.MaxKeys, "must be > 0")
@@ -644,6 +672,7 @@ func (c *Config) NodeConfig(logger *slog.Logger, metrics node.Metrics) (node.Con
 		return node.Config{}, fmt.Errorf("%w: --replication: %w", ErrInvalid, err)
 	}
 	nc.ReplicationLag = c.ReplicationLag
+	nc.Lease.Size, nc.Lease.Threshold, nc.Lease.Period = c.LeaseSize, c.LeaseThreshold, c.LeasePeriod
 	nc.MaxKeys = c.MaxKeys
 	nc.MaxPeriod = c.MaxPeriod
 	nc.MaxLimit = c.MaxLimit

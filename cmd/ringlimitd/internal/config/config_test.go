@@ -169,6 +169,9 @@ func TestInvalid(t *testing.T) {
 		{"policy", nil, map[string]string{"RINGLIMIT_OWNER_UNREACHABLE": "fail-sometimes"}, `--owner-unreachable (RINGLIMIT_OWNER_UNREACHABLE) = "fail-sometimes"`},
 		{"replication", []string{"--replication", "eventually"}, nil, `--replication (RINGLIMIT_REPLICATION) = "eventually"`},
 		{"replication lag", []string{"--replication-lag", "0s"}, nil, "--replication-lag"},
+		{"lease size", []string{"--lease-size", "-1"}, nil, "--lease-size"},
+		{"lease threshold", []string{"--lease-size", "64", "--lease-threshold", "0"}, nil, "--lease-threshold"},
+		{"lease period", []string{"--lease-size", "64", "--lease-period", "2h"}, nil, "--lease-period"},
 		{"max keys", []string{"--max-keys", "0"}, nil, "--max-keys"},
 		{"max period", []string{"--max-period", "0s"}, nil, "--max-period"},
 		{"max limit", []string{"--max-limit", "-1"}, nil, "--max-limit"},
@@ -268,6 +271,7 @@ func TestNodeConfig(t *testing.T) {
 		"--cluster-label", "test", "--owner-unreachable", "fail-open", "--max-keys", "42",
 		"--max-period", "744h", "--max-limit", "1000", "--peer-deny-file", "/certs/deny",
 		"--replication", "sync", "--replication-lag", "7ms",
+		"--lease-size", "512", "--lease-threshold", "50", "--lease-period", "250ms",
 		"--accept-caller-timestamps", "--forward-timeout", "300ms", "--rejoin-interval", "2s",
 		"--gossip-profile", "fast", "--shutdown-timeout", "4s",
 		"--state-dir", "/var/lib/ringlimit", "--snapshot-interval", "1m",
@@ -289,6 +293,7 @@ func TestNodeConfig(t *testing.T) {
 	want.OwnerUnreachable = node.FailOpen
 	want.Replication = node.ReplicationSync
 	want.ReplicationLag = 7 * time.Millisecond
+	want.Lease.Size, want.Lease.Threshold, want.Lease.Period = 512, 50, 250*time.Millisecond
 	want.MaxKeys = 42
 	want.MaxPeriod = 744 * time.Hour
 	want.MaxLimit = 1000
