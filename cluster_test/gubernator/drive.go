@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/ringlimit/ringlimit/internal/cputime"
 )
 
 // memberResult is what the callers on one member saw.
@@ -92,7 +94,7 @@ func drive(ctx context.Context, c cluster, key string, l limit, callers int, non
 	}
 	tallies := make([]*caller, callers)
 	var wg sync.WaitGroup
-	cpu0, cpuOK := processCPU()
+	cpu0, cpuOK := cputime.Process()
 	start := time.Now()
 	deadline := start.Add(d)
 	for i := range tallies {
@@ -129,7 +131,7 @@ func drive(ctx context.Context, c cluster, key string, l limit, callers int, non
 		}()
 	}
 	wg.Wait()
-	cpu1, cpuOK1 := processCPU()
+	cpu1, cpuOK1 := cputime.Process()
 	end := start
 	for _, t := range tallies {
 		if t.last.After(end) {
