@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ringlimit/ringlimit/node/internal/replication"
 	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/transport"
@@ -88,119 +89,10 @@ type replicator struct {
 	doneCh  atomic.Pointer[chan struct{}]
 	// scratch is reused by every send; only the replication loop (the one
 	// caller of replicate) touches it.
-	scratch replScratch
+	scratch replication.Scratch
 	// backoff holds, per backup, the sends that failed in a row; only the
 	// replication loop touches the map (a send's goroutine its own entry).
-	backoff map[string]*replBackoff
-}
-
-// replBackoff is the retry schedule of sends to one backup after failures
-// other than an unreachable backup (the breaker's case): a send refused as a
-// whole is tried again after ReplicationLag·2^fails, at most
-// replMaxBackoff, not with every send, while the states wait listed as
-// changed.
-type replBackoff struct {
-	fails int
-	until time.Time // no send to the backup before
-}
-
-// replMaxBackoff bounds the wait between sends to a backup that refuses them.
-const replMaxBackoff = 5 * time.Second
-
-// failed records a failed send at now.
-func (b *replBackoff) failed(now time.Time, lag time.Duration) {
-	b.fails++
-	d := replMaxBackoff
-	if b.fails < 20 {
-		d = min(lag<<b.fails, replMaxBackoff)
-	}
-	b.until = now.Add(d)
-}
-
-// replScratch holds what one replication send builds, kept for the next send:
-// made afresh, these slices (a copy of every changed state, then a KeyState
-// and an index per state and backup, grown by append) were most of the bytes
-// allocated per check in a replicated cluster.
-type replScratch struct {
-	ms    []store.Moved // the changed states taken from the store
-	buf   []byte        // their binary forms, back to back
-	dests map[string]*replDest
-}
-
-// replDest is one backup's part of a replication send.
-type replDest struct {
-	addr   string
-	idx    []int32 // indexes into replScratch.ms of the states in states
-	states []transport.KeyState
-	pens   []transport.PenaltyState
-	penH   []uint64
-}
-
-// replKeep bounds the slices a send leaves to the next (in states): a resync
-// after a ring change lists every key once and should not pin its slices.
-const replKeep = 1 << 14
-
-// reset empties sc for a new send: a backup that got nothing in the last send
-// is forgotten (it may have left the ring), the others keep their slices.
-func (sc *replScratch) reset() {
-	if sc.dests == nil {
-		sc.dests = make(map[string]*replDest)
-	}
-	for name, d := range sc.dests {
-		if len(d.states) == 0 && len(d.pens) == 0 || cap(d.states) > replKeep || cap(d.pens) > replKeep {
-			delete(sc.dests, name)
-			continue
-		}
-		d.idx, d.states, d.pens, d.penH = d.idx[:0], d.states[:0], d.pens[:0], d.penH[:0]
-	}
-}
-
-// done drops what the send's slices refer to (states' logs, keys, bytes) and
-// the slices themselves when a burst made them large.
-func (sc *replScratch) done() {
-	clear(sc.ms)
-	sc.ms = sc.ms[:0]
-	if cap(sc.ms) > replKeep {
-		sc.ms = nil
-	}
-	if cap(sc.buf) > 16*replKeep {
-		sc.buf = nil
-	}
-	for _, d := range sc.dests {
-		clear(d.states)
-		clear(d.pens)
-	}
-}
-
-// dest returns the part of the send for backup b.
-func (sc *replScratch) dest(b ring.Member) *replDest {
-	d := sc.dests[b.Name]
-	if d == nil {
-		d = &replDest{}
-		sc.dests[b.Name] = d
-	}
-	d.addr = b.Addr
-	return d
-}
-
-// resend lists d's states (in ms) and ban states as changed again, to go
-// whole with the next send: all of them when want is nil (the send failed or
-// was not tried), else those whose ring hash want holds (the backup asked for
-// them in need_full).
-func (d *replDest) resend(n *Node, ms []store.Moved, want map[uint64]bool) {
-	for _, j := range d.idx {
-		if m := &ms[j]; want == nil || want[m.H] {
-			n.owned.SendWhole(m.H, m.Limit.Kind)
-		}
-	}
-	var keys []string
-	var hs []uint64
-	for i, h := range d.penH {
-		if want == nil || want[h] {
-			keys, hs = append(keys, d.pens[i].Key), append(hs, h)
-		}
-	}
-	n.bans.MarkKeys(keys, hs)
+	backoff map[string]*replication.Backoff
 }
 
 func newReplicator() *replicator {
@@ -249,18 +141,18 @@ func (n *Node) replicate() {
 		return
 	}
 	sc := &r.scratch
-	sc.ms = n.owned.TakeDirtyInto(n.clock(), sc.ms[:0])
-	ms := sc.ms
+	sc.Ms = n.owned.TakeDirtyInto(n.clock(), sc.Ms[:0])
+	ms := sc.Ms
 	pens := n.bans.TakeDirty()
 	if len(ms) == 0 && len(pens) == 0 {
 		return
 	}
-	defer sc.done()
-	sc.reset()
+	defer sc.Done()
+	sc.Reset()
 	self := n.cfg.Name
 	// Every state's bytes back to back in one buffer: a state's slice of it
 	// stays valid if a later append moves the buffer (it keeps the old array).
-	buf := sc.buf[:0]
+	buf := sc.Buf[:0]
 	for i := range ms {
 		m := &ms[i]
 		owner, ok := rs.snap.OwnerOfHash(m.H)
@@ -277,9 +169,9 @@ func (n *Node) replicate() {
 			continue
 		}
 		st := buf[start:len(buf):len(buf)]
-		d := sc.dest(b)
-		d.idx = append(d.idx, int32(i))
-		d.states = append(d.states, transport.KeyState{
+		d := sc.Dest(b.Name, b.Addr)
+		d.Idx = append(d.Idx, int32(i))
+		d.States = append(d.States, transport.KeyState{
 			KeyHash: m.H, Limit: m.Limit, State: st, LastNow: m.LastNow, CallerClock: m.CallerClock,
 			LogDelta: m.Delta, LogAfter: m.After, LogAfterCount: m.AfterN,
 		})
@@ -294,13 +186,13 @@ func (n *Node) replicate() {
 		if !ok {
 			continue
 		}
-		d := sc.dest(b)
-		d.pens = append(d.pens, transport.PenaltyState(ps))
-		d.penH = append(d.penH, h)
+		d := sc.Dest(b.Name, b.Addr)
+		d.Pens = append(d.Pens, transport.PenaltyState(ps))
+		d.PenH = append(d.PenH, h)
 	}
-	sc.buf = buf
+	sc.Buf = buf
 	if r.backoff == nil {
-		r.backoff = make(map[string]*replBackoff)
+		r.backoff = make(map[string]*replication.Backoff)
 	}
 	now := time.Now()
 	// Under ReplicationAsync the sends go one after another on this
@@ -311,21 +203,21 @@ func (n *Node) replicate() {
 	// callers wait for the slowest, so the backups get theirs at once.
 	concurrent := n.cfg.Replication == ReplicationSync
 	var wg sync.WaitGroup
-	for name, d := range sc.dests {
-		if len(d.states) == 0 && len(d.pens) == 0 {
+	for name, d := range sc.Dests {
+		if len(d.States) == 0 && len(d.Pens) == 0 {
 			continue
 		}
 		bo := r.backoff[name]
-		if n.breakers.Refusing(name) || bo != nil && now.Before(bo.until) {
+		if n.breakers.Refusing(name) || bo != nil && now.Before(bo.Until) {
 			// Known unreachable, or refusing sends: keep the states for a
 			// later send (or for the new backup after the ring drops this
 			// one), and do not make a sync caller wait out a send that cannot
 			// succeed.
-			d.resend(n, ms, nil)
+			d.Resend(n.owned, n.bans, ms, nil)
 			continue
 		}
 		if bo == nil {
-			bo = &replBackoff{}
+			bo = &replication.Backoff{}
 			r.backoff[name] = bo
 		}
 		if concurrent {
@@ -336,7 +228,7 @@ func (n *Node) replicate() {
 	}
 	wg.Wait()
 	for name, bo := range r.backoff {
-		if bo.fails == 0 && sc.dests[name] == nil {
+		if bo.Fails == 0 && sc.Dests[name] == nil {
 			delete(r.backoff, name) // a backup gone from the sends
 		}
 	}
@@ -346,39 +238,39 @@ func (n *Node) replicate() {
 // handles its answer: the states the backup asks for again (need_full) and,
 // when the send fails, all of them are listed as changed again; bo is the
 // backup's retry schedule. The send is bounded by ForwardTimeout.
-func (n *Node) replicateTo(name string, d *replDest, bo *replBackoff, ms []store.Moved) {
+func (n *Node) replicateTo(name string, d *replication.Dest, bo *replication.Backoff, ms []store.Moved) {
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ForwardTimeout)
 	defer cancel()
-	needFull, err := n.peers.Replicate(ctx, d.addr, transport.TransferBatch{From: n.cfg.Name, Replica: true, States: d.states, Penalties: d.pens})
+	needFull, err := n.peers.Replicate(ctx, d.Addr, transport.TransferBatch{From: n.cfg.Name, Replica: true, States: d.States, Penalties: d.Pens})
 	if len(needFull) > 0 {
 		want := make(map[uint64]bool, len(needFull))
 		for _, h := range needFull {
 			want[h] = true
 		}
-		d.resend(n, ms, want)
+		d.Resend(n.owned, n.bans, ms, want)
 	}
 	if errors.Is(err, transport.ErrUnavailable) {
 		n.breakers.Fail(name)
 	}
 	if n.cfg.Metrics != nil {
 		if rm, ok := n.cfg.Metrics.(ReplicationMetrics); ok {
-			rm.Replicated(name, len(d.states), err)
+			rm.Replicated(name, len(d.States), err)
 		}
 	}
 	if err != nil {
 		if errors.Is(err, transport.ErrUnavailable) {
 			// The breaker spaces the sends to an unreachable backup.
-			n.log.Debug("replication send failed; retrying with the next send", "backup", name, "keys", len(d.states), "err", err)
+			n.log.Debug("replication send failed; retrying with the next send", "backup", name, "keys", len(d.States), "err", err)
 		} else {
-			bo.failed(time.Now(), n.cfg.ReplicationLag)
+			bo.Failed(time.Now(), n.cfg.ReplicationLag)
 			if ok, held := n.replFailLog.allow(); ok {
-				n.log.Warn("replication send refused; its states are sent again later", "backup", name, "keys", len(d.states), "err", err, "retry_in", time.Until(bo.until).Round(time.Millisecond), "not_logged", held)
+				n.log.Warn("replication send refused; its states are sent again later", "backup", name, "keys", len(d.States), "err", err, "retry_in", time.Until(bo.Until).Round(time.Millisecond), "not_logged", held)
 			}
 		}
-		d.resend(n, ms, nil)
+		d.Resend(n.owned, n.bans, ms, nil)
 		return
 	}
-	bo.fails, bo.until = 0, time.Time{}
+	bo.Succeeded()
 }
 
 // ReplicationMetrics is an optional interface of Config.Metrics: Replicated is
