@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ringlimit/ringlimit/node/internal/handoff"
 	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/transport"
@@ -119,9 +120,7 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]b
 	movedBans := n.bans.Extract(func(key string) store.MoveAction {
 		return n.moveOf(ns, old, restarted, snap.Hash(key), store.MoveDrop)
 	})
-	byOwner := make(map[string][]transport.KeyState)
-	bansByOwner := make(map[string][]transport.PenaltyState)
-	addrs := make(map[string]string)
+	bt := handoff.NewBatches()
 	for p := 0; p < snap.PartitionCount(); p++ {
 		m := snap.PartitionOwner(p)
 		// Every member that gained a partition gets this node's marker, not
@@ -137,42 +136,25 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]b
 		// partitions would have without it: its backup.
 		gained = gained || restarted[m.Name] && ns.backups != nil && ns.backups.of(p).Name == self
 		if gained {
-			addrs[m.Name] = m.Addr
-			if _, ok := byOwner[m.Name]; !ok {
-				byOwner[m.Name] = nil
-			}
+			bt.Mark(m.Name, m.Addr)
 		}
 	}
-	lost := 0
-	for _, ms := range moved {
-		m, ok := snap.OwnerOfHash(ms.H)
-		if !ok {
-			lost++
-			continue
+	for i := range moved {
+		if m, ok := snap.OwnerOfHash(moved[i].H); ok {
+			bt.AddState(m.Name, m.Addr, &moved[i])
+		} else {
+			bt.Lost++
 		}
-		b, err := ms.St.MarshalBinary()
-		if err != nil {
-			lost++
-			continue
-		}
-		addrs[m.Name] = m.Addr
-		byOwner[m.Name] = append(byOwner[m.Name], transport.KeyState{
-			KeyHash: ms.H, Limit: ms.Limit, State: b, LastNow: ms.LastNow, CallerClock: ms.CallerClock,
-		})
 	}
 	for _, ps := range movedBans {
-		m, ok := snap.Owner(ps.Key)
-		if !ok {
-			lost++
-			continue
+		if m, ok := snap.Owner(ps.Key); ok {
+			bt.AddBan(m.Name, m.Addr, ps)
+		} else {
+			bt.Lost++
 		}
-		addrs[m.Name] = m.Addr
-		if _, ok := byOwner[m.Name]; !ok {
-			byOwner[m.Name] = nil
-		}
-		bansByOwner[m.Name] = append(bansByOwner[m.Name], transport.PenaltyState(ps))
 	}
-	if len(byOwner) == 0 {
+	lost := bt.Lost
+	if len(bt.States) == 0 {
 		if lost > 0 {
 			// The whole cluster is stopping (or this was its last member): there is
 			// no one to take these states. Expected, so INFO, but said.
@@ -186,12 +168,12 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]b
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error
-	for name, states := range byOwner {
+	for name, states := range bt.States {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := n.peers.Handoff(ctx, addrs[name], transport.TransferBatch{
-				From: self, RingDigest: snap.Digest(), States: states, Done: true, Penalties: bansByOwner[name],
+			err := n.peers.Handoff(ctx, bt.Addrs[name], transport.TransferBatch{
+				From: self, RingDigest: snap.Digest(), States: states, Done: true, Penalties: bt.Bans[name],
 			})
 			if err != nil {
 				mu.Lock()
@@ -209,7 +191,7 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]b
 		n.log.Warn("handoff incomplete", "keys", len(moved), "lost", lost, "err", err)
 		return
 	}
-	n.log.Info("handoff", "keys", len(moved), "to", len(byOwner), "took", time.Since(start))
+	n.log.Info("handoff", "keys", len(moved), "to", len(bt.States), "took", time.Since(start))
 }
 
 // markHandoffDone records that from finished handing off for the ring with the
@@ -332,25 +314,18 @@ func (n *Node) passOnStrays() {
 	if len(moved) == 0 {
 		return
 	}
-	byOwner := make(map[string][]transport.KeyState)
-	addrs := make(map[string]string)
-	for _, ms := range moved {
-		m, ok := rs.snap.OwnerOfHash(ms.H)
-		b, err := ms.St.MarshalBinary()
-		if !ok || err != nil {
-			continue
+	bt := handoff.NewBatches()
+	for i := range moved {
+		if m, ok := rs.snap.OwnerOfHash(moved[i].H); ok {
+			bt.AddState(m.Name, m.Addr, &moved[i])
 		}
-		addrs[m.Name] = m.Addr
-		byOwner[m.Name] = append(byOwner[m.Name], transport.KeyState{
-			KeyHash: ms.H, Limit: ms.Limit, State: b, LastNow: ms.LastNow, CallerClock: ms.CallerClock,
-		})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.HandoffTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
-	for name, states := range byOwner {
+	for name, states := range bt.States {
 		wg.Go(func() {
-			err := n.peers.Handoff(ctx, addrs[name], transport.TransferBatch{From: self, RingDigest: rs.snap.Digest(), States: states})
+			err := n.peers.Handoff(ctx, bt.Addrs[name], transport.TransferBatch{From: self, RingDigest: rs.snap.Digest(), States: states})
 			if err != nil {
 				n.log.Warn("passing handed-off states on to their owner failed", "to", name, "keys", len(states), "err", err)
 				return

@@ -1,0 +1,63 @@
+// Package handoff assembles the batches a ring change hands off: per new
+// owner, the key states and ban states this node no longer owns, and an
+// empty batch (the handoff-complete marker alone) for every member that
+// gained partitions. It knows the store's moved states and transport's
+// types, not the ring: the node decides who owns what and sends the batches.
+package handoff
+
+import (
+	"github.com/ringlimit/ringlimit/node/internal/store"
+	"github.com/ringlimit/ringlimit/transport"
+)
+
+// Batches holds one handoff's batches, by new owner's member name. The zero
+// Batches is not ready: use NewBatches.
+type Batches struct {
+	// States holds each owner's key states; an owner present with no
+	// states gets the marker alone.
+	States map[string][]transport.KeyState
+	// Bans holds each owner's ban states.
+	Bans map[string][]transport.PenaltyState
+	// Addrs holds each owner's peer address.
+	Addrs map[string]string
+	// Lost counts the states that could not be placed or encoded: they end
+	// with this node.
+	Lost int
+}
+
+// NewBatches returns an empty Batches.
+func NewBatches() *Batches {
+	return &Batches{
+		States: make(map[string][]transport.KeyState),
+		Bans:   make(map[string][]transport.PenaltyState),
+		Addrs:  make(map[string]string),
+	}
+}
+
+// Mark gives the owner name at addr a batch (at least the marker).
+func (b *Batches) Mark(name, addr string) {
+	b.Addrs[name] = addr
+	if _, ok := b.States[name]; !ok {
+		b.States[name] = nil
+	}
+}
+
+// AddState adds ms to the batch of the owner name at addr; a state that
+// cannot be encoded is counted in Lost.
+func (b *Batches) AddState(name, addr string, ms *store.Moved) {
+	st, err := ms.St.MarshalBinary()
+	if err != nil {
+		b.Lost++
+		return
+	}
+	b.Addrs[name] = addr
+	b.States[name] = append(b.States[name], transport.KeyState{
+		KeyHash: ms.H, Limit: ms.Limit, State: st, LastNow: ms.LastNow, CallerClock: ms.CallerClock,
+	})
+}
+
+// AddBan adds ps to the batch of the owner name at addr.
+func (b *Batches) AddBan(name, addr string, ps store.BanState) {
+	b.Mark(name, addr)
+	b.Bans[name] = append(b.Bans[name], transport.PenaltyState(ps))
+}
