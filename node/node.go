@@ -19,7 +19,6 @@ package node
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
@@ -64,7 +63,7 @@ var (
 	// the member its sender's certificate names. A key state refused alone
 	// (see Transfer) does not fail its batch: it is counted and logged with
 	// an error wrapping ErrRefusedState.
-	ErrRefusedState = fmt.Errorf("%w: refused key state", transport.ErrInvalidCheck)
+	ErrRefusedState = peerinput.ErrRefusedState
 	// ErrLimitAboveMax is matched (errors.Is) by the *InputError (field
 	// period, limit or burst) of a check whose Limit is above this node's
 	// Config.MaxPeriod or Config.MaxLimit; a peer's key state under such a

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node/internal/peerinput"
 	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/transport"
 )
@@ -270,15 +271,12 @@ func (n *Node) checkTransfer(b transport.TransferBatch) (checkedBatch, error) {
 		}
 	}
 	for i, ps := range b.Penalties {
-		for _, t := range ps.Denials {
-			if t > cb.wall+int64(n.cfg.MaxPeerClockSkew) {
-				if cb.badPen == nil {
-					cb.badPen = make([]bool, len(b.Penalties))
-				}
-				cb.badPen[i] = true
-				n.refusedState(b.From, ps.Key, fmt.Errorf("%w: ban state: a denial at %d ns is after now %d + skew %v", ErrRefusedState, t, cb.wall, n.cfg.MaxPeerClockSkew))
-				break
+		if err := peerinput.CheckBanState(ps, cb.wall, n.cfg.MaxPeerClockSkew); err != nil {
+			if cb.badPen == nil {
+				cb.badPen = make([]bool, len(b.Penalties))
 			}
+			cb.badPen[i] = true
+			n.refusedState(b.From, ps.Key, err)
 		}
 	}
 	return cb, nil
@@ -318,34 +316,12 @@ func (n *Node) installHandoff(b transport.TransferBatch, cb checkedBatch) {
 }
 
 // checkKeyState decodes ks's state into st and validates it as untrusted input
-// (see Transfer).
+// (see Transfer) by this node's bounds (peerinput.CheckKeyState).
 func (n *Node) checkKeyState(ks transport.KeyState, st *algo.State, wall int64) error {
-	if err := ks.Limit.Validate(); err != nil {
-		return err
-	}
-	if err := n.withinMaxima(ks.Limit); err != nil {
-		return fmt.Errorf("%w: key %q: %w", ErrRefusedState, ks.Key, err)
-	}
-	if err := st.UnmarshalBinary(ks.State); err != nil {
-		return fmt.Errorf("%w: key %q: %w", ErrRefusedState, ks.Key, err)
-	}
-	skew := int64(n.cfg.MaxPeerClockSkew)
-	now := wall
-	switch {
-	case ks.CallerClock && !n.cfg.AcceptCallerTimestamps:
-		return fmt.Errorf("%w: key %q: state on a caller's clock, and AcceptCallerTimestamps is off", ErrRefusedState, ks.Key)
-	case ks.CallerClock:
-		// Checks on caller timestamps (replays) may run ahead of the wall clock,
-		// as this node itself would accept them: the state is checked against its
-		// own latest time.
-		now = max(wall, ks.LastNow)
-	case ks.LastNow > wall+skew:
-		return fmt.Errorf("%w: key %q: last check at %d ns is after now %d + skew %d", ErrRefusedState, ks.Key, ks.LastNow, wall, skew)
-	}
-	if err := st.Plausible(now, skew, ks.Limit); err != nil {
-		return fmt.Errorf("%w: key %q: %w", ErrRefusedState, ks.Key, err)
-	}
-	return nil
+	return peerinput.CheckKeyState(ks, st, wall, peerinput.StateBounds{
+		MaxPeriod: n.cfg.MaxPeriod, MaxLimit: n.cfg.MaxLimit,
+		MaxPeerClockSkew: n.cfg.MaxPeerClockSkew, AcceptCallerTimestamps: n.cfg.AcceptCallerTimestamps,
+	})
 }
 
 func (n *Node) refused(what string) {
