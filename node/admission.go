@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/ringlimit/ringlimit/node/internal/membership"
 	"github.com/ringlimit/ringlimit/transport"
 )
 
@@ -214,9 +215,9 @@ func (n *Node) refusedCount() int {
 func (d delegate) NotifyConflict(existing, other *memberlist.Node) {
 	n := d.n
 	theirs := net.JoinHostPort(other.Addr.String(), strconv.Itoa(int(other.Port)))
-	peerAddr, _, _ := decodeMeta(other.Meta)
+	peerAddr, _, _ := membership.DecodeMeta(other.Meta)
 	if existing.Name != n.cfg.Name {
-		if addr, id, ok := decodeMeta(other.Meta); ok {
+		if addr, id, ok := membership.DecodeMeta(other.Meta); ok {
 			n.claimMoved(Member{Name: other.Name, Addr: addr, ID: id, GossipAddr: theirs})
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	sockaddr "github.com/hashicorp/go-sockaddr"
 	"github.com/hashicorp/memberlist"
+	"github.com/ringlimit/ringlimit/node/internal/membership"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
@@ -106,23 +107,12 @@ func advertiseHost(cfg Config) (string, error) {
 	return ip, nil
 }
 
-// meta is the node metadata carried in gossip: "v1|<grpc addr>|<instance id>".
-func encodeMeta(grpcAddr, id string) []byte { return []byte("v1|" + grpcAddr + "|" + id) }
-
-func decodeMeta(b []byte) (grpcAddr, id string, ok bool) {
-	parts := strings.Split(string(b), "|")
-	if len(parts) != 3 || parts[0] != "v1" {
-		return "", "", false
-	}
-	return parts[1], parts[2], true
-}
-
 // delegate answers memberlist's hooks. Its methods must not block and must not
 // call back into memberlist (that deadlocks), so events only signal the
 // membership loop.
 type delegate struct{ n *Node }
 
-func (d delegate) NodeMeta(limit int) []byte                  { return encodeMeta(d.n.grpcAddr, d.n.id) }
+func (d delegate) NodeMeta(limit int) []byte                  { return membership.EncodeMeta(d.n.grpcAddr, d.n.id) }
 func (d delegate) NotifyMsg([]byte)                           {}
 func (d delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (d delegate) LocalState(join bool) []byte                { return nil }
@@ -140,7 +130,7 @@ func (n *Node) setMember(m *memberlist.Node, alive bool) {
 	n.membersMu.Lock()
 	self := m.Name == n.cfg.Name
 	if alive {
-		if addr, id, ok := decodeMeta(m.Meta); ok {
+		if addr, id, ok := membership.DecodeMeta(m.Meta); ok {
 			mem := Member{
 				Name: m.Name, Addr: addr, ID: id, Self: self,
 				GossipAddr: net.JoinHostPort(m.Addr.String(), strconv.Itoa(int(m.Port))),
@@ -163,7 +153,7 @@ func (n *Node) setMember(m *memberlist.Node, alive bool) {
 				}
 			}
 		}
-	} else if _, id, ok := decodeMeta(m.Meta); ok && !self && n.admit[m.Name] != nil && n.admit[m.Name].id != id {
+	} else if _, id, ok := membership.DecodeMeta(m.Meta); ok && !self && n.admit[m.Name] != nil && n.admit[m.Name].id != id {
 		// The leave or death of an instance this node does not hold for the
 		// name: typically the one before a restart at another address,
 		// replaced before gossip found it dead (see claimMoved). If it is

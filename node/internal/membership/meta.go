@@ -1,0 +1,19 @@
+// Package membership holds what of gossip membership needs no node: the
+// metadata a member carries in gossip. The node runs memberlist and the ring.
+package membership
+
+import "strings"
+
+// EncodeMeta returns the node metadata carried in gossip:
+// "v1|<grpcAddr>|<id>", id being the member's instance id.
+func EncodeMeta(grpcAddr, id string) []byte { return []byte("v1|" + grpcAddr + "|" + id) }
+
+// DecodeMeta returns the peer address and instance id in b (see EncodeMeta);
+// ok is false when b is not of that form.
+func DecodeMeta(b []byte) (grpcAddr, id string, ok bool) {
+	parts := strings.Split(string(b), "|")
+	if len(parts) != 3 || parts[0] != "v1" {
+		return "", "", false
+	}
+	return parts[1], parts[2], true
+}
