@@ -116,17 +116,6 @@ func (c *Check) leasable() bool {
 	return c.cacheable() && c.Penalty.IsZero() && lease.Supports(c.Limit.Kind)
 }
 
-// leaseCapacity is the most hits a full key under l holds.
-func leaseCapacity(l algo.Limit) int64 {
-	switch l.Kind {
-	case algo.GCRA:
-		return l.Burst + 1
-	case algo.TokenBucket:
-		return l.Burst
-	}
-	return l.Limit
-}
-
 // answerLease admits c (ring hash h) at now (node clock) from a lease and
 // fills *out, or returns false with the hits to ask for on its forward
 // (0: none) and the lease table's epoch.
@@ -137,7 +126,7 @@ func (n *Node) answerLease(c *Check, h uint64, now int64, out *Decision) (ok boo
 		return false, ask, epoch
 	}
 	out.Allowed = true
-	out.Limit = leaseCapacity(c.Limit)
+	out.Limit = lease.Capacity(c.Limit)
 	out.Remaining, out.ResetAfter = a.Remaining, a.ResetAfter
 	out.Route, out.Owner = RouteLease, a.Owner
 	return true, 0, epoch
@@ -153,7 +142,7 @@ func (n *Node) useLease(c *Check, h uint64, now int64, out *Decision) bool {
 	}
 	*out = Decision{}
 	out.Allowed = true
-	out.Limit = leaseCapacity(c.Limit)
+	out.Limit = lease.Capacity(c.Limit)
 	out.Remaining, out.ResetAfter = a.Remaining, a.ResetAfter
 	out.Route, out.Owner = RouteLease, a.Owner
 	return true
@@ -174,7 +163,7 @@ func (n *Node) grantLease(ctx context.Context, rs *ringState, c *transport.Check
 	}
 	l := c.Limit
 	others := max(rs.snap.Len()-1, 1)
-	most := int64(float64(leaseCapacity(l)) * n.cfg.Lease.MaxShare / float64(others))
+	most := int64(float64(lease.Capacity(l)) * n.cfg.Lease.MaxShare / float64(others))
 	want := min(c.LeaseHits, most, r.Decision.Remaining)
 	if want <= 0 {
 		return

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node/internal/lease"
 )
 
 // leasesOn turns capacity leases on in a test config.
@@ -173,8 +174,8 @@ func TestLeaseHotKeyWithinTheBound(t *testing.T) {
 				bound = windows * l.Limit
 				fair = (end.UnixNano()/p - first.Load()/p) * l.Limit // whole windows after the first
 			default:
-				bound = leaseCapacity(l) + int64(span/(l.Period/time.Duration(l.Limit))) + 1
-				fair = leaseCapacity(l) + int64(planned.Seconds()*float64(l.Limit))
+				bound = lease.Capacity(l) + int64(span/(l.Period/time.Duration(l.Limit))) + 1
+				fair = lease.Capacity(l) + int64(planned.Seconds()*float64(l.Limit))
 			}
 			var leased uint64
 			for _, n := range nodes {

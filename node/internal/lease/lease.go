@@ -34,6 +34,18 @@ func Supports(k algo.Kind) bool {
 	return k == algo.GCRA || k == algo.TokenBucket || k == algo.FixedWindow
 }
 
+// Capacity is the most hits a full key under l holds: GCRA's Burst+1,
+// TokenBucket's Burst, else Limit.
+func Capacity(l algo.Limit) int64 {
+	switch l.Kind {
+	case algo.GCRA:
+		return l.Burst + 1
+	case algo.TokenBucket:
+		return l.Burst
+	}
+	return l.Limit
+}
+
 // Config sizes a Table.
 type Config struct {
 	// Size is the number of slots (rounded up to a power of two), one key and

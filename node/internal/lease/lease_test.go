@@ -304,3 +304,18 @@ func TestQuietAfterNothingAndUse(t *testing.T) {
 		t.Fatalf("after the quiet time: no ask")
 	}
 }
+
+func TestCapacity(t *testing.T) {
+	for _, c := range []struct {
+		l    algo.Limit
+		want int64
+	}{
+		{algo.Limit{Kind: algo.GCRA, Limit: 10, Burst: 4}, 5},
+		{algo.Limit{Kind: algo.TokenBucket, Limit: 10, Burst: 4}, 4},
+		{algo.Limit{Kind: algo.FixedWindow, Limit: 10}, 10},
+	} {
+		if got := Capacity(c.l); got != c.want {
+			t.Fatalf("Capacity(%+v) = %d, want %d", c.l, got, c.want)
+		}
+	}
+}
