@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node/internal/route"
 	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/transport"
@@ -342,7 +343,7 @@ func (n *Node) decideFallback(c Check, rs *ringState) (Decision, error) {
 	switch n.cfg.OwnerUnreachable {
 	case Local:
 		var err error
-		d, err = n.fallback.Take(n.fallback.Hash(c.Key), share(c.Limit, rs.snap.Len()), c.Hits, now, wall, nil)
+		d, err = n.fallback.Take(n.fallback.Hash(c.Key), route.Share(c.Limit, rs.snap.Len()), c.Hits, now, wall, nil)
 		if err != nil {
 			return Decision{}, err
 		}
@@ -361,27 +362,6 @@ func (n *Node) decideFallback(c Check, rs *ringState) (Decision, error) {
 	}
 	n.observe(c.Limit.Kind, RouteFallback, d.Allowed)
 	return Decision{Decision: d, Route: RouteFallback, Owner: n.cfg.Name}, nil
-}
-
-// share returns this node's share of l when the members of the ring fall back
-// on local limiters together: Limit (and Burst, or GCRA's capacity Burst+1)
-// divided by members, rounded up, so that members nodes admit about l in all
-// (at most l plus members-1 hits per period).
-func share(l algo.Limit, members int) algo.Limit {
-	if members <= 1 {
-		return l
-	}
-	m := int64(members)
-	div := func(v int64) int64 { return (v + m - 1) / m }
-	s := l
-	s.Limit = div(l.Limit)
-	switch l.Kind {
-	case algo.GCRA:
-		s.Burst = div(l.Burst+1) - 1
-	case algo.TokenBucket:
-		s.Burst = div(l.Burst)
-	}
-	return s
 }
 
 // decideViaBackup sends c, whose owner (in ring state rs) cannot be reached, to
