@@ -24,9 +24,9 @@ package node
 
 import (
 	"context"
-	"fmt"
 	"time"
 
+	"github.com/ringlimit/ringlimit/node/internal/membership"
 	"github.com/ringlimit/ringlimit/transport"
 )
 
@@ -256,21 +256,8 @@ func (n *Node) helloOf() transport.Hello {
 
 // helloMismatch returns why the answer (resp, over a connection whose
 // certificate names cert, or err) to a Hello sent to member name, instance
-// id, does not prove that identity; "" when it does.
+// id, does not prove that identity; "" when it does (see
+// membership.HelloMismatch).
 func (n *Node) helloMismatch(name, id string, resp transport.Hello, cert string, err error) string {
-	switch {
-	case err != nil:
-		return err.Error()
-	case resp.ClusterLabel != n.cfg.ClusterLabel:
-		return fmt.Sprintf("cluster label %q, want %q", resp.ClusterLabel, n.cfg.ClusterLabel)
-	case resp.ProtocolVersion != transport.ProtocolVersion:
-		return fmt.Sprintf("protocol version %d, want %d", resp.ProtocolVersion, transport.ProtocolVersion)
-	case resp.Member != name:
-		return fmt.Sprintf("answered as member %q", resp.Member)
-	case resp.InstanceID != id:
-		return fmt.Sprintf("instance id %q, gossip says %q", resp.InstanceID, id)
-	case n.secure && cert != name:
-		return fmt.Sprintf("its certificate names member %q", cert)
-	}
-	return ""
+	return membership.HelloMismatch(n.cfg.ClusterLabel, name, id, n.secure, resp, cert, err)
 }
