@@ -151,22 +151,15 @@ func (p peerService) Hello(_ context.Context, h transport.Hello, certMember stri
 	if n.leaving.Load() {
 		return transport.Hello{}, fmt.Errorf("%w: member %q is leaving", transport.ErrUnavailable, n.cfg.Name)
 	}
-	var reason string
-	switch {
-	case h.ClusterLabel != n.cfg.ClusterLabel:
-		reason = fmt.Sprintf("cluster label %q, want %q", h.ClusterLabel, n.cfg.ClusterLabel)
-	case h.ProtocolVersion != transport.ProtocolVersion:
-		reason = fmt.Sprintf("protocol version %d, want %d", h.ProtocolVersion, transport.ProtocolVersion)
-	case n.secure && certMember != h.Member:
-		reason = fmt.Sprintf("member %q presented a certificate for member %q", h.Member, certMember)
-	case h.Member == n.cfg.Name && h.InstanceID != n.id:
-		reason = fmt.Sprintf("member name %q is this node's (instance %s)", h.Member, n.id)
+	self := n.helloOf()
+	reason, clash := membership.HelloRefusal(self, n.secure, h, certMember)
+	if clash {
 		n.log.Warn("another process claims this node's member name", "member", h.Member, "their_instance", h.InstanceID)
 	}
 	if reason != "" {
 		return transport.Hello{}, fmt.Errorf("%w: %s", transport.ErrRefused, reason)
 	}
-	return n.helloOf(), nil
+	return self, nil
 }
 
 // memberAt returns the name of the gossip member whose peer address is addr,

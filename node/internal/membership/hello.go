@@ -27,3 +27,22 @@ func HelloMismatch(label, name, id string, secure bool, resp transport.Hello, ce
 	}
 	return ""
 }
+
+// HelloRefusal returns why a node whose own side of a Hello is self refuses
+// the Hello h from a connection whose certificate names certMember, or ""
+// when it accepts it: another cluster label or protocol version, in secure
+// mode (secure) a certificate naming another member, or self's member name
+// under another instance id (clash is then true).
+func HelloRefusal(self transport.Hello, secure bool, h transport.Hello, certMember string) (reason string, clash bool) {
+	switch {
+	case h.ClusterLabel != self.ClusterLabel:
+		return fmt.Sprintf("cluster label %q, want %q", h.ClusterLabel, self.ClusterLabel), false
+	case h.ProtocolVersion != transport.ProtocolVersion:
+		return fmt.Sprintf("protocol version %d, want %d", h.ProtocolVersion, transport.ProtocolVersion), false
+	case secure && certMember != h.Member:
+		return fmt.Sprintf("member %q presented a certificate for member %q", h.Member, certMember), false
+	case h.Member == self.Member && h.InstanceID != self.InstanceID:
+		return fmt.Sprintf("member name %q is this node's (instance %s)", h.Member, self.InstanceID), true
+	}
+	return "", false
+}

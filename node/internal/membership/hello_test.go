@@ -28,3 +28,25 @@ func TestHelloMismatch(t *testing.T) {
 		t.Fatalf("the certificate judged though not secure: %q", r)
 	}
 }
+
+func TestHelloRefusal(t *testing.T) {
+	self := transport.Hello{ClusterLabel: "c", Member: "me", ProtocolVersion: transport.ProtocolVersion, InstanceID: "i1"}
+	peer := transport.Hello{ClusterLabel: "c", Member: "a", ProtocolVersion: transport.ProtocolVersion, InstanceID: "i9"}
+	if r, clash := HelloRefusal(self, true, peer, "a"); r != "" || clash {
+		t.Fatalf("a good Hello refused: %q, %v", r, clash)
+	}
+	if r, _ := HelloRefusal(self, true, peer, "b"); r == "" {
+		t.Fatal("a certificate for another member accepted in secure mode")
+	}
+	if r, _ := HelloRefusal(self, false, peer, "b"); r != "" {
+		t.Fatalf("the certificate judged in insecure mode: %q", r)
+	}
+	mine := peer
+	mine.Member = "me"
+	if r, clash := HelloRefusal(self, true, mine, "me"); r == "" || !clash {
+		t.Fatalf("this node's name under another instance: %q, %v, want a clash", r, clash)
+	}
+	if r, clash := HelloRefusal(self, true, self, "me"); r != "" || clash {
+		t.Fatalf("this node's own Hello refused: %q, %v", r, clash)
+	}
+}
