@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/node/internal/handoff"
+	"github.com/ringlimit/ringlimit/node/internal/membership"
 	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/transport"
@@ -51,20 +52,7 @@ func (n *Node) moveOf(ns *ringState, old *ring.Snapshot, restarted map[string]bo
 // restartedMembers returns the names of the members of cur that are also in
 // old under another instance id: processes restarted under the same name.
 func restartedMembers(old, cur *ring.Snapshot) map[string]bool {
-	var out map[string]bool
-	ids := make(map[string]string, old.Len())
-	for _, m := range old.Members() {
-		ids[m.Name] = m.ID
-	}
-	for _, m := range cur.Members() {
-		if id, ok := ids[m.Name]; ok && id != m.ID {
-			if out == nil {
-				out = make(map[string]bool)
-			}
-			out[m.Name] = true
-		}
-	}
-	return out
+	return membership.Restarted(old.Members(), cur.Members(), func(m ring.Member) (string, string) { return m.Name, m.ID })
 }
 
 // resync lists as changed the states of the keys this node owns under ns

@@ -1,5 +1,7 @@
-// Package membership holds what of gossip membership needs no node: the
-// metadata a member carries in gossip. The node runs memberlist and the ring.
+// Package membership holds what of gossip membership and admission needs no
+// node: the metadata a member carries in gossip, the judgement of a Hello
+// and of its answer, and the members restarted under their name between two
+// rings. The node runs memberlist, the handshakes and the ring.
 package membership
 
 import "strings"
