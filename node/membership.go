@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	sockaddr "github.com/hashicorp/go-sockaddr"
 	"github.com/hashicorp/memberlist"
 	"github.com/ringlimit/ringlimit/node/internal/membership"
 	"github.com/ringlimit/ringlimit/ring"
@@ -92,19 +91,14 @@ func (rs *ringState) waitGate(ctx context.Context, g chan struct{}, stop chan st
 	return nil
 }
 
-// advertiseHost picks the IP peers use to reach this node.
+// advertiseHost picks the IP peers use to reach this node (see
+// membership.AdvertiseHost).
 func advertiseHost(cfg Config) (string, error) {
-	if cfg.AdvertiseAddr != "" {
-		return cfg.AdvertiseAddr, nil
+	host, err := membership.AdvertiseHost(cfg.AdvertiseAddr, cfg.BindAddr)
+	if err != nil {
+		return "", fmt.Errorf("%w: AdvertiseAddr: %w", ErrInvalidConfig, err)
 	}
-	if ip := net.ParseIP(cfg.BindAddr); ip != nil && !ip.IsUnspecified() {
-		return cfg.BindAddr, nil
-	}
-	ip, err := sockaddr.GetPrivateIP()
-	if err != nil || ip == "" {
-		return "", fmt.Errorf("%w: AdvertiseAddr: no private IP found to advertise (set it): %v", ErrInvalidConfig, err)
-	}
-	return ip, nil
+	return host, nil
 }
 
 // delegate answers memberlist's hooks. Its methods must not block and must not

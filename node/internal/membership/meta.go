@@ -1,7 +1,8 @@
 // Package membership holds what of gossip membership and admission needs no
 // node: the metadata a member carries in gossip, the judgement of a Hello
-// and of its answer, and the members restarted under their name between two
-// rings. The node runs memberlist, the handshakes and the ring.
+// and of its answer, the members restarted under their name between two
+// rings, and the host a member advertises. The node runs memberlist, the
+// handshakes and the ring.
 package membership
 
 import "strings"
