@@ -125,7 +125,7 @@ func BenchmarkReplicaBatchKeys(b *testing.B) {
 						j++
 					}
 				}
-				if need := backup.acceptReplica(tb, checkedBatch{states: states, wall: wall}); len(need) != 0 {
+				if need := backup.acceptReplica(tb, checkedBatch{States: states, Wall: wall}); len(need) != 0 {
 					b.Fatalf("%d states refused", len(need))
 				}
 			}

@@ -245,48 +245,20 @@ func (p peerService) Replicate(ctx context.Context, b transport.TransferBatch) (
 }
 
 // checkedBatch is a transfer batch judged by checkTransfer.
-type checkedBatch struct {
-	states []algo.State // the decoded states
-	bad    []bool       // per state: refused (nil: none was)
-	badPen []bool       // per ban state: refused (nil: none was)
-	wall   int64        // the owner clock they were judged at
-}
+type checkedBatch = peerinput.Batch
 
 // checkTransfer validates a transfer batch as untrusted peer input (see
 // Transfer): an error for a batch whose sender is not who it claims to be,
-// else a verdict per state and ban state.
+// else a verdict per state and ban state (peerinput.CheckBatch).
 func (n *Node) checkTransfer(b transport.TransferBatch) (checkedBatch, error) {
 	if n.secure && b.Sender != b.From {
 		n.refused("sender")
 		return checkedBatch{}, fmt.Errorf("%w: from %q, but the sender's certificate names %q", ErrRefusedState, b.From, b.Sender)
 	}
-	cb := checkedBatch{wall: n.clock(), states: make([]algo.State, len(b.States))}
-	for i, ks := range b.States {
-		if err := n.checkKeyState(ks, &cb.states[i], cb.wall); err != nil {
-			if cb.bad == nil {
-				cb.bad = make([]bool, len(b.States))
-			}
-			cb.bad[i] = true
-			n.refusedState(b.From, ks.Key, err)
-		}
-	}
-	for i, ps := range b.Penalties {
-		if err := peerinput.CheckBanState(ps, cb.wall, n.cfg.MaxPeerClockSkew); err != nil {
-			if cb.badPen == nil {
-				cb.badPen = make([]bool, len(b.Penalties))
-			}
-			cb.badPen[i] = true
-			n.refusedState(b.From, ps.Key, err)
-		}
-	}
-	return cb, nil
+	return peerinput.CheckBatch(b, n.clock(), n.stateBounds(), func(key string, err error) {
+		n.refusedState(b.From, key, err)
+	}), nil
 }
-
-// refusedAt reports whether checkTransfer refused state i of a batch.
-func (cb *checkedBatch) refusedAt(i int) bool { return cb.bad != nil && cb.bad[i] }
-
-// penRefusedAt reports whether checkTransfer refused ban state i of a batch.
-func (cb *checkedBatch) penRefusedAt(i int) bool { return cb.badPen != nil && cb.badPen[i] }
 
 // installHandoff installs the states of a validated handoff batch that were
 // not refused (see Transfer).
@@ -294,19 +266,19 @@ func (n *Node) installHandoff(b transport.TransferBatch, cb checkedBatch) {
 	scanned := false // one scan for idle keys per batch at the MaxKeys bound
 	hs := make([]uint64, 0, len(b.States))
 	for i, ks := range b.States {
-		if cb.refusedAt(i) {
+		if cb.RefusedAt(i) {
 			continue
 		}
 		h := ks.KeyHash
 		if ks.Key != "" {
 			h = n.owned.Hash(ks.Key)
 		}
-		n.owned.InstallScan(h, ks.Limit, cb.states[i], ks.LastNow, ks.CallerClock, cb.wall, true, &scanned)
+		n.owned.InstallScan(h, ks.Limit, cb.States[i], ks.LastNow, ks.CallerClock, cb.Wall, true, &scanned)
 		hs = append(hs, h)
 	}
 	n.noteStrays(n.rs.Load(), hs)
 	for i, ps := range b.Penalties {
-		if !cb.penRefusedAt(i) {
+		if !cb.PenRefusedAt(i) {
 			n.bans.Install(n.owned.Hash(ps.Key), store.BanState(ps))
 		}
 	}
@@ -315,13 +287,12 @@ func (n *Node) installHandoff(b transport.TransferBatch, cb checkedBatch) {
 	}
 }
 
-// checkKeyState decodes ks's state into st and validates it as untrusted input
-// (see Transfer) by this node's bounds (peerinput.CheckKeyState).
-func (n *Node) checkKeyState(ks transport.KeyState, st *algo.State, wall int64) error {
-	return peerinput.CheckKeyState(ks, st, wall, peerinput.StateBounds{
+// stateBounds returns the bounds peers' key states are judged by.
+func (n *Node) stateBounds() peerinput.StateBounds {
+	return peerinput.StateBounds{
 		MaxPeriod: n.cfg.MaxPeriod, MaxLimit: n.cfg.MaxLimit,
 		MaxPeerClockSkew: n.cfg.MaxPeerClockSkew, AcceptCallerTimestamps: n.cfg.AcceptCallerTimestamps,
-	})
+	}
 }
 
 func (n *Node) refused(what string) {

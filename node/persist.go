@@ -40,7 +40,7 @@ func (n *Node) openStateDir() error {
 }
 
 // restore installs the states of the snapshot file as a handoff from this
-// node's past self: each is judged by checkKeyState (valid Limit within
+// node's past self: each is judged by peerinput.CheckKeyState (valid Limit within
 // MaxPeriod and MaxLimit, plausible, not later than now + MaxPeerClockSkew,
 // caller clocks only with AcceptCallerTimestamps), refused ones are counted
 // in Stats.RefusedStates and logged, the rest are merged into the store as
@@ -70,14 +70,14 @@ func (n *Node) restore() {
 		cb, _ := n.checkTransfer(b) // Sender is From: no error
 		n.installHandoff(b, cb)
 		for i := range b.States {
-			if cb.refusedAt(i) {
+			if cb.RefusedAt(i) {
 				refused++
 			} else {
 				ok++
 			}
 		}
 		for i := range b.Penalties {
-			if cb.penRefusedAt(i) {
+			if cb.PenRefusedAt(i) {
 				refused++
 			} else {
 				ok++

@@ -327,7 +327,7 @@ func (n *Node) awaitReplicated(ctx context.Context) error {
 func (n *Node) acceptReplica(b transport.TransferBatch, cb checkedBatch) (needFull []uint64) {
 	rs := n.rs.Load()
 	self := n.cfg.Name
-	states, wall := cb.states, cb.wall
+	states, wall := cb.States, cb.Wall
 	scanned := false // one scan for idle keys per batch at the MaxKeys bound
 	// Start loading the slots of the first states before installing any
 	// (store.prefetch; a replica's slot is a cache miss at a million keys),
@@ -343,7 +343,7 @@ func (n *Node) acceptReplica(b transport.TransferBatch, cb checkedBatch) (needFu
 		if j := i + prefetchAhead; j < len(b.States) && b.States[j].Key == "" {
 			n.owned.Prefetch(b.States[j].KeyHash, b.States[j].Limit.Kind)
 		}
-		if cb.refusedAt(i) {
+		if cb.RefusedAt(i) {
 			continue
 		}
 		h := ks.KeyHash
@@ -376,7 +376,7 @@ func (n *Node) acceptReplica(b transport.TransferBatch, cb checkedBatch) (needFu
 		}
 	}
 	for i, ps := range b.Penalties {
-		if cb.penRefusedAt(i) {
+		if cb.PenRefusedAt(i) {
 			continue
 		}
 		h := rs.snap.Hash(ps.Key)

@@ -71,3 +71,45 @@ func CheckBanState(ps transport.PenaltyState, wall int64, skew time.Duration) er
 	}
 	return nil
 }
+
+// Batch is a transfer batch's verdict (see CheckBatch).
+type Batch struct {
+	// States holds the decoded states, one per state of the batch.
+	States []algo.State
+	// Bad and BadPen mark the states and ban states refused (nil: none was).
+	Bad, BadPen []bool
+	// Wall is the time (Unix ns, this node's clock) they were judged at.
+	Wall int64
+}
+
+// RefusedAt reports whether state i of the batch was refused.
+func (cb *Batch) RefusedAt(i int) bool { return cb.Bad != nil && cb.Bad[i] }
+
+// PenRefusedAt reports whether ban state i of the batch was refused.
+func (cb *Batch) PenRefusedAt(i int) bool { return cb.BadPen != nil && cb.BadPen[i] }
+
+// CheckBatch judges every state (CheckKeyState) and ban state
+// (CheckBanState) of b at wall by sb, and calls refuse with the key and the
+// error of each one refused. It does not judge the batch's sender.
+func CheckBatch(b transport.TransferBatch, wall int64, sb StateBounds, refuse func(key string, err error)) Batch {
+	cb := Batch{Wall: wall, States: make([]algo.State, len(b.States))}
+	for i, ks := range b.States {
+		if err := CheckKeyState(ks, &cb.States[i], wall, sb); err != nil {
+			if cb.Bad == nil {
+				cb.Bad = make([]bool, len(b.States))
+			}
+			cb.Bad[i] = true
+			refuse(ks.Key, err)
+		}
+	}
+	for i, ps := range b.Penalties {
+		if err := CheckBanState(ps, wall, sb.MaxPeerClockSkew); err != nil {
+			if cb.BadPen == nil {
+				cb.BadPen = make([]bool, len(b.Penalties))
+			}
+			cb.BadPen[i] = true
+			refuse(ps.Key, err)
+		}
+	}
+	return cb
+}

@@ -43,3 +43,27 @@ func TestCheckKeyStateCallerClock(t *testing.T) {
 		t.Fatalf("a state past the skew: %v, want ErrRefusedState", err)
 	}
 }
+
+func TestCheckBatchMarksRefused(t *testing.T) {
+	l := algo.Limit{Kind: algo.GCRA, Limit: 10, Period: time.Second}
+	var st algo.State
+	enc, err := st.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const wall = int64(1e12)
+	b := transport.TransferBatch{
+		States:    []transport.KeyState{{Key: "ok", Limit: l, State: enc}, {Key: "caller", Limit: l, State: enc, CallerClock: true}},
+		Penalties: []transport.PenaltyState{{Key: "ban", Denials: []int64{wall + int64(time.Hour)}}},
+	}
+	var refused []string
+	cb := CheckBatch(b, wall, StateBounds{MaxPeriod: time.Hour, MaxLimit: 1e6, MaxPeerClockSkew: time.Second}, func(key string, err error) {
+		refused = append(refused, key)
+	})
+	if cb.RefusedAt(0) || !cb.RefusedAt(1) || !cb.PenRefusedAt(0) || cb.Wall != wall || len(cb.States) != 2 {
+		t.Fatalf("verdict %+v", cb)
+	}
+	if len(refused) != 2 || refused[0] != "caller" || refused[1] != "ban" {
+		t.Fatalf("refused %v, want [caller ban]", refused)
+	}
+}
