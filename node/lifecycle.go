@@ -4,9 +4,7 @@
 package node
 
 import (
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +19,7 @@ import (
 	"github.com/ringlimit/ringlimit/internal/breaker"
 	"github.com/ringlimit/ringlimit/node/internal/denycache"
 	"github.com/ringlimit/ringlimit/node/internal/lease"
+	"github.com/ringlimit/ringlimit/node/internal/membership"
 	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/node/internal/topdenied"
 	"github.com/ringlimit/ringlimit/ring"
@@ -44,7 +43,7 @@ func New(cfg Config) (*Node, error) {
 		cfg:       cfg,
 		log:       cfg.Logger,
 		clockFn:   cfg.Clock,
-		id:        newInstanceID(),
+		id:        membership.NewInstanceID(),
 		ring:      r,
 		bans:      &store.Bans{Track: cfg.Replication != ReplicationOff},
 		denied:    denycache.New(cfg.DeniedCacheSize, cfg.DeniedCacheMaxTTL),
@@ -204,12 +203,6 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.log.Info("node started", "peer", n.grpcAddr, "gossip", n.GossipAddr(), "members", n.rs.Load().snap.Len(), "secure", n.secure)
 	return n, nil
-}
-
-func newInstanceID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // Close leaves the cluster gracefully: with Config.StateDir it first writes

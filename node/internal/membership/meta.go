@@ -1,11 +1,15 @@
 // Package membership holds what of gossip membership and admission needs no
 // node: the metadata a member carries in gossip, the judgement of a Hello
 // and of its answer, the members restarted under their name between two
-// rings, and the host a member advertises. The node runs memberlist, the
-// handshakes and the ring.
+// rings, the host a member advertises and a new instance id. The node runs
+// memberlist, the handshakes and the ring.
 package membership
 
-import "strings"
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+)
 
 // EncodeMeta returns the node metadata carried in gossip:
 // "v1|<grpcAddr>|<id>", id being the member's instance id.
@@ -19,4 +23,12 @@ func DecodeMeta(b []byte) (grpcAddr, id string, ok bool) {
 		return "", "", false
 	}
 	return parts[1], parts[2], true
+}
+
+// NewInstanceID returns a random instance id (16 hex digits): it tells a
+// process from an earlier one under the same member name.
+func NewInstanceID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

@@ -13,3 +13,10 @@ func TestMetaRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+func TestNewInstanceID(t *testing.T) {
+	a, b := NewInstanceID(), NewInstanceID()
+	if len(a) != 16 || a == b {
+		t.Fatalf("NewInstanceID: %q then %q, want 16 hex digits, distinct", a, b)
+	}
+}
