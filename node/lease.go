@@ -18,7 +18,11 @@ import (
 // the key can spare, and the member then admits checks of that key and
 // limit itself from its slice (RouteLease), without a forward, until the
 // slice is used or the lease ends (Config.Lease.Period, or the end of a
-// fixed window).
+// fixed window). While the key stays hot the member renews ahead: when
+// half of its slice is used or half of the lease's time has gone, a check
+// admitted from the slice starts a forward of its own in the background (a
+// peek of the key carrying the ask; one per key at a time), so no caller
+// waits for a renewal.
 //
 // Why the members together never admit more than one limiter would. The
 // owner lends a slice only if the key's state could admit it on top of
@@ -118,18 +122,49 @@ func (c *Check) leasable() bool {
 
 // answerLease admits c (ring hash h) at now (node clock) from a lease and
 // fills *out, or returns false with the hits to ask for on its forward
-// (0: none) and the lease table's epoch.
+// (0: none) and the lease table's epoch. A check admitted while its key's
+// leases run low starts their renewal in the background (renewLease).
 func (n *Node) answerLease(c *Check, h uint64, now int64, out *Decision) (ok bool, ask int64, epoch uint64) {
 	var a lease.Answer
 	ok, ask, epoch = n.leases.Decide(h, c.Limit, c.Hits, now, &a)
 	if !ok {
 		return false, ask, epoch
 	}
+	if ask > 0 {
+		n.renewLease(c, h, ask, epoch, now)
+	}
 	out.Allowed = true
 	out.Limit = lease.Capacity(c.Limit)
 	out.Remaining, out.ResetAfter = a.Remaining, a.ResetAfter
 	out.Route, out.Owner = RouteLease, a.Owner
 	return true, 0, epoch
+}
+
+// renewLease asks the owner of c's key (ring hash h) for the next lease of
+// ask hits, in the background: a forward of a peek of the key (0 hits,
+// nothing taken) that carries the ask, whose grant is installed when it
+// returns (lease.Table.Answered with epoch and sent, the node clock before
+// the send). The caller's check does not wait for it. Without a reachable
+// owner other than this node, nothing is asked.
+func (n *Node) renewLease(c *Check, h uint64, ask int64, epoch uint64, sent int64) {
+	rs := n.rs.Load()
+	owner, ok := rs.snap.OwnerOfHash(h)
+	if !ok || owner.Name == n.cfg.Name || n.stopping.Load() || n.breakers.Skip(owner.Name) {
+		n.leases.Answered(h, c.Limit, epoch, sent, 0, 0, "")
+		return
+	}
+	w := c.wire(false)
+	w.Hits, w.LeaseHits = 0, ask
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ForwardTimeout)
+		defer cancel()
+		res, err := n.peers.Forward(ctx, owner.Addr, w)
+		if err == nil && res.Code == transport.CodeOK {
+			n.leases.Answered(h, w.Limit, epoch, sent, res.LeaseHits, res.LeaseFor, owner.Name)
+		} else {
+			n.leases.Answered(h, w.Limit, epoch, sent, 0, 0, "")
+		}
+	}()
 }
 
 // useLease admits c (ring hash h) at now from a lease whatever the ask
@@ -158,7 +193,7 @@ func (n *Node) useLease(c *Check, h uint64, now int64, out *Decision) bool {
 // be reached.
 func (n *Node) grantLease(ctx context.Context, rs *ringState, c *transport.Check, h uint64, r *transport.Result) {
 	if n.leases == nil || c.LeaseHits <= 0 || r.Code != transport.CodeOK || !r.Decision.Allowed || r.Banned ||
-		c.Hits <= 0 || c.CreatedAt != 0 || c.MaxWait != 0 || c.CancelAt != 0 || !c.Penalty.IsZero() || !lease.Supports(c.Limit.Kind) {
+		c.Hits < 0 || c.CreatedAt != 0 || c.MaxWait != 0 || c.CancelAt != 0 || !c.Penalty.IsZero() || !lease.Supports(c.Limit.Kind) {
 		return
 	}
 	l := c.Limit

@@ -430,3 +430,52 @@ func TestLeaseHandoffCarriesSlices(t *testing.T) {
 		t.Fatal("no leased key moved to the new member")
 	}
 }
+
+// awaitRenewals waits until n has no lease request in flight (a renewal
+// runs in the background), polling against a deadline.
+func awaitRenewals(t *testing.T, n *Node) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for n.leases.InFlight() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a lease renewal did not return")
+		}
+		runtime.Gosched()
+	}
+}
+
+// A member that checks a hot key at a steady rate renews its leases ahead,
+// in the background: once it holds the first lease, every one of its checks
+// is decided from a lease, none is forwarded (a renewal rides on a forward
+// of its own that no caller waits for), and the owner keeps lending.
+func TestLeaseRenewedAheadNoCallerForwards(t *testing.T) {
+	t.Parallel()
+	clk := newManualClock()
+	_, nodes := memCluster(t, 3, func(c *Config) { leasesOn(c); c.Clock = clk.now })
+	lessee, owner := nodes[0], nodes[1]
+	key := keyOwnedBy(t, lessee, owner)
+	l := algo.Limit{Kind: algo.GCRA, Limit: 1_000_000, Period: time.Second, Burst: 1_000_000}
+	leaseUp(t, clk, key, l, lessee)
+	awaitRenewals(t, lessee)
+	granted := lessee.leases.Granted()
+	var routes [RouteLease + 1]int
+	const checks = 3000 // 3 s at 1,000 checks/s: 30 lease periods
+	for range checks {
+		clk.add(time.Millisecond)
+		d, err := lessee.Allow(context.Background(), key, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed {
+			t.Fatalf("denied under a limit no check reaches: %+v", d)
+		}
+		routes[d.Route]++
+		awaitRenewals(t, lessee) // the renewal's round trip is short against the clock's step
+	}
+	if routes[RouteLease] != checks {
+		t.Errorf("routes %v: got %d of %d checks from leases, want all (no caller waits for a renewal)", routes, routes[RouteLease], checks)
+	}
+	if got := lessee.leases.Granted() - granted; got < 20 {
+		t.Errorf("got %d grants in 30 lease periods, want the leases renewed (at least 20)", got)
+	}
+}

@@ -72,6 +72,8 @@ type Table struct {
 	// admitted counts the checks admitted from leases, granted the grants
 	// installed.
 	admitted, granted atomic.Uint64
+	// inFlight counts the requests asked for and not yet Answered.
+	inFlight atomic.Int64
 }
 
 type slot struct {
@@ -139,11 +141,18 @@ type Answer struct {
 }
 
 // Decide admits hits (> 0) of the key with ring hash h under l at now (this
-// node's clock, ns) from a live lease and fills *out (true), or counts the
-// check toward the key's rate and returns false with ask, the hits to ask
-// the owner for on this check's forward (0: none; when > 0 the caller must
-// call Answered once the forward returned, whatever happened to it), and the
-// epoch to pass to Answered.
+// node's clock, ns) from a live lease and fills *out (ok), or counts the
+// check toward the key's rate and returns false, with epoch (to pass to
+// Answered) and ask, the hits to ask the key's owner for.
+//
+// ask > 0 with ok: the check was admitted and the leases of its key run low
+// (half of the last slice used, or half of the lease's time gone) while the
+// key is hot: the caller renews in the background, without holding up the
+// check (a forward of the key asking for ask hits), and calls Answered when
+// that forward returned, whatever happened to it. ask > 0 without ok: no
+// lease could admit the check; the caller asks for ask hits on its forward
+// and calls Answered likewise. At most one request per key and limit is in
+// flight at a time (ask is 0 while one is).
 func (t *Table) Decide(h uint64, l algo.Limit, hits, now int64, out *Answer) (ok bool, ask int64, epoch uint64) {
 	epoch = t.epoch.Load()
 	s := &t.slots[h&t.mask]
@@ -167,7 +176,7 @@ func (t *Table) Decide(h uint64, l algo.Limit, hits, now int64, out *Answer) (ok
 	}
 	e.count(now, t.window)
 	asking := e.asked != 0 && now-e.asked < 10*t.period || now < e.quiet
-	if total >= hits && (asking || e.rate < t.threshold || (total-hits)*2 >= e.slice && last-now >= t.period/4) {
+	if total >= hits {
 		need := hits
 		for i := range e.grants {
 			g := &e.grants[i]
@@ -183,21 +192,31 @@ func (t *Table) Decide(h uint64, l algo.Limit, hits, now int64, out *Answer) (ok
 		}
 		*out = Answer{Remaining: total - hits, ResetAfter: time.Duration(max(last-now, 0)), Owner: e.owner}
 		t.admitted.Add(1)
-		return true, 0, epoch
+		// Renew ahead: less than half of the last slice left, or less than
+		// half of the lease's time, while the key is hot. The next slice is
+		// asked for in the background while this one serves the checks.
+		if asking || e.rate < t.threshold || (total-hits)*2 >= e.slice && (last-now)*2 >= t.period {
+			return true, 0, epoch
+		}
+		return true, e.ask(t, hits, now, t.period), epoch
 	}
-	// No lease, or one about to run out (less than half of its slice left,
-	// or a quarter of its time): this check is forwarded, and asks for the
-	// next lease while the one left serves the checks that come meanwhile.
+	// No lease that can admit the check: it is forwarded, and asks for a
+	// lease when the key is hot and no request is in flight.
 	if asking || e.rate < t.threshold {
 		return false, 0, epoch
 	}
-	// Twice the rate × Period: the next ask goes out when half is left, so
-	// a slice lasts about a period from there, time for the next grant to
-	// arrive before this one runs out.
-	ask = int64(2 * e.rate * float64(t.period) / float64(time.Second))
-	ask = min(max(ask, 2*hits, 1), algo.MaxHits)
+	return false, e.ask(t, hits, now, t.period), epoch
+}
+
+// ask sizes the next request of e at now for a check of hits and records
+// it as in flight: twice the rate × period, so that, renewed when half is
+// left, a slice lasts about a period from there, time for the next grant
+// to arrive before this one runs out.
+func (e *entry) ask(t *Table, hits, now, period int64) int64 {
+	ask := int64(2 * e.rate * float64(period) / float64(time.Second))
 	e.asked = now
-	return false, ask, epoch
+	t.inFlight.Add(1)
+	return min(max(ask, 2*hits, 1), algo.MaxHits)
 }
 
 // Use admits hits of the key with ring hash h under l at now from a live
@@ -264,6 +283,7 @@ func (g *grant) avail(now int64) int64 {
 // table was invalidated since epoch (a reset may have freed what the grant
 // was taken from; its hits are then lost, never admitted twice).
 func (t *Table) Answered(h uint64, l algo.Limit, epoch uint64, sent, hits int64, leaseFor time.Duration, owner string) {
+	t.inFlight.Add(-1)
 	s := &t.slots[h&t.mask]
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -322,6 +342,10 @@ func (t *Table) InvalidateAll() {
 
 // Admitted returns the number of checks admitted from leases.
 func (t *Table) Admitted() uint64 { return t.admitted.Load() }
+
+// InFlight returns the number of lease requests asked for (Decide) and not
+// yet Answered.
+func (t *Table) InFlight() int64 { return t.inFlight.Load() }
 
 // Granted returns the number of grants installed.
 func (t *Table) Granted() uint64 { return t.granted.Load() }

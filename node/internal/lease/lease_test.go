@@ -268,10 +268,12 @@ func TestLeasesNeverExceedTheBound(t *testing.T) {
 	}
 }
 
-// An ask that got nothing keeps the member from asking again for a quarter
+// A check that leaves less than half of the slice is admitted and asks for
+// the next lease (renewed in the background, the check does not wait); an
+// ask that got nothing keeps the member from asking again for a quarter
 // period (it admits from what it holds meanwhile), and Use admits from the
-// slice a check that went to the owner to ask for the next one.
-func TestQuietAfterNothingAndUse(t *testing.T) {
+// slice whatever the ask policy.
+func TestRenewAheadQuietAfterNothingAndUse(t *testing.T) {
 	t.Parallel()
 	tb := New(Config{Size: 8, Threshold: 1, Period: 100 * time.Millisecond})
 	l := algo.Limit{Kind: algo.GCRA, Limit: 1000, Period: time.Second, Burst: 999}
@@ -279,24 +281,24 @@ func TestQuietAfterNothingAndUse(t *testing.T) {
 	_, epoch := hot(t, tb, 5, l, now)
 	tb.Answered(5, l, epoch, now, 4, time.Second, "o")
 	var a Answer
-	// A slice of 4: two checks are admitted; the third would leave less
-	// than half of it, so it is forwarded with an ask instead.
+	// A slice of 4: two checks are admitted; the third leaves less than
+	// half of it, so it is admitted and asks for the next slice.
 	for i := 0; i < 2; i++ {
 		if !admit(tb, 5, l, now+1, &a) {
 			t.Fatalf("check %d not admitted", i)
 		}
 	}
 	ok, ask, epoch := tb.Decide(5, l, 1, now+2, &a)
-	if ok || ask == 0 {
-		t.Fatalf("got ok %v ask %d with half the slice used, want an ask", ok, ask)
+	if !ok || ask == 0 || a.Remaining != 1 {
+		t.Fatalf("got ok %v ask %d remaining %d with half the slice used, want admitted with an ask and 1 left", ok, ask, a.Remaining)
 	}
-	if !tb.Use(5, l, 1, now+2, &a) || a.Remaining != 1 {
-		t.Fatalf("Use: %+v, want admitted with 1 left", a)
+	if ok, ask, _ := tb.Decide(5, l, 1, now+2, &a); !ok || ask != 0 {
+		t.Fatalf("renewal in flight: got ok %v ask %d, want admitted without a second ask", ok, ask)
+	}
+	if tb.Use(5, l, 1, now+2, &a) {
+		t.Fatalf("Use admitted from a used slice: %+v", a)
 	}
 	tb.Answered(5, l, epoch, now+2, 0, 0, "") // the owner had nothing to spare
-	if ok, ask, _ := tb.Decide(5, l, 1, now+3, &a); !ok || ask != 0 {
-		t.Fatalf("within the quiet time: got ok %v ask %d, want admitted without an ask", ok, ask)
-	}
 	if ok, ask, _ := tb.Decide(5, l, 1, now+3, &a); ok || ask != 0 {
 		t.Fatalf("slice used, still quiet: got ok %v ask %d, want forwarded without an ask", ok, ask)
 	}
