@@ -29,7 +29,11 @@ import (
 // number of checks in a forwarded batch (checks/batch), and the process's
 // write and read system calls per check (writes/check, reads/check, from
 // /proc/self/io: every message between members is a TLS record written with
-// one write on loopback). Run with -cpu 2 to pin GOMAXPROCS=2. With
+// one write on loopback), the bytes written per check (bytes/check, wchar of
+// /proc/self/io), the messages between members per check (msgs/check: each
+// forwarded batch and each replication send to a backup is a request and an
+// answer), the CPU per message (cpu-µs/msg: cpu-ns/check over msgs/check)
+// and the key states per replication send (states/send). Run with -cpu 2 to pin GOMAXPROCS=2. With
 // RINGLIMIT_BENCH_PROFILE=DIR it writes profiles of the load alone to DIR (see
 // profileLoad).
 //
@@ -85,8 +89,16 @@ func BenchmarkCluster3Replication(b *testing.B) {
 }
 
 // batchCounter is a node.Metrics that counts the batches a node forwards and
-// the checks in them.
-type batchCounter struct{ batches, checks atomic.Int64 }
+// the checks in them, and (node.ReplicationMetrics) the replication sends it
+// makes to backups and the key states in them.
+type batchCounter struct{ batches, checks, replSends, replStates atomic.Int64 }
+
+func (c *batchCounter) Replicated(_ string, states int, err error) {
+	if err == nil {
+		c.replSends.Add(1)
+		c.replStates.Add(int64(states))
+	}
+}
 
 func (*batchCounter) Check(algo.Kind, node.Route, bool) {}
 func (c *batchCounter) Forward(_ string, size int, _ time.Duration, err error) {
@@ -170,6 +182,7 @@ func benchClusterRouted(b *testing.B, size int, insecure bool, repl node.Replica
 		defer stop()
 	}
 	batches0, batchChecks0 := batches.batches.Load(), batches.checks.Load()
+	replSends0, replStates0 := batches.replSends.Load(), batches.replStates.Load()
 	runtime.ReadMemStats(&ms)
 	mallocs0 := ms.Mallocs
 	cpu0, cpuOK := cputime.Process()
@@ -216,6 +229,9 @@ func benchClusterRouted(b *testing.B, size int, insecure bool, repl node.Replica
 		// TLS record and a write on loopback) and read, per check.
 		b.ReportMetric(float64(io1.writes-io0.writes)/float64(b.N), "writes/check")
 		b.ReportMetric(float64(io1.reads-io0.reads)/float64(b.N), "reads/check")
+		// Bytes written to sockets (and anything else) per check: TLS
+		// records of every message between members, both directions.
+		b.ReportMetric(float64(io1.wbytes-io0.wbytes)/float64(b.N), "bytes/check")
 	}
 	runtime.ReadMemStats(&ms)
 	// allocs/op to two decimals (-benchmem rounds down to whole allocations).
@@ -231,17 +247,33 @@ func benchClusterRouted(b *testing.B, size int, insecure bool, repl node.Replica
 	b.ReportMetric(float64(hist.ValueAtQuantile(50)), "p50-µs")
 	b.ReportMetric(float64(hist.ValueAtQuantile(99)), "p99-µs")
 	b.ReportMetric(float64(forwarded.Load())/float64(b.N), "forwarded-share")
-	if n := batches.batches.Load() - batches0; n > 0 {
-		b.ReportMetric(float64(batches.checks.Load()-batchChecks0)/float64(n), "checks/batch")
+	fwdBatches := batches.batches.Load() - batches0
+	if fwdBatches > 0 {
+		b.ReportMetric(float64(batches.checks.Load()-batchChecks0)/float64(fwdBatches), "checks/batch")
+	}
+	// Messages between members per check: a forwarded batch is a request
+	// and its answer, a replication send a request and its answer (both
+	// counted by the sender when the answer came). cpu-µs/msg is the
+	// process's CPU per check over them: what one message costs, every
+	// member's and caller's share included.
+	sends := batches.replSends.Load() - replSends0
+	if sends > 0 {
+		b.ReportMetric(float64(batches.replStates.Load()-replStates0)/float64(sends), "states/send")
+	}
+	msgs := 2 * float64(fwdBatches+sends) / float64(b.N)
+	b.ReportMetric(msgs, "msgs/check")
+	if cpuOK && msgs > 0 {
+		b.ReportMetric(float64(cpu1-cpu0)/float64(b.N)/msgs/1e3, "cpu-µs/msg")
 	}
 }
 
-// ioCounts are the process's read and write system calls so far.
-type ioCounts struct{ reads, writes int64 }
+// ioCounts are the process's read and write system calls so far and the
+// bytes those writes passed.
+type ioCounts struct{ reads, writes, wbytes int64 }
 
 // procIO reads the process's read and write system call counts (syscr and
-// syscw of /proc/self/io, every thread included); ok is false where that file
-// cannot be read (not Linux).
+// syscw of /proc/self/io, every thread included) and the bytes written
+// (wchar); ok is false where that file cannot be read (not Linux).
 func procIO() (c ioCounts, ok bool) {
 	data, err := os.ReadFile("/proc/self/io")
 	if err != nil {
@@ -262,9 +294,11 @@ func procIO() (c ioCounts, ok bool) {
 			c.reads, got = n, got+1
 		case "syscw":
 			c.writes, got = n, got+1
+		case "wchar":
+			c.wbytes, got = n, got+1
 		}
 	}
-	return c, got == 2
+	return c, got == 3
 }
 
 // profileLoad writes a CPU profile of the load alone to dir/members-N.cpu
