@@ -55,7 +55,8 @@ func randChecks(r *rand.Rand, n int) []Check {
 			checks[i].MaxWait, checks[i].CancelAt = time.Duration(randInt64(r)), randInt64(r) // fields 12, 13
 		}
 		if r.IntN(3) == 0 {
-			checks[i].LeaseHits = randInt64(r) // field 14
+			checks[i].LeaseHits = randInt64(r)                                  // field 14
+			checks[i].LeaseID, checks[i].LeaseLeft = randInt64(r), randInt64(r) // fields 15, 16
 		}
 	}
 	return checks
@@ -78,6 +79,7 @@ func randResults(r *rand.Rand, n int) []Result {
 		}
 		if r.IntN(3) == 0 {
 			out[i].LeaseHits, out[i].LeaseFor = randInt64(r), time.Duration(randInt64(r)) // Decision fields 11, 12
+			out[i].LeaseID, out[i].LeaseRenewed = randInt64(r), r.IntN(2) == 0            // Decision fields 13, 14
 		}
 		if out[i].Code != CodeOK {
 			out[i].Message = fmt.Sprint("message ", i)

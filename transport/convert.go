@@ -140,6 +140,8 @@ func checkToWire(c Check, m *pb.Check, keys *[]byte) {
 	m.MaxWaitNs = int64(c.MaxWait)
 	m.CancelAtUnixNs = c.CancelAt
 	m.LeaseHits = c.LeaseHits
+	m.LeaseId = c.LeaseID
+	m.LeaseLeft = c.LeaseLeft
 }
 
 // wireLimit is the limit part that pb.Check and pb.KeyState share.
@@ -176,6 +178,8 @@ func checkFromWire(m *pb.Check) (Check, error) {
 		MaxWait:   time.Duration(m.GetMaxWaitNs()),
 		CancelAt:  m.GetCancelAtUnixNs(),
 		LeaseHits: m.GetLeaseHits(),
+		LeaseID:   m.GetLeaseId(),
+		LeaseLeft: m.GetLeaseLeft(),
 	}, nil
 }
 
@@ -209,6 +213,8 @@ func decisionToWire(r Result, m *pb.Decision) {
 	m.AtUnixNs = r.At
 	m.LeaseHits = r.LeaseHits
 	m.LeaseNs = int64(r.LeaseFor)
+	m.LeaseId = r.LeaseID
+	m.LeaseRenewed = r.LeaseRenewed
 }
 
 // decisionFromWire maps a Decision message (nil reads as the zero Decision) into
@@ -228,6 +234,8 @@ func decisionFromWire(m *pb.Decision, r *Result) {
 	r.At = m.GetAtUnixNs()
 	r.LeaseHits = m.GetLeaseHits()
 	r.LeaseFor = time.Duration(m.GetLeaseNs())
+	r.LeaseID = m.GetLeaseId()
+	r.LeaseRenewed = m.GetLeaseRenewed()
 }
 
 // resultsToWire builds the wire form of a batch of results with four

@@ -58,7 +58,16 @@ func checkSize(c *Check) int {
 	return sizeBytes(len(c.Key)) + sizeI64(int64(kindToWire(c.Limit.Kind))) + sizeI64(c.Limit.Limit) +
 		sizeI64(int64(c.Limit.Period)) + sizeI64(c.Limit.Burst) + sizeI64(c.Hits) + sizeI64(c.CreatedAt) +
 		sizeI64(c.Penalty.Denials) + sizeI64(int64(c.Penalty.Within)) + sizeI64(int64(c.Penalty.Ban)) +
-		sizeBool(c.AsBackup) + sizeI64(int64(c.MaxWait)) + sizeI64(c.CancelAt) + sizeI64(c.LeaseHits)
+		sizeBool(c.AsBackup) + sizeI64(int64(c.MaxWait)) + sizeI64(c.CancelAt) + sizeI64(c.LeaseHits) +
+		sizeI64(c.LeaseID) + sizeI64Tag2(c.LeaseLeft)
+}
+
+// sizeI64Tag2 is sizeI64 for a field numbered 16 or more (a two-byte tag).
+func sizeI64Tag2(v int64) int {
+	if v == 0 {
+		return 0
+	}
+	return 2 + protowire.SizeVarint(uint64(v))
 }
 
 // sizeBool is the encoded size of a bool field (omitted when false).
@@ -88,7 +97,9 @@ func appendCheck(b []byte, c *Check) []byte {
 	}
 	b = appendI64(b, 12, int64(c.MaxWait))
 	b = appendI64(b, 13, c.CancelAt)
-	return appendI64(b, 14, c.LeaseHits)
+	b = appendI64(b, 14, c.LeaseHits)
+	b = appendI64(b, 15, c.LeaseID)
+	return appendI64(b, 16, c.LeaseLeft)
 }
 
 func (m *fwdRequest) decode(b []byte) error {
@@ -178,7 +189,7 @@ func decodeCheck(b []byte, keys *[]byte) (Check, error) {
 			b, c.Key = b[l:], keyString(keys, v)
 			continue
 		}
-		if typ != protowire.VarintType || num < 2 || num > 14 {
+		if typ != protowire.VarintType || num < 2 || num > 16 {
 			l := protowire.ConsumeFieldValue(num, typ, b)
 			if l < 0 {
 				return Check{}, errMalformed
@@ -219,6 +230,10 @@ func decodeCheck(b []byte, keys *[]byte) (Check, error) {
 			c.CancelAt = v
 		case 14:
 			c.LeaseHits = v
+		case 15:
+			c.LeaseID = v
+		case 16:
+			c.LeaseLeft = v
 		}
 	}
 	k, err := kindFromWire(alg)
@@ -355,8 +370,11 @@ func decisionSize(r *Result) int {
 	d := &r.Decision
 	n := sizeI64(d.Limit) + sizeI64(d.Remaining) + sizeI64(int64(d.RetryAfter)) + sizeI64(int64(d.ResetAfter)) +
 		sizeI64(int64(routeToWire(r.Route))) + sizeBytes(len(r.Owner)) + sizeI64(int64(r.Delay)) + sizeI64(r.At) +
-		sizeI64(r.LeaseHits) + sizeI64(int64(r.LeaseFor))
+		sizeI64(r.LeaseHits) + sizeI64(int64(r.LeaseFor)) + sizeI64(r.LeaseID)
 	if d.Allowed {
+		n += 2
+	}
+	if r.LeaseRenewed {
 		n += 2
 	}
 	if r.Banned {
@@ -384,7 +402,13 @@ func appendDecision(b []byte, r *Result) []byte {
 	b = appendI64(b, 9, int64(r.Delay))
 	b = appendI64(b, 10, r.At)
 	b = appendI64(b, 11, r.LeaseHits)
-	return appendI64(b, 12, int64(r.LeaseFor))
+	b = appendI64(b, 12, int64(r.LeaseFor))
+	b = appendI64(b, 13, r.LeaseID)
+	if r.LeaseRenewed {
+		b = protowire.AppendTag(b, 14, protowire.VarintType)
+		b = protowire.AppendVarint(b, 1)
+	}
+	return b
 }
 
 func (m *fwdResponse) decode(b []byte) error {
@@ -525,6 +549,8 @@ func (m *fwdResponse) decodeResult(b []byte, r *Result) error {
 	r.At = d.AtUnixNs
 	r.LeaseHits = d.LeaseHits
 	r.LeaseFor = time.Duration(d.LeaseNs)
+	r.LeaseID = d.LeaseId
+	r.LeaseRenewed = d.LeaseRenewed
 	return nil
 }
 
@@ -547,7 +573,7 @@ func (m *fwdResponse) decodeDecision(b []byte, d *pb.Decision) error {
 			d.Owner = m.lastOwner
 			continue
 		}
-		if typ != protowire.VarintType || num < 1 || num > 12 || num == 7 {
+		if typ != protowire.VarintType || num < 1 || num > 14 || num == 7 {
 			l := protowire.ConsumeFieldValue(num, typ, b)
 			if l < 0 {
 				return errMalformed
@@ -584,6 +610,10 @@ func (m *fwdResponse) decodeDecision(b []byte, d *pb.Decision) error {
 			d.LeaseHits = v
 		case 12:
 			d.LeaseNs = v
+		case 13:
+			d.LeaseId = v
+		case 14:
+			d.LeaseRenewed = protowire.DecodeBool(u)
 		}
 	}
 	return nil

@@ -65,6 +65,12 @@ type Check struct {
 	// service only; the public Limiter service never sets it): the owner
 	// answers the hits it took for the sender in Result.LeaseHits.
 	LeaseHits int64
+	// LeaseID and LeaseLeft, with LeaseHits, renew the lease that
+	// Result.LeaseID named (0: none): the sender may still admit at most
+	// LeaseLeft of its hits. The owner records the rest of that slice as
+	// used and carries LeaseLeft into the new lease (Result.LeaseRenewed);
+	// an id it no longer holds is ignored.
+	LeaseID, LeaseLeft int64
 }
 
 // Result is the answer to one Check of a batch.
@@ -101,6 +107,15 @@ type Result struct {
 	// again without further hits, for a fixed window the time until the
 	// window ends. Carried as Decision.lease_ns.
 	LeaseFor time.Duration
+	// LeaseID is the owner's id of the lease granted, which Check.LeaseID
+	// names to renew it; 0 = none (or a lease not renewed by id: a fixed
+	// window's). Carried as Decision.lease_id.
+	LeaseID int64
+	// LeaseRenewed: the lease Check.LeaseID named was renewed, its
+	// Check.LeaseLeft hits belong to this lease now (on top of LeaseHits,
+	// until LeaseFor), and the old id is no longer held. Carried as
+	// Decision.lease_renewed.
+	LeaseRenewed bool
 }
 
 // Code is the per-check outcome inside a batch.

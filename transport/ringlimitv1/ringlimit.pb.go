@@ -353,7 +353,14 @@ type Check struct {
 	// check (GCRA, token bucket and fixed window only; 0 = none). The owner
 	// takes the hits it lends from the key's state before it answers
 	// (Decision.lease_hits). Ignored on the public Limiter service.
-	LeaseHits     int64 `protobuf:"varint,14,opt,name=lease_hits,json=leaseHits,proto3" json:"lease_hits,omitempty"`
+	LeaseHits int64 `protobuf:"varint,14,opt,name=lease_hits,json=leaseHits,proto3" json:"lease_hits,omitempty"`
+	// Peer-only, with lease_hits: the sender renews the lease that
+	// Decision.lease_id named (0 = none) and may still admit at most
+	// lease_left of its hits. The owner records the rest of that slice in the
+	// key's state as used, and carries lease_left into the new lease
+	// (Decision.lease_renewed). An id the owner no longer holds is ignored.
+	LeaseId       int64 `protobuf:"varint,15,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	LeaseLeft     int64 `protobuf:"varint,16,opt,name=lease_left,json=leaseLeft,proto3" json:"lease_left,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -486,6 +493,20 @@ func (x *Check) GetLeaseHits() int64 {
 	return 0
 }
 
+func (x *Check) GetLeaseId() int64 {
+	if x != nil {
+		return x.LeaseId
+	}
+	return 0
+}
+
+func (x *Check) GetLeaseLeft() int64 {
+	if x != nil {
+		return x.LeaseLeft
+	}
+	return 0
+}
+
 // Decision is the outcome of one decided check.
 type Decision struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -520,8 +541,16 @@ type Decision struct {
 	// further hits, and the lent hits must be used at no more than the
 	// limit's rate from there back (see the node package's leases); for a
 	// fixed window it is the time until the window ends. 0 = no lease.
-	LeaseHits     int64 `protobuf:"varint,11,opt,name=lease_hits,json=leaseHits,proto3" json:"lease_hits,omitempty"`
-	LeaseNs       int64 `protobuf:"varint,12,opt,name=lease_ns,json=leaseNs,proto3" json:"lease_ns,omitempty"`
+	LeaseHits int64 `protobuf:"varint,11,opt,name=lease_hits,json=leaseHits,proto3" json:"lease_hits,omitempty"`
+	LeaseNs   int64 `protobuf:"varint,12,opt,name=lease_ns,json=leaseNs,proto3" json:"lease_ns,omitempty"`
+	// Peer-only: the owner's id of the lease granted (0 = none, or one that
+	// cannot be renewed by id: a fixed window's), which Check.lease_id names
+	// to renew it.
+	LeaseId int64 `protobuf:"varint,13,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// Peer-only: the lease Check.lease_id named was renewed: its lease_left
+	// hits belong to this lease now (on top of lease_hits, until lease_ns),
+	// and that id is no longer held.
+	LeaseRenewed  bool `protobuf:"varint,14,opt,name=lease_renewed,json=leaseRenewed,proto3" json:"lease_renewed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -638,6 +667,20 @@ func (x *Decision) GetLeaseNs() int64 {
 		return x.LeaseNs
 	}
 	return 0
+}
+
+func (x *Decision) GetLeaseId() int64 {
+	if x != nil {
+		return x.LeaseId
+	}
+	return 0
+}
+
+func (x *Decision) GetLeaseRenewed() bool {
+	if x != nil {
+		return x.LeaseRenewed
+	}
+	return false
 }
 
 // Result is the answer to one item of a batch, in the order of the request.
@@ -2075,7 +2118,7 @@ var File_ringlimit_v1_ringlimit_proto protoreflect.FileDescriptor
 
 const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\"\xdc\x03\n" +
+	"\x1cringlimit/v1/ringlimit.proto\x12\fringlimit.v1\"\x96\x04\n" +
 	"\x05Check\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x125\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x17.ringlimit.v1.AlgorithmR\talgorithm\x12\x14\n" +
@@ -2092,7 +2135,10 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\vmax_wait_ns\x18\f \x01(\x03R\tmaxWaitNs\x12)\n" +
 	"\x11cancel_at_unix_ns\x18\r \x01(\x03R\x0ecancelAtUnixNs\x12\x1d\n" +
 	"\n" +
-	"lease_hits\x18\x0e \x01(\x03R\tleaseHits\"\xf0\x02\n" +
+	"lease_hits\x18\x0e \x01(\x03R\tleaseHits\x12\x19\n" +
+	"\blease_id\x18\x0f \x01(\x03R\aleaseId\x12\x1d\n" +
+	"\n" +
+	"lease_left\x18\x10 \x01(\x03R\tleaseLeft\"\xb0\x03\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -2108,7 +2154,9 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	" \x01(\x03R\batUnixNs\x12\x1d\n" +
 	"\n" +
 	"lease_hits\x18\v \x01(\x03R\tleaseHits\x12\x19\n" +
-	"\blease_ns\x18\f \x01(\x03R\aleaseNs\"\xa4\x01\n" +
+	"\blease_ns\x18\f \x01(\x03R\aleaseNs\x12\x19\n" +
+	"\blease_id\x18\r \x01(\x03R\aleaseId\x12#\n" +
+	"\rlease_renewed\x18\x0e \x01(\bR\fleaseRenewed\"\xa4\x01\n" +
 	"\x06Result\x12&\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x12.ringlimit.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x122\n" +
