@@ -25,7 +25,7 @@ type testCA struct {
 	pem  []byte
 }
 
-func newTestCA(t *testing.T, name string) *testCA {
+func newTestCA(t testing.TB, name string) *testCA {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -53,7 +53,7 @@ func newTestCA(t *testing.T, name string) *testCA {
 
 // issue writes a node certificate for 127.0.0.1 (server and client usage) and
 // its key under dir and returns their paths.
-func (ca *testCA) issue(t *testing.T, dir, name string) (certFile, keyFile string) {
+func (ca *testCA) issue(t testing.TB, dir, name string) (certFile, keyFile string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -83,7 +83,7 @@ func (ca *testCA) issue(t *testing.T, dir, name string) (certFile, keyFile strin
 	return certFile, keyFile
 }
 
-func write(t *testing.T, path string, data []byte) {
+func write(t testing.TB, path string, data []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
