@@ -392,8 +392,12 @@ type Config struct {
 	ForwardTimeout time.Duration
 	// HandoffTimeout bounds a handoff: sending key states to a new owner on a ring
 	// change, and how long a new owner holds checks for keys whose previous owner
-	// is still alive while it waits for their states. Default 2 s. Past it the new
-	// owner decides on what it has (possibly a fresh state).
+	// is still alive while it waits for their states, counted from the later of
+	// the ring change and the previous owner's first handshake with this node's
+	// instance (a previous owner that has not heard of this node yet still
+	// decides those keys itself; it is waited for at most ForwardTimeout more).
+	// Default 2 s. Past it the new owner decides on what it has (possibly a
+	// fresh state).
 	HandoffTimeout time.Duration
 	// CloseTimeout bounds Close: leave, hand off, drain. Default 10 s.
 	CloseTimeout time.Duration

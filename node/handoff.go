@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -98,6 +99,9 @@ func (n *Node) resync(old, ns *ringState, restarted map[string]bool) {
 func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]bool) {
 	self := n.cfg.Name
 	snap := ns.snap
+	if n.hellos.size() > 2*snap.Len()+16 {
+		n.hellos.keep(n.Members())
+	}
 	n.handOffHolds(ns)
 	moved := n.owned.Extract(func(h uint64) store.MoveAction {
 		return n.moveOf(ns, old, restarted, h, store.MoveSend)
@@ -204,6 +208,9 @@ func (n *Node) markHandoffDone(from string, digest uint64) {
 		case <-g:
 		default:
 			close(g)
+			if n.log.Enabled(context.Background(), slog.LevelDebug) {
+				n.log.Debug("handoff gate opened", "from", from, "after", time.Since(rs.deadline.Add(-n.cfg.HandoffTimeout)))
+			}
 		}
 	}
 }
@@ -322,4 +329,153 @@ func (n *Node) passOnStrays() {
 		})
 	}
 	wg.Wait()
+}
+
+// hellos records, per member name, the instance of that member that last
+// said Hello to this node (an admission handshake or a probe) and when it
+// first did: a member says Hello to this node's instance only once its own
+// gossip holds that instance, and only then can it put this node in its ring
+// and hand it the partitions it gains. waitHandoff uses it to tell a
+// previous owner that is slow to hand off (its gate expires after
+// HandoffTimeout) from one that has not heard of this node yet (its gate
+// waits for it).
+type hellos struct {
+	mu   sync.Mutex
+	seen map[string]helloSeen
+	// sig is closed (and set to nil) when a member is first heard; nil
+	// while nobody waits.
+	sig chan struct{}
+}
+
+type helloSeen struct {
+	id string
+	at time.Time
+}
+
+// note records a Hello from instance id of member name.
+func (h *hellos) note(name, id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s, ok := h.seen[name]; ok && s.id == id {
+		return
+	}
+	if h.seen == nil {
+		h.seen = make(map[string]helloSeen)
+	}
+	h.seen[name] = helloSeen{id: id, at: time.Now()}
+	if h.sig != nil {
+		close(h.sig)
+		h.sig = nil
+	}
+}
+
+// heard returns when instance id of member name first said Hello, or false
+// and a channel closed when any member is next heard.
+func (h *hellos) heard(name, id string) (time.Time, bool, <-chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s, ok := h.seen[name]; ok && s.id == id {
+		return s.at, true, nil
+	}
+	if h.sig == nil {
+		h.sig = make(chan struct{})
+	}
+	return time.Time{}, false, h.sig
+}
+
+// size returns the number of members recorded.
+func (h *hellos) size() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.seen)
+}
+
+// keep forgets the members not in live (gossip's members): a fleet whose
+// members take new names on every deploy would otherwise grow it forever.
+func (h *hellos) keep(live []Member) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.seen) <= len(live) {
+		return
+	}
+	in := make(map[string]bool, len(live))
+	for _, m := range live {
+		in[m.Name] = true
+	}
+	for name := range h.seen {
+		if !in[name] {
+			delete(h.seen, name)
+		}
+	}
+}
+
+// waitHandoff waits until gate g of ring state rs opens (its previous
+// owner's handoff arrived), ctx ends (its error) or the node stops
+// (ErrStopped). A gate left closed is given up, and the partition decided
+// on the state at hand, HandoffTimeout after the later of the ring's
+// publication and the previous owner's first Hello to this instance: until
+// that Hello the previous owner has not heard of this node, has not put it
+// in its ring, still decides the partition's keys itself, and has handed
+// nothing off, so a decision here would be on an empty state beside it. A
+// member joining a large fleet under load is heard of by the last members
+// seconds after its first ring (gossip's spread, then their handshakes);
+// the members that heard first meanwhile forward the partition's checks
+// here. A previous owner that never says Hello (it crashed, or refuses this
+// node) is waited for at most ForwardTimeout more (the forwarding member
+// gives up then anyway).
+func (n *Node) waitHandoff(ctx context.Context, rs *ringState, g chan struct{}) error {
+	deadline := rs.deadline
+	from, id := "", ""
+	for name, pg := range rs.pending {
+		if pg == g {
+			from = name
+			break
+		}
+	}
+	for _, m := range rs.snap.Members() {
+		if m.Name == from {
+			id = m.ID
+		}
+	}
+	limit := deadline.Add(n.cfg.ForwardTimeout)
+	for {
+		heardAt, heard, sig := n.hellos.heard(from, id)
+		dl := limit
+		if heard {
+			dl = deadline
+			if d := heardAt.Add(n.cfg.HandoffTimeout); d.After(dl) {
+				dl = d
+			}
+		}
+		t := time.NewTimer(time.Until(dl))
+		select {
+		case <-g:
+			t.Stop()
+			return nil
+		case <-sig:
+			t.Stop()
+			if !heard && time.Now().After(deadline) {
+				n.log.Debug("handoff gate held past HandoffTimeout: its previous owner said hello late", "from", from)
+			}
+			continue
+		case <-t.C:
+			reason := "its previous owner never said hello"
+			if heard {
+				reason = "its previous owner said hello"
+			}
+			n.marksMu.Lock()
+			if mk, ok := n.marks[from]; ok && mk.digest != rs.snap.Digest() {
+				reason += "; its marker came for another ring"
+			}
+			n.marksMu.Unlock()
+			n.log.Debug("handoff gate expired: deciding on the state at hand", "from", from, "reason", reason, "waited", time.Since(deadline.Add(-n.cfg.HandoffTimeout)).Round(time.Millisecond))
+			return nil
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-n.stop:
+			t.Stop()
+			return ErrStopped
+		}
+	}
 }

@@ -75,22 +75,6 @@ func (rs *ringState) gateOf(p int) chan struct{} {
 	}
 }
 
-// waitGate waits until g is released, the handoff deadline passes (then the new
-// owner decides on what it has), ctx ends or the node stops.
-func (rs *ringState) waitGate(ctx context.Context, g chan struct{}, stop chan struct{}) error {
-	t := time.NewTimer(time.Until(rs.deadline))
-	defer t.Stop()
-	select {
-	case <-g:
-	case <-t.C:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-stop:
-		return ErrStopped
-	}
-	return nil
-}
-
 // advertiseHost picks the IP peers use to reach this node (see
 // membership.AdvertiseHost).
 func advertiseHost(cfg Config) (string, error) {

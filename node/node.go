@@ -258,6 +258,7 @@ type Node struct {
 	rebuildNs    atomic.Int64      // Stats.RebuildTime
 	marksMu      sync.Mutex
 	marks        map[string]handoffMark // handoff-complete markers that came early: from -> ring
+	hellos       hellos                 // the members' first Hello to this instance (handoff.go)
 	inbound      atomic.Int64           // Forward RPCs received, for the drain on Close
 	joinedPeer   atomic.Bool            // has ever seen another member
 	ready        atomic.Bool

@@ -279,11 +279,8 @@ func (n *Node) awaitRingChange(ctx context.Context, rs *ringState, d time.Durati
 // decided it).
 func (n *Node) decideOwned(ctx context.Context, rs *ringState, c *Check, h uint64, p int, out *algo.Decision) (banned bool, err error) {
 	if gate := rs.gateOf(p); gate != nil {
-		if err := rs.waitGate(ctx, gate, n.stop); err != nil {
+		if err := n.waitHandoff(ctx, rs, gate); err != nil {
 			return false, err
-		}
-		if rs.gateOf(p) != nil {
-			n.log.Debug("handoff gate expired: deciding on the state at hand", "partition", p)
 		}
 	}
 	wall := n.clock()

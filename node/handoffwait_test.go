@@ -1,0 +1,92 @@
+package node
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/ring"
+)
+
+// A handoff gate waits for its previous owner's marker. HandoffTimeout counts
+// from the later of the ring's publication and the previous owner's first
+// Hello to this instance: before that Hello the previous owner has not heard
+// of this node, still decides the partition's keys itself and has handed
+// nothing off, so deciding them here on an empty state would admit their
+// hits twice. (When the gate expired HandoffTimeout after publication, a
+// member joining a fleet under load decided on empty states while the last
+// previous owners had not heard of it yet: keys over their limit in the join
+// phase of TestFleetRollingRestart.) A Hello from another instance of the
+// previous owner does not count; a marker opens the gate at once.
+func TestHandoffGateCountsFromThePreviousOwnersHello(t *testing.T) {
+	t.Parallel()
+	const ht = 50 * time.Millisecond
+	r, err := ring.New(DefaultConfig().Ring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetMembers([]ring.Member{{Name: "self", Addr: "a:1", ID: "s1"}, {Name: "prev", Addr: "a:2", ID: "p2"}}); err != nil {
+		t.Fatal(err)
+	}
+	mk := func() (*Node, *ringState, chan struct{}) {
+		n := &Node{cfg: Config{HandoffTimeout: ht, ForwardTimeout: 10 * time.Second}, stop: make(chan struct{}), marks: map[string]handoffMark{},
+			log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		g := make(chan struct{})
+		return n, &ringState{snap: r.Snapshot(), pending: map[string]chan struct{}{"prev": g}, deadline: time.Now().Add(ht)}, g
+	}
+	wait := func(n *Node, rs *ringState, g chan struct{}) chan time.Time {
+		done := make(chan time.Time, 1)
+		go func() {
+			if err := n.waitHandoff(context.Background(), rs, g); err != nil {
+				t.Errorf("waitHandoff: %v", err)
+			}
+			done <- time.Now()
+		}()
+		return done
+	}
+
+	n, rs, g := mk()
+	done := wait(n, rs, g)
+	n.hellos.note("prev", "p1") // its previous instance
+	select {
+	case <-done:
+		t.Fatalf("gate given up without a Hello from the previous owner's instance, %v after publication (HandoffTimeout %v)", time.Since(rs.deadline.Add(-ht)), ht)
+	case <-time.After(6 * ht): // bounded: the assertion is that it is still waiting
+	}
+	heard := time.Now()
+	n.hellos.note("prev", "p2")
+	select {
+	case at := <-done:
+		if d := at.Sub(heard); d < ht {
+			t.Errorf("gate given up %v after the Hello, want >= HandoffTimeout %v", d, ht)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("gate still closed 5 s after the previous owner's Hello (HandoffTimeout %v)", ht)
+	}
+
+	n, rs, g = mk()
+	n.cfg.HandoffTimeout = time.Hour
+	rs.deadline = time.Now().Add(time.Hour)
+	done = wait(n, rs, g)
+	close(g)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("an opened gate still waited 5 s later")
+	}
+
+	n, rs, g = mk()
+	n.hellos.note("prev", "p2") // heard long before the ring changed
+	start := time.Now()
+	done = wait(n, rs, g)
+	select {
+	case at := <-done:
+		if d := at.Sub(start); d > 5*time.Second {
+			t.Errorf("gate of a previous owner heard before the ring changed given up after %v, want about HandoffTimeout %v", d, ht)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("gate of a previous owner heard before the ring changed still closed after 5 s (HandoffTimeout %v)", ht)
+	}
+}
