@@ -64,6 +64,11 @@ type fleetResult struct {
 	excess map[string]int64
 	logs   map[string]int // log lines at WARN and above, and expired handoff gates, by message
 	spread time.Duration
+	// join is the longest join phase (a restarted member's New until every
+	// member agrees); heard the longest time from a restarted member's
+	// New returning to the last member's first Hello to it (the last
+	// previous owner to hear of it).
+	join, heard time.Duration
 }
 
 // countingHandler counts the log lines of every member by level and message.
@@ -71,6 +76,7 @@ type countingHandler struct {
 	mu          sync.Mutex
 	counts      map[string]int
 	first, last map[uint64]time.Time
+	gateMax     map[string]time.Duration
 }
 
 // spread returns the longest time between the first and the last member
@@ -88,6 +94,23 @@ func (h *countingHandler) spread() time.Duration {
 
 func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
 func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "handoff gate opened" {
+		r.Attrs(func(a slog.Attr) bool {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if h.gateMax == nil {
+				h.gateMax = map[string]time.Duration{}
+			}
+			if d, ok := a.Value.Any().(time.Duration); ok {
+				h.gateMax[r.Message+" "+a.Key] = max(h.gateMax[r.Message+" "+a.Key], d)
+				if d > 500*time.Millisecond {
+					h.counts[r.Message+" "+a.Key+" > 500ms"]++
+				}
+			}
+			return true
+		})
+		return nil
+	}
 	if r.Message == "ring changed" {
 		r.Attrs(func(a slog.Attr) bool {
 			if a.Key == "digest" {
@@ -108,7 +131,7 @@ func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
 	}
 	key := r.Level.String() + " " + r.Message
 	switch {
-	case strings.Contains(r.Message, "gate expired"):
+	case strings.Contains(r.Message, "gate expired"), strings.Contains(r.Message, "gate held past"):
 	case strings.Contains(r.Message, "as failed"):
 		key = falseDeath
 	case strings.Contains(r.Message, "its probe failed"):
@@ -147,7 +170,11 @@ func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
 func (h *countingHandler) snapshot() map[string]int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return maps.Clone(h.counts)
+	c := maps.Clone(h.counts)
+	for k, d := range h.gateMax {
+		c["longest "+k+" (ms)"] = int(d / time.Millisecond)
+	}
+	return c
 }
 
 func (r fleetResult) String() string {
@@ -156,10 +183,10 @@ func (r fleetResult) String() string {
 		perChange = time.Duration(r.rebuildNs / int64(r.rebuilds))
 	}
 	return fmt.Sprintf("members=%d callers=%d seed=%d formed=%v roll=%v rebuilds=%d (%.1f per member per change) rebuild=%v/change "+
-		"goroutines/member=%.0f heap/member=%.1fMiB checks=%d over=%d (max +%d) fallback-admissions=%d slowest=%v errors=%d stuck=%q excess=%v logs=%v spread=%v",
+		"goroutines/member=%.0f heap/member=%.1fMiB checks=%d over=%d (max +%d) fallback-admissions=%d slowest=%v errors=%d stuck=%q excess=%v logs=%v spread=%v join=%v heard=%v",
 		r.members, r.callers, r.seed, r.formed.Round(time.Millisecond), r.rolled.Round(time.Millisecond), r.rebuilds,
 		float64(r.rebuilds)/float64(r.members)/float64(max(r.changes, 1)), perChange.Round(time.Microsecond),
-		r.goroutine, r.heapBytes/(1<<20), r.checks, r.over, r.overMax, r.fallbacks, r.slowest.Round(time.Millisecond), r.errs, r.stuck, r.excess, r.logs, r.spread)
+		r.goroutine, r.heapBytes/(1<<20), r.checks, r.over, r.overMax, r.fallbacks, r.slowest.Round(time.Millisecond), r.errs, r.stuck, r.excess, r.logs, r.spread, r.join.Round(time.Millisecond), r.heard.Round(time.Millisecond))
 }
 
 // runFleet runs the harness once with size members.
@@ -292,7 +319,9 @@ func runFleet(t *testing.T, size, callers int, seed uint64) fleetResult {
 		cfg := base
 		cfg.Name = old.Name()
 		cfg.Join = []string{rest[len(rest)/2].GossipAddr()}
+		joinStart := time.Now()
 		nn, err := New(cfg)
+		started := time.Now()
 		if err != nil {
 			res.stuck = fmt.Sprintf("restart %s: %v", cfg.Name, err)
 			break
@@ -308,6 +337,12 @@ func runFleet(t *testing.T, size, callers int, seed uint64) fleetResult {
 			res.stuck = fmt.Sprintf("after restarting %s (%d of %d): %v", nn.Name(), i+1, size, err)
 			break
 		}
+		res.join = max(res.join, time.Since(joinStart))
+		nn.hellos.mu.Lock()
+		for _, h := range nn.hellos.seen {
+			res.heard = max(res.heard, h.at.Sub(started))
+		}
+		nn.hellos.mu.Unlock()
 		live.Store(&next)
 		phase.Store(&idle)
 		res.changes += 2
