@@ -55,12 +55,21 @@ import (
 // denies at once), a CreatedAt, a MaxWait or a cancel are never admitted
 // from a lease, nor ask for one.
 //
-// What is lost. A lent hit that its lessee does not use is not given back:
-// under-admission, at most one slice per member per lease period. A slice
-// is at most twice the member's own rate × Config.Lease.Period and at most
-// Config.Lease.MaxShare of the key's capacity shared among the other
-// members, and the owner lends only what the key can spare after the check,
-// so a member that stops checking stops holding capacity within one period.
+// Renewal and what is lost. A renewal of a GCRA or token-bucket lease
+// names it (its id, Result.LeaseID) and the hits its lessee can still admit
+// of it: the owner records only the used rest of the slice in the state (at
+// the renewal, after every admission it stands for), carries the hits left
+// into the new lease, and tops them up to what the lessee asked for in all
+// (renewHold says why this never admits more). While a key stays hot, its
+// lessees therefore give back every unused hit, exactly. What a lessee does
+// not use of its last lease (it stopped checking, or its renewal failed) is
+// recorded in full when that lease ends: under-admission, at most one
+// slice per member per lease period; a fixed window's slice is taken at the
+// grant and not given back either. A slice is at most twice the member's
+// own rate × Config.Lease.Period and at most Config.Lease.MaxShare of the
+// key's capacity shared among the other members, and the owner lends only
+// what the key can spare after the check, so a member that stops checking
+// stops holding capacity within one period.
 //
 // Exactness events. A reset (Node.ResetKey) drops the key's state on the
 // owner and the key's leases on every member before it is acknowledged
@@ -131,7 +140,7 @@ func (n *Node) answerLease(c *Check, h uint64, now int64, out *Decision) (ok boo
 		return false, ask, epoch
 	}
 	if ask > 0 {
-		n.renewLease(c, h, ask, epoch, now)
+		n.renewLease(c, h, ask, epoch, now, &a)
 	}
 	out.Allowed = true
 	out.Limit = lease.Capacity(c.Limit)
@@ -142,11 +151,13 @@ func (n *Node) answerLease(c *Check, h uint64, now int64, out *Decision) (ok boo
 
 // renewLease asks the owner of c's key (ring hash h) for the next lease of
 // ask hits, in the background: a forward of a peek of the key (0 hits,
-// nothing taken) that carries the ask, whose grant is installed when it
-// returns (lease.Table.Answered with epoch and sent, the node clock before
-// the send). The caller's check does not wait for it. Without a reachable
-// owner other than this node, nothing is asked.
-func (n *Node) renewLease(c *Check, h uint64, ask int64, epoch uint64, sent int64) {
+// nothing taken) that carries the ask and a's account of the lease it
+// renews (its id and the hits still usable of it; named only to the owner
+// that lent it), whose grant is installed when it returns
+// (lease.Table.Install with epoch and sent, the node clock before the
+// send). The caller's check does not wait for it. Without a reachable owner
+// other than this node, nothing is asked.
+func (n *Node) renewLease(c *Check, h uint64, ask int64, epoch uint64, sent int64, a *lease.Answer) {
 	rs := n.rs.Load()
 	owner, ok := rs.snap.OwnerOfHash(h)
 	if !ok || owner.Name == n.cfg.Name || n.stopping.Load() || n.breakers.Skip(owner.Name) {
@@ -155,16 +166,33 @@ func (n *Node) renewLease(c *Check, h uint64, ask int64, epoch uint64, sent int6
 	}
 	w := c.wire(false)
 	w.Hits, w.LeaseHits = 0, ask
+	if a.RenewID != 0 && a.Owner == owner.Name {
+		w.LeaseID, w.LeaseLeft = a.RenewID, a.RenewLeft
+	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ForwardTimeout)
 		defer cancel()
 		res, err := n.peers.Forward(ctx, owner.Addr, w)
-		if err == nil && res.Code == transport.CodeOK {
-			n.leases.Answered(h, w.Limit, epoch, sent, res.LeaseHits, res.LeaseFor, owner.Name)
-		} else {
-			n.leases.Answered(h, w.Limit, epoch, sent, 0, 0, "")
-		}
+		n.leaseAnswered(h, w.Limit, epoch, sent, w.LeaseID, &res, err, owner.Name)
 	}()
+}
+
+// leaseAnswered installs the lease that res, the answer (or err) of a
+// forward of the key with ring hash h under l that asked for one at epoch
+// and was sent at sent (node clock), carries from owner; named is the id of
+// the lease the forward renewed (0: none), which the new lease replaces
+// when res says the owner renewed it. With an error or without a grant it
+// only ends the request.
+func (n *Node) leaseAnswered(h uint64, l algo.Limit, epoch uint64, sent, named int64, res *transport.Result, err error, owner string) {
+	if err != nil || res.Code != transport.CodeOK {
+		n.leases.Answered(h, l, epoch, sent, 0, 0, "")
+		return
+	}
+	g := lease.Grant{Hits: res.LeaseHits, For: res.LeaseFor, ID: res.LeaseID, Owner: owner}
+	if res.LeaseRenewed {
+		g.Renewed = named
+	}
+	n.leases.Install(h, l, epoch, sent, g)
 }
 
 // useLease admits c (ring hash h) at now from a lease whatever the ask
@@ -200,15 +228,19 @@ func (n *Node) grantLease(ctx context.Context, rs *ringState, c *transport.Check
 	others := max(rs.snap.Len()-1, 1)
 	most := int64(float64(lease.Capacity(l)) * n.cfg.Lease.MaxShare / float64(others))
 	want := min(c.LeaseHits, most, r.Decision.Remaining)
-	if want <= 0 {
+	if want <= 0 && c.LeaseID <= 0 {
 		return
 	}
 	now := n.clock()
 	owns := func() bool { return n.owns(rs, h) }
 	leaseFor := n.cfg.Lease.Period
 	var m store.Moved
-	var id uint64
+	var id, renewed uint64
+	var carried int64
 	if l.Kind == algo.FixedWindow {
+		if want <= 0 {
+			return
+		}
 		// Taken from the window now: the lease ends with the window.
 		d, probe, err := n.owned.Probe(h, l, want, now, owns)
 		if err != nil || !d.Allowed || d.ResetAfter <= 0 {
@@ -218,22 +250,44 @@ func (n *Node) grantLease(ctx context.Context, rs *ringState, c *transport.Check
 	} else {
 		sh := n.holds.Lock(h)
 		n.recordEnded(sh, h, l.Kind, now, owns)
-		held := sh.Held(h, l.Kind)
-		d, probe, err := n.owned.Probe(h, l, min(want+held, algo.MaxHits), now, owns)
-		if err != nil || !d.Allowed {
+		if c.LeaseID > 0 {
+			// A renewal asks for LeaseHits in all: what it still holds of
+			// the lease it renews, topped up.
+			renewed, carried = n.renewHold(sh, h, l, uint64(c.LeaseID), c.LeaseLeft, now, owns)
+			want = max(0, min(want, c.LeaseHits-carried, most-carried))
+		}
+		if want <= 0 && renewed == 0 {
 			sh.Unlock()
 			return
 		}
-		id = sh.Add(h, l, want, now+int64(leaseFor))
+		held := sh.Held(h, l.Kind)
+		d, probe, err := n.owned.Probe(h, l, min(want+held, algo.MaxHits), now, owns)
+		if err != nil || !d.Allowed {
+			// Nothing lent; a renewed slice holds what its lessee can
+			// still admit of it, until its own end.
+			sh.Unlock()
+			return
+		}
+		if renewed != 0 {
+			sh.Remove(h, l.Kind, renewed)
+		}
+		id = sh.Add(h, l, carried+want, now+int64(leaseFor))
 		sh.Unlock()
 		m = probe
 	}
 	if err := n.replicateGrant(ctx, rs, h, &m); err != nil {
-		// Not lent: a slice the backup would not count after a crash.
+		// Not lent: a slice the backup would not count after a crash. The
+		// hits carried from a renewed slice stay held (its lessee still
+		// admits them under the old lease), under the new id until the new
+		// end: longer than needed, never shorter.
 		n.log.Debug("lease not granted: its state did not reach the key's backup", "err", err)
 		if id != 0 {
 			sh := n.holds.Lock(h)
-			sh.Remove(h, l.Kind, id)
+			if renewed != 0 && carried > 0 {
+				sh.Set(h, l.Kind, id, carried)
+			} else {
+				sh.Remove(h, l.Kind, id)
+			}
 			sh.Unlock()
 		}
 		return
@@ -245,7 +299,42 @@ func (n *Node) grantLease(ctx context.Context, rs *ringState, c *transport.Check
 		}
 	}
 	r.LeaseHits, r.LeaseFor = want, leaseFor
+	r.LeaseID, r.LeaseRenewed = int64(id), renewed != 0
 	r.Decision.Remaining = max(0, r.Decision.Remaining-want)
+}
+
+// renewHold is the owner's side of a renewal's account: the lessee of slice
+// id of the key with ring hash h under l (GCRA or token bucket; sh is the
+// key's locked hold shard) can still admit at most left of its hits. It
+// records the rest, which the lessee admitted before now, in the key's
+// state as admitted at now, and holds only left: it returns id and the
+// hits held (0, 0 when the slice is not held any more, or the state cannot
+// take the used hits: then nothing changes).
+//
+// Why this never admits more than one limiter would. The slice was never
+// recorded in the state: it was held, counted in full in every decision of
+// the key since the grant (lease.Holds). Its used hits were all admitted
+// before now, so recording them at now counts them no earlier than they
+// happened; a GCRA TAT or token count that records hits later only admits
+// less (max(a, t) + d grows with t). The lessee admits no more than left
+// of the slice from here on (it counts down from what it reported), and
+// left stays held. A report that arrives after the owner recorded the slice
+// (its lease ended on the owner's clock, a reset, a handoff) finds no
+// slice of that id and changes nothing: nothing recorded is ever given
+// back, so a late report cannot free what the state already counts.
+func (n *Node) renewHold(sh *lease.Shard, h uint64, l algo.Limit, id uint64, left, now int64, owns func() bool) (uint64, int64) {
+	held, ok := sh.Hits(h, l.Kind, id)
+	if !ok {
+		return 0, 0
+	}
+	left = min(max(left, 0), held)
+	if used := held - left; used > 0 {
+		if d, err := n.owned.Take(h, l, used, now, now, owns); err != nil || !d.Allowed {
+			return 0, 0
+		}
+	}
+	sh.Set(h, l.Kind, id, left)
+	return id, left
 }
 
 // takeOwnedInto decides a check of hits of the key with ring hash h under l

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -477,5 +478,110 @@ func TestLeaseRenewedAheadNoCallerForwards(t *testing.T) {
 	}
 	if got := lessee.leases.Granted() - granted; got < 20 {
 		t.Errorf("got %d grants in 30 lease periods, want the leases renewed (at least 20)", got)
+	}
+}
+
+// A member whose rate varies renews its leases, and each renewal hands back
+// the rest of the lease it renews (the owner records only what was used):
+// a key that nothing refills lends all of its capacity over many leases,
+// and the members admit it in full, exactly: no slice's unused rest is
+// counted as admitted. Without the account, every renewed slice's unused
+// rest would be recorded as admitted when its lease ended.
+func TestLeaseRenewalReturnsTheUnusedRest(t *testing.T) {
+	t.Parallel()
+	clk := newManualClock()
+	_, nodes := memCluster(t, 3, func(c *Config) { leasesOn(c); c.Clock = clk.now })
+	lessee, owner := nodes[0], nodes[1]
+	key := keyOwnedBy(t, lessee, owner)
+	l := algo.Limit{Kind: algo.GCRA, Limit: 1, Period: 10 * time.Minute, Burst: 9_999} // 10,000, no refill within the test
+	r := rand.New(rand.NewPCG(3, 5))
+	got := leaseUp(t, clk, key, l, lessee)
+	awaitRenewals(t, lessee)
+	granted := lessee.leases.Granted()
+	for range 4000 {
+		// From 1,000 checks/s down to 200: slices sized for the faster
+		// rate are left half used.
+		clk.add(time.Duration(1+r.IntN(5)) * time.Millisecond)
+		d, err := lessee.Allow(context.Background(), key, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			got++
+		}
+		awaitRenewals(t, lessee)
+	}
+	if n := lessee.leases.Granted() - granted; n < 20 {
+		t.Fatalf("%d grants, want the leases renewed (at least 20)", n)
+	}
+	t.Logf("before the drain: %d admitted, %d grants", got, lessee.leases.Granted()-granted)
+	for _, n := range nodes {
+		d := drain(t, key, l, n)
+		t.Logf("drain %s: %d", n.Name(), d)
+		got += d
+	}
+	if got != 10_000 {
+		t.Errorf("admitted %d in all, want 10000 (the key's capacity, every unused rest handed back)", got)
+	}
+}
+
+// Renewals that hand back the unused rest of a lease never let the members
+// admit more than one limiter: callers on all three members check one key
+// under GCRA and token bucket at random instants (the shared clock jumps
+// now and then past a lease's end while a renewal is in flight, so that
+// some reports arrive after the owner recorded their slice), and in every
+// interval of the run the admissions stay within the limiter's bound,
+// capacity + interval / emission interval.
+func TestLeaseRenewalNeverOverAdmits(t *testing.T) {
+	t.Parallel()
+	for _, l := range []algo.Limit{
+		{Kind: algo.GCRA, Limit: 1000, Period: time.Second, Burst: 199},
+		{Kind: algo.TokenBucket, Limit: 1000, Period: time.Second, Burst: 200},
+	} {
+		t.Run(l.Kind.String(), func(t *testing.T) {
+			t.Parallel()
+			clk := newManualClock()
+			_, nodes := memCluster(t, 3, func(c *Config) { leasesOn(c); c.Clock = clk.now })
+			key := keyOwnedBy(t, nodes[0], nodes[1])
+			r := rand.New(rand.NewPCG(uint64(l.Kind), 9))
+			var at []int64 // the instants of the admissions, in order
+			var leased int
+			for i := range 6000 {
+				switch x := r.IntN(1000); {
+				case x < 3:
+					clk.add(time.Duration(50+r.IntN(200)) * time.Millisecond) // past a lease's end
+				case x < 600:
+					clk.add(time.Duration(r.IntN(100)) * time.Microsecond)
+				}
+				if i%7 == 0 {
+					for _, n := range nodes {
+						awaitRenewals(t, n)
+					}
+				}
+				now := clk.now()
+				d, err := nodes[r.IntN(3)].Allow(context.Background(), key, l)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed {
+					at = append(at, now)
+					if d.Route == RouteLease {
+						leased++
+					}
+				}
+			}
+			if leased < len(at)/4 {
+				t.Fatalf("%d of %d admissions from leases, want leases in use", leased, len(at))
+			}
+			emission := int64(l.Period) / l.Limit
+			for i := range at {
+				for j := i; j < len(at); j++ {
+					if bound := lease.Capacity(l) + (at[j]-at[i])/emission; int64(j-i+1) > bound {
+						t.Fatalf("%d admitted in %v, over the bound %d", j-i+1, time.Duration(at[j]-at[i]), bound)
+					}
+				}
+			}
+			t.Logf("%d admitted, %d from leases", len(at), leased)
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 
@@ -89,10 +90,49 @@ func (sh *Shard) Add(h uint64, l algo.Limit, n, end int64) uint64 {
 		sh.m = make(map[holdKey][]hold)
 	}
 	k := holdKey{h, l.Kind}
-	id := sh.s.ids.Add(1)
+	id := sh.s.nextID()
 	sh.m[k] = append(sh.m[k], hold{id: id, n: n, end: end, limit: l})
 	sh.s.n.Add(1)
 	return id
+}
+
+// nextID returns a new slice id: unique on this owner, and, starting from
+// a random point, unlikely to be one another owner (or this member before a
+// restart) gave, so that a renewal sent to a key's new owner names none of
+// its slices. Never 0, always a positive int64.
+func (s *Holds) nextID() uint64 {
+	for {
+		if s.ids.Load() == 0 {
+			s.ids.CompareAndSwap(0, rand.Uint64()>>2|1)
+		}
+		if id := s.ids.Add(1) & (1<<63 - 1); id != 0 {
+			return id
+		}
+	}
+}
+
+// Hits returns the hits of slice id of the key with ring hash h under k,
+// false when the owner no longer holds it (recorded, dropped, or never
+// lent here).
+func (sh *Shard) Hits(h uint64, k algo.Kind, id uint64) (int64, bool) {
+	for _, e := range sh.m[holdKey{h, k}] {
+		if e.id == id {
+			return e.n, true
+		}
+	}
+	return 0, false
+}
+
+// Set makes slice id of the key with ring hash h under k hold n hits
+// (a renewal: the rest was recorded as used).
+func (sh *Shard) Set(h uint64, k algo.Kind, id uint64, n int64) {
+	hs := sh.m[holdKey{h, k}]
+	for i := range hs {
+		if hs[i].id == id {
+			hs[i].n = n
+			return
+		}
+	}
 }
 
 // Remove forgets the slice id of the key with ring hash h under k (a grant

@@ -104,7 +104,7 @@ type entry struct {
 	// quiet is the clock before which no lease is asked for: the last ask
 	// got nothing (the key had nothing to spare).
 	quiet int64
-	// slice is the size of the last grant.
+	// slice is the hits of the last grant (with those it renewed).
 	slice  int64
 	owner  string
 	grants [maxGrants]grant
@@ -116,6 +116,9 @@ type entry struct {
 type grant struct {
 	left int64
 	end  int64
+	// id is the owner's id of the lease (0: none, a fixed window's), which
+	// a renewal names to hand its rest back.
+	id int64
 }
 
 // New returns a table, or nil when c.Size <= 0 (leases off).
@@ -138,6 +141,11 @@ type Answer struct {
 	Remaining  int64
 	ResetAfter time.Duration
 	Owner      string
+	// RenewID and RenewLeft, with an ask, name the lease the renewal
+	// renews (0: none) and the most hits this member can still admit of it
+	// (the owner records the rest of its slice as used and carries these
+	// into the next lease).
+	RenewID, RenewLeft int64
 }
 
 // Decide admits hits (> 0) of the key with ring hash h under l at now (this
@@ -177,26 +185,20 @@ func (t *Table) Decide(h uint64, l algo.Limit, hits, now int64, out *Answer) (ok
 	e.count(now, t.window)
 	asking := e.asked != 0 && now-e.asked < 10*t.period || now < e.quiet
 	if total >= hits {
-		need := hits
-		for i := range e.grants {
-			g := &e.grants[i]
-			if need == 0 {
-				break
-			}
-			take := min(need, g.left)
-			if take <= 0 {
-				continue
-			}
-			g.left -= take
-			need -= take
-		}
+		e.take(hits)
 		*out = Answer{Remaining: total - hits, ResetAfter: time.Duration(max(last-now, 0)), Owner: e.owner}
 		t.admitted.Add(1)
 		// Renew ahead: less than half of the last slice left, or less than
 		// half of the lease's time, while the key is hot. The next slice is
-		// asked for in the background while this one serves the checks.
+		// asked for in the background while this one serves the checks, and
+		// the renewal hands back the rest of the lease that ends last.
 		if asking || e.rate < t.threshold || (total-hits)*2 >= e.slice && (last-now)*2 >= t.period {
 			return true, 0, epoch
+		}
+		for i := range e.grants {
+			if g := &e.grants[i]; g.id != 0 && g.end == last && g.avail(now) > 0 {
+				out.RenewID, out.RenewLeft = g.id, g.left
+			}
 		}
 		return true, e.ask(t, hits, now, t.period), epoch
 	}
@@ -241,19 +243,33 @@ func (t *Table) Use(h uint64, l algo.Limit, hits, now int64, out *Answer) bool {
 	if total < hits {
 		return false
 	}
-	need := hits
-	for i := range e.grants {
-		g := &e.grants[i]
-		take := min(need, g.avail(now))
+	e.take(hits)
+	*out = Answer{Remaining: total - hits, ResetAfter: time.Duration(max(last-now, 0)), Owner: e.owner}
+	t.admitted.Add(1)
+	return true
+}
+
+// take takes hits from e's grants, which hold at least that many live
+// hits (expired grants hold none: Decide clears them, Use checks), the
+// grant that ends first first, so that a lease not renewed loses the
+// least when it ends.
+func (e *entry) take(hits int64) {
+	first := 0
+	if len(e.grants) == 2 && e.grants[1].left > 0 && (e.grants[0].left <= 0 || e.grants[1].end < e.grants[0].end) {
+		first = 1
+	}
+	for k := range e.grants {
+		g := &e.grants[(first+k)%len(e.grants)]
+		take := min(hits, g.left)
 		if take <= 0 {
 			continue
 		}
 		g.left -= take
-		need -= take
+		hits -= take
+		if hits == 0 {
+			return
+		}
 	}
-	*out = Answer{Remaining: total - hits, ResetAfter: time.Duration(max(last-now, 0)), Owner: e.owner}
-	t.admitted.Add(1)
-	return true
 }
 
 // count adds one check to e's rate, closing the window after window ns.
@@ -281,8 +297,35 @@ func (g *grant) avail(now int64) int64 {
 // node's clock, ns): it installs the grant of hits (0: none) that owner
 // answered, usable for at most leaseFor and Period after sent, unless the
 // table was invalidated since epoch (a reset may have freed what the grant
-// was taken from; its hits are then lost, never admitted twice).
+// was taken from; its hits are then lost, never admitted twice). It is
+// Install of a Grant without an id.
 func (t *Table) Answered(h uint64, l algo.Limit, epoch uint64, sent, hits int64, leaseFor time.Duration, owner string) {
+	t.Install(h, l, epoch, sent, Grant{Hits: hits, For: leaseFor, Owner: owner})
+}
+
+// Grant is an owner's answer to a lease request.
+type Grant struct {
+	// Hits is the new slice (0: none), usable for For after the send.
+	Hits int64
+	For  time.Duration
+	// ID is the owner's id of the lease (0: none); Renewed the id of the
+	// lease this one renewed (0: none), whose hits left belong to this
+	// lease now.
+	ID, Renewed int64
+	// Owner is the member that lent it.
+	Owner string
+}
+
+// Install ends the lease request of a forward of the key with ring hash h
+// under l that Decide asked for at epoch and that was sent at sent (this
+// node's clock, ns), with the owner's answer g: the grant of g.Hits (0:
+// none), usable until sent + min(g.For, Period), unless the table was
+// invalidated since epoch (a reset may have freed what the grant was taken
+// from; its hits are then lost, never admitted twice). A grant that renewed
+// one of this key's leases (g.Renewed) takes that lease's place: the hits
+// left of it join the new slice, until the new end (the owner holds them
+// under the new lease, which ends no earlier by the owner's clock).
+func (t *Table) Install(h uint64, l algo.Limit, epoch uint64, sent int64, g Grant) {
 	t.inFlight.Add(-1)
 	s := &t.slots[h&t.mask]
 	s.mu.Lock()
@@ -291,26 +334,37 @@ func (t *Table) Answered(h uint64, l algo.Limit, epoch uint64, sent, hits int64,
 	mine := e.used && e.h == h && e.limit == l
 	if mine {
 		e.asked = 0
-		if hits <= 0 {
+		if g.Hits <= 0 && g.Renewed == 0 {
 			e.quiet = sent + t.period/4
 		}
 	}
-	if hits <= 0 || leaseFor <= 0 || t.epoch.Load() != epoch {
+	if g.Hits < 0 || g.Hits == 0 && g.Renewed == 0 || g.For <= 0 || t.epoch.Load() != epoch {
 		return
 	}
 	if !mine {
 		*e = entry{h: h, limit: l, used: true, winStart: sent}
 	}
-	g := grant{left: hits, end: sent + min(int64(leaseFor), t.period)}
-	// Replace the grant with the least left (an expired one first).
-	j, least := 0, int64(-1)
+	ng := grant{left: g.Hits, end: sent + min(int64(g.For), t.period), id: g.ID}
+	// Replace the renewed lease, else the grant with the least left (an
+	// expired one first).
+	j, least := -1, int64(-1)
 	for i := range e.grants {
-		if a := e.grants[i].avail(sent); least < 0 || a < least {
-			j, least = i, a
+		if g.Renewed != 0 && e.grants[i].id == g.Renewed {
+			j = i
+			ng.left += max(e.grants[i].avail(sent), 0)
+			break
 		}
 	}
-	e.grants[j] = g
-	e.owner, e.slice = owner, hits
+	if j < 0 {
+		j = 0
+		for i := range e.grants {
+			if a := e.grants[i].avail(sent); least < 0 || a < least {
+				j, least = i, a
+			}
+		}
+	}
+	e.grants[j] = ng
+	e.owner, e.slice = g.Owner, ng.left
 	t.granted.Add(1)
 }
 

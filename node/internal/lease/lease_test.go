@@ -321,3 +321,51 @@ func TestCapacity(t *testing.T) {
 		}
 	}
 }
+
+// A renewal merges the hits left of the lease it renewed into the new one,
+// under the new id and end; a grant that renewed nothing takes a slot of
+// its own.
+func TestInstallRenewal(t *testing.T) {
+	t.Parallel()
+	tb := New(Config{Size: 8, Threshold: 1, Period: 100 * time.Millisecond})
+	l := algo.Limit{Kind: algo.GCRA, Limit: 1000, Period: time.Second, Burst: 999}
+	now := t0
+	_, epoch := hot(t, tb, 5, l, now)
+	tb.Install(5, l, epoch, now, Grant{Hits: 10, For: time.Second, ID: 41, Owner: "o"})
+	var a Answer
+	for i := 0; i < 5; i++ {
+		if !admit(tb, 5, l, now+1, &a) {
+			t.Fatalf("check %d not admitted", i)
+		}
+	}
+	ok, ask, epoch := tb.Decide(5, l, 1, now+2, &a)
+	if !ok || ask == 0 || a.RenewID != 41 || a.RenewLeft != 4 {
+		t.Fatalf("got ok %v ask %d renew %d left %d, want a renewal of lease 41 with 4 left", ok, ask, a.RenewID, a.RenewLeft)
+	}
+	admit(tb, 5, l, now+3, &a) // in flight: 3 left of lease 41
+	tb.Install(5, l, epoch, now+2, Grant{Hits: 5, For: time.Second, ID: 42, Renewed: 41, Owner: "o"})
+	if !tb.Use(5, l, 8, now+90*ms, &a) || a.Remaining != 0 {
+		t.Fatalf("after the renewal: %+v, want 3 + 5 hits until the new end", a)
+	}
+}
+
+// A slice recorded (its lease ended) is no longer held: a renewal that
+// names it afterwards finds nothing to record or carry.
+func TestHoldsRecordedSliceNotFound(t *testing.T) {
+	t.Parallel()
+	var hs Holds
+	l := algo.Limit{Kind: algo.GCRA, Limit: 1000, Period: time.Second, Burst: 999}
+	sh := hs.Lock(3)
+	id := sh.Add(3, l, 10, t0+100*ms)
+	if n, ok := sh.Hits(3, l.Kind, id); !ok || n != 10 {
+		t.Fatalf("Hits = %d, %v, want 10, true", n, ok)
+	}
+	sh.Record(3, l.Kind, t0+200*ms, func(int64, algo.Limit) bool { return true })
+	if _, ok := sh.Hits(3, l.Kind, id); ok {
+		t.Fatalf("a recorded slice is still held")
+	}
+	sh.Unlock()
+	if hs.Any() {
+		t.Fatalf("Any after the only slice was recorded")
+	}
+}
