@@ -27,6 +27,17 @@ import (
 // fleetLimit hits per hour; the callers exhaust the keys within seconds, so a
 // state lost or duplicated in a handoff shows as admissions over the limit.
 //
+// Each caller yields the processor after each check (runtime.Gosched), as a
+// service's caller waits for its next request between checks. The peer
+// traffic is in memory: a forward is a function call on the caller's
+// goroutine, so without the yield the callers never park, each runs out its
+// 10 ms time slice, and the members' own goroutines (gossip's probes and
+// acks, admission handshakes, handoff sends) wait behind 64 of them: on a
+// 2-core machine at load average 10, handoffs then arrived up to 1.2 s late
+// at 20 members (gates expired: 6 keys over, 6 fallback admissions, the
+// slowest call 2.2 s, 513 false deaths) where yielding callers gave 0, 0,
+// 370 ms and 4 at the same load. RINGLIMIT_FLEET_SPIN=1 keeps them spinning.
+//
 // TestFleetRollingRestart runs it at 10 members in the default suite; larger
 // fleets run with RINGLIMIT_FLEET set to a list of sizes (make fleet):
 //
@@ -69,6 +80,7 @@ type fleetResult struct {
 	// New returning to the last member's first Hello to it (the last
 	// previous owner to hear of it).
 	join, heard time.Duration
+	spin        bool // the callers never yield (RINGLIMIT_FLEET_SPIN=1)
 }
 
 // countingHandler counts the log lines of every member by level and message.
@@ -182,16 +194,16 @@ func (r fleetResult) String() string {
 	if r.rebuilds > 0 {
 		perChange = time.Duration(r.rebuildNs / int64(r.rebuilds))
 	}
-	return fmt.Sprintf("members=%d callers=%d seed=%d formed=%v roll=%v rebuilds=%d (%.1f per member per change) rebuild=%v/change "+
+	return fmt.Sprintf("members=%d callers=%d spin=%v seed=%d formed=%v roll=%v rebuilds=%d (%.1f per member per change) rebuild=%v/change "+
 		"goroutines/member=%.0f heap/member=%.1fMiB checks=%d over=%d (max +%d) fallback-admissions=%d slowest=%v errors=%d stuck=%q excess=%v logs=%v spread=%v join=%v heard=%v",
-		r.members, r.callers, r.seed, r.formed.Round(time.Millisecond), r.rolled.Round(time.Millisecond), r.rebuilds,
+		r.members, r.callers, r.spin, r.seed, r.formed.Round(time.Millisecond), r.rolled.Round(time.Millisecond), r.rebuilds,
 		float64(r.rebuilds)/float64(r.members)/float64(max(r.changes, 1)), perChange.Round(time.Microsecond),
 		r.goroutine, r.heapBytes/(1<<20), r.checks, r.over, r.overMax, r.fallbacks, r.slowest.Round(time.Millisecond), r.errs, r.stuck, r.excess, r.logs, r.spread, r.join.Round(time.Millisecond), r.heard.Round(time.Millisecond))
 }
 
 // runFleet runs the harness once with size members.
-func runFleet(t *testing.T, size, callers int, seed uint64) fleetResult {
-	res := fleetResult{members: size, callers: callers, seed: seed}
+func runFleet(t *testing.T, size, callers int, seed uint64, spin bool) fleetResult {
+	res := fleetResult{members: size, callers: callers, seed: seed, spin: spin}
 	runtime.GC()
 	g0 := runtime.NumGoroutine()
 	var ms0 runtime.MemStats
@@ -258,6 +270,11 @@ func runFleet(t *testing.T, size, callers int, seed uint64) fleetResult {
 				for s := slowest.Load(); int64(took) > s && !slowest.CompareAndSwap(s, int64(took)); s = slowest.Load() {
 				}
 				checks.Add(1)
+				if !spin {
+					// A caller waits for its next request (a network read)
+					// between checks; see TestFleetRollingRestart.
+					runtime.Gosched()
+				}
 				switch {
 				case errors.Is(err, ErrStopped):
 					continue // the member closed under the caller
@@ -408,10 +425,11 @@ func fleetSizes(t *testing.T, def []int) []int {
 func TestFleetRollingRestart(t *testing.T) {
 	seeds, callers := envCount(t, "RINGLIMIT_FLEET_SEEDS", 1), envCount(t, "RINGLIMIT_FLEET_CALLERS", 8)
 	strict := os.Getenv("RINGLIMIT_FLEET_STRICT") == "1"
+	spin := os.Getenv("RINGLIMIT_FLEET_SPIN") == "1"
 	for _, size := range fleetSizes(t, []int{10}) {
 		for seed := range uint64(seeds) {
 			t.Run(fmt.Sprintf("members=%d/seed=%d", size, seed+1), func(t *testing.T) {
-				res := runFleet(t, size, callers, seed+1)
+				res := runFleet(t, size, callers, seed+1, spin)
 				t.Log(res)
 				fmt.Println("fleet:", res)
 				switch deaths := res.logs[falseDeath]; {
