@@ -126,7 +126,11 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 			if sent == 0 {
 				sent = n.clock()
 			}
-			if n.answerDenied(c, h, sent, out) {
+			ok, flight := n.answerDenied(ctx, c, h, sent, attempt == 0, out)
+			if flight != nil {
+				defer func() { n.landDenied(h, flight, &res, err) }()
+			}
+			if ok {
 				if ask > 0 {
 					n.leases.Answered(h, c.Limit, leaseEpoch, leaseSent, 0, 0, "")
 					if n.useLease(c, h, leaseSent, out) { // the slice held admits what the owner would deny

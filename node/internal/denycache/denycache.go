@@ -37,6 +37,8 @@ type Cache struct {
 	// denial is stored only if it has not moved.
 	epoch atomic.Uint64
 	hits  atomic.Uint64
+	// waiting counts the checks waiting for a flight (Wait).
+	waiting atomic.Int64
 }
 
 type slot struct {
@@ -53,7 +55,33 @@ type entry struct {
 	expires int64 // clock (ns): the entry is used until then, at most until and maxTTL after the send
 	resetAt int64 // clock (ns) at which the owner's ResetAfter ends
 	d       Denial
+	// flight is the one forward of the key (under limit and pen) that the
+	// checks arriving after the entry expired wait for; nil when none.
+	flight *Flight
 }
+
+// Flight is the one forward a member sends of a key whose cached denial
+// expired (Join): the other checks of the key that Join meanwhile wait for
+// it (Done) instead of forwarding too, then look at the cache again.
+type Flight struct {
+	done chan struct{}
+	once sync.Once
+}
+
+// Wait waits until flight f landed (true) or done is closed (false).
+func (c *Cache) Wait(f *Flight, done <-chan struct{}) bool {
+	c.waiting.Add(1)
+	defer c.waiting.Add(-1)
+	select {
+	case <-f.done:
+		return true
+	case <-done:
+		return false
+	}
+}
+
+// Waiting returns the number of checks waiting for a flight now.
+func (c *Cache) Waiting() int64 { return c.waiting.Load() }
 
 // Denial is what the owner answered (and what a cached answer repeats, its
 // durations counted down): Limit and Remaining as algo.Decision's,
@@ -99,6 +127,50 @@ func (c *Cache) Answer(h uint64, limit algo.Limit, rule Rule, hits, now int64, o
 	s.mu.Unlock()
 	c.hits.Add(1)
 	return true
+}
+
+// Join is for a check of hits under limit and rule of the key with ring
+// hash h that Answer did not decide at now: when the key's entry expired
+// (it would have answered the check before), the check either leads the
+// one forward of the key (lead: the caller forwards and then calls Land
+// with the flight, whatever happened) or gets the flight in progress to
+// wait for (then it asks Answer again, and Joins again if still not
+// answered). A nil flight: no entry of the key to wait on, forward.
+func (c *Cache) Join(h uint64, limit algo.Limit, rule Rule, hits, now int64) (f *Flight, lead bool) {
+	s := &c.slots[h&c.mask]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := &s.e
+	if e.h != h || e.expires > now || e.expires == 0 || hits < e.hits || e.limit != limit || e.pen != rule {
+		return nil, false
+	}
+	if e.flight != nil {
+		return e.flight, false
+	}
+	e.flight = &Flight{done: make(chan struct{})}
+	return e.flight, true
+}
+
+// Land ends flight f of the key with ring hash h; more says that the key's
+// owner has nothing left (its last answer admitted the last hits it had):
+// the expired entry then stays, and the checks waiting send one forward
+// again (the next Join leads); otherwise it is dropped and every check
+// forwards (the key has capacity again, or the forward failed). A denial
+// the flight brought back was Stored before, which replaced the entry. Land
+// twice is a no-op.
+func (c *Cache) Land(h uint64, f *Flight, more bool) {
+	f.once.Do(func() {
+		s := &c.slots[h&c.mask]
+		s.mu.Lock()
+		if s.e.flight == f {
+			s.e.flight = nil
+			if !more {
+				s.e = entry{}
+			}
+		}
+		s.mu.Unlock()
+		close(f.done)
+	})
 }
 
 // Epoch returns the count of invalidations, to read before a forward's send

@@ -62,3 +62,42 @@ func TestCacheRules(t *testing.T) {
 		t.Error("New(0) is not off")
 	}
 }
+
+// An expired entry gives its key one flight: the first Join leads, the
+// others get the same flight; a flight that admitted the last hit (more)
+// keeps the entry for the next round's leader, any other drops it; Land
+// twice is a no-op; an entry that has not expired, or fewer hits than it
+// denied, starts no flight.
+func TestJoinAndLand(t *testing.T) {
+	t.Parallel()
+	lim := algo.Limit{Kind: algo.GCRA, Limit: 10, Period: time.Second}
+	c := New(4, 10*time.Second)
+	const h, sent = 9, int64(1000)
+	c.Store(h, lim, Rule{}, 2, sent, c.Epoch(), Denial{RetryAfter: 100})
+	if f, _ := c.Join(h, lim, Rule{}, 2, sent+50); f != nil {
+		t.Fatal("a flight before the entry expired")
+	}
+	if f, _ := c.Join(h, lim, Rule{}, 1, sent+100); f != nil {
+		t.Fatal("a flight for fewer hits than denied")
+	}
+	f, lead := c.Join(h, lim, Rule{}, 2, sent+100)
+	if f == nil || !lead {
+		t.Fatalf("first Join: %v %v, want to lead", f, lead)
+	}
+	if g, lead := c.Join(h, lim, Rule{}, 3, sent+101); g != f || lead {
+		t.Fatalf("second Join: %v %v, want the same flight, not leading", g, lead)
+	}
+	c.Land(h, f, true)
+	c.Land(h, f, false) // no-op
+	if !c.Wait(f, nil) {
+		t.Fatal("Wait on a landed flight")
+	}
+	g, lead := c.Join(h, lim, Rule{}, 2, sent+102)
+	if g == nil || g == f || !lead {
+		t.Fatalf("after a flight that took the last hit: %v %v, want a new flight to lead", g, lead)
+	}
+	c.Land(h, g, false)
+	if f, _ := c.Join(h, lim, Rule{}, 2, sent+103); f != nil {
+		t.Fatal("a flight after one that left capacity: want the entry dropped")
+	}
+}
