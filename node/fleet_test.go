@@ -328,7 +328,7 @@ func runFleet(t *testing.T, size, callers int, seed uint64, spin bool) fleetResu
 		err := waitConverged(cctx, rest...)
 		ccancel()
 		if err != nil {
-			res.stuck = fmt.Sprintf("after closing %s (%d of %d): %v", old.Name(), i+1, size, err)
+			res.stuck = fmt.Sprintf("after closing %s (%d of %d): %v; %s", old.Name(), i+1, size, err, ringGaps(rest))
 			break
 		}
 		phase.Store(&join)
@@ -351,7 +351,7 @@ func runFleet(t *testing.T, size, callers int, seed uint64, spin bool) fleetResu
 		err = waitConverged(cctx, next...)
 		ccancel()
 		if err != nil {
-			res.stuck = fmt.Sprintf("after restarting %s (%d of %d): %v", nn.Name(), i+1, size, err)
+			res.stuck = fmt.Sprintf("after restarting %s (%d of %d): %v; %s", nn.Name(), i+1, size, err, ringGaps(next))
 			break
 		}
 		res.join = max(res.join, time.Since(joinStart))
@@ -386,6 +386,45 @@ func runFleet(t *testing.T, size, callers int, seed uint64, spin bool) fleetResu
 		}
 	}
 	return res
+}
+
+// ringGaps says, for each of nodes whose ring differs from the set of nodes,
+// which member it lacks or has in excess and how its gossip sees that member
+// (absent, or its admission state and reason): why a roll stopped.
+func ringGaps(nodes []*Node) string {
+	want := map[string]bool{}
+	for _, n := range nodes {
+		want[n.Name()] = true
+	}
+	var out []string
+	for _, n := range nodes {
+		in := map[string]bool{}
+		for _, m := range n.rs.Load().snap.Members() {
+			in[m.Name] = true
+			if !want[m.Name] {
+				out = append(out, fmt.Sprintf("%s's ring has %s, closed", n.Name(), m.Name))
+			}
+		}
+		seen := map[string]Member{}
+		for _, m := range n.Members() {
+			seen[m.Name] = m
+		}
+		for name := range want {
+			if in[name] {
+				continue
+			}
+			m, ok := seen[name]
+			why := "absent from its gossip"
+			if ok {
+				why = fmt.Sprintf("%s %s", m.State, m.Reason)
+			}
+			out = append(out, fmt.Sprintf("%s's ring lacks %s (%s)", n.Name(), name, why))
+		}
+		if len(out) > 5 {
+			break
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // fleetSizes returns the sizes in RINGLIMIT_FLEET ("20,50"), or def.
