@@ -132,10 +132,25 @@ func (c *Check) leasable() bool {
 // answerLease admits c (ring hash h) at now (node clock) from a lease and
 // fills *out, or returns false with the hits to ask for on its forward
 // (0: none) and the lease table's epoch. A check admitted while its key's
-// leases run low starts their renewal in the background (renewLease).
+// leases run low starts their renewal in the background (renewLease); one
+// that finds them used up while their renewal is in flight waits for it.
 func (n *Node) answerLease(c *Check, h uint64, now int64, out *Decision) (ok bool, ask int64, epoch uint64) {
 	var a lease.Answer
 	ok, ask, epoch = n.leases.Decide(h, c.Limit, c.Hits, now, &a)
+	if !ok && ask == 0 {
+		// The leases ran out while their renewal is in flight: wait for it
+		// (at most a lease period) rather than forward too, then decide at
+		// that instant.
+		if ch := n.leases.Pending(h, c.Limit); ch != nil {
+			t := time.NewTimer(n.cfg.Lease.Period)
+			select {
+			case <-ch:
+			case <-t.C:
+			}
+			t.Stop()
+			ok, ask, epoch = n.leases.Decide(h, c.Limit, c.Hits, n.clock(), &a)
+		}
+	}
 	if !ok {
 		return false, ask, epoch
 	}

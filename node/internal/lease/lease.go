@@ -104,6 +104,9 @@ type entry struct {
 	// quiet is the clock before which no lease is asked for: the last ask
 	// got nothing (the key had nothing to spare).
 	quiet int64
+	// answered is closed when the request in flight is answered (Install);
+	// nil when none is in flight.
+	answered chan struct{}
 	// slice is the hits of the last grant (with those it renewed).
 	slice  int64
 	owner  string
@@ -210,6 +213,20 @@ func (t *Table) Decide(h uint64, l algo.Limit, hits, now int64, out *Answer) (ok
 	return false, e.ask(t, hits, now, t.period), epoch
 }
 
+// Pending returns a channel closed when the lease request in flight for
+// the key with ring hash h under l is answered, or nil when none is: a
+// check that no lease could admit while a renewal is under way waits for
+// it rather than forwarding too.
+func (t *Table) Pending(h uint64, l algo.Limit) <-chan struct{} {
+	s := &t.slots[h&t.mask]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := &s.e; e.used && e.h == h && e.limit == l {
+		return e.answered
+	}
+	return nil
+}
+
 // ask sizes the next request of e at now for a check of hits and records
 // it as in flight: twice the rate × period, so that, renewed when half is
 // left, a slice lasts about a period from there, time for the next grant
@@ -217,6 +234,7 @@ func (t *Table) Decide(h uint64, l algo.Limit, hits, now int64, out *Answer) (ok
 func (e *entry) ask(t *Table, hits, now, period int64) int64 {
 	ask := int64(2 * e.rate * float64(period) / float64(time.Second))
 	e.asked = now
+	e.answered = make(chan struct{})
 	t.inFlight.Add(1)
 	return min(max(ask, 2*hits, 1), algo.MaxHits)
 }
@@ -334,6 +352,10 @@ func (t *Table) Install(h uint64, l algo.Limit, epoch uint64, sent int64, g Gran
 	mine := e.used && e.h == h && e.limit == l
 	if mine {
 		e.asked = 0
+		if e.answered != nil {
+			defer close(e.answered) // after the grant is in
+			e.answered = nil
+		}
 		if g.Hits <= 0 && g.Renewed == 0 {
 			e.quiet = sent + t.period/4
 		}

@@ -369,3 +369,34 @@ func TestHoldsRecordedSliceNotFound(t *testing.T) {
 		t.Fatalf("Any after the only slice was recorded")
 	}
 }
+
+// While a request is in flight, Pending gives a channel that its answer
+// closes (a check that found the leases used up waits on it); none before
+// the ask or after the answer.
+func TestPendingClosedByTheAnswer(t *testing.T) {
+	t.Parallel()
+	tb := New(Config{Size: 8, Threshold: 1, Period: 100 * time.Millisecond})
+	l := algo.Limit{Kind: algo.GCRA, Limit: 1000, Period: time.Second, Burst: 999}
+	if tb.Pending(5, l) != nil {
+		t.Fatal("a pending request before any ask")
+	}
+	_, epoch := hot(t, tb, 5, l, t0)
+	ch := tb.Pending(5, l)
+	if ch == nil {
+		t.Fatal("no pending request after an ask")
+	}
+	select {
+	case <-ch:
+		t.Fatal("closed before the answer")
+	default:
+	}
+	tb.Install(5, l, epoch, t0, Grant{Hits: 10, For: time.Second, ID: 1, Owner: "o"})
+	select {
+	case <-ch:
+	default:
+		t.Fatal("not closed by the answer")
+	}
+	if tb.Pending(5, l) != nil {
+		t.Fatal("still pending after the answer")
+	}
+}
