@@ -254,6 +254,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		pre = prefill(ctx, o, send, admitted)
 	}
 
+	received0 := make([]int64, len(o.Targets))
+	for i, t := range o.Targets {
+		if t.Received != nil {
+			received0[i] = t.Received()
+		}
+	}
 	cpu0, cpuOK := cputime.Process()
 	start := time.Now()
 	// One check: send, record. lat is measured from 'from'. It returns false
@@ -431,6 +437,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		r.Latency.Merge(t.Latency)
 		if elapsed > 0 {
 			t.Throughput = float64(t.Decided) / elapsed.Seconds()
+		}
+		t.Received = -1
+		if f := o.Targets[i].Received; f != nil && elapsed > 0 {
+			t.Received = float64(f()-received0[i]) / elapsed.Seconds()
 		}
 	}
 	r.Checks = r.Decided

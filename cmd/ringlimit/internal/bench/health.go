@@ -59,6 +59,11 @@ type TargetReport struct {
 	Down bool
 	// Events lists its health changes in order.
 	Events []TargetEvent
+	// Received is the forward messages per second it received from the
+	// other members during the timed phase, as the owner of their keys
+	// (batches of forwarded checks and lease renewals); -1 when the target
+	// does not tell (target.Target.Received is nil).
+	Received float64
 }
 
 // health tracks one target. Callers read down and consecutive without a lock

@@ -183,15 +183,30 @@ func (r *Report) writeTargets(w io.Writer) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "\nper target\tdecided\tchecks/s\tp50\tp99\t%s\t%s\t%s\t%s\t%s\t%s\terrors\t\n",
-		node.RouteOwner, node.RouteForwarded, node.RouteLease, node.RouteCachedDenial, node.RouteBackup, node.RouteFallback)
+	received := false
 	for _, t := range r.Targets {
+		received = received || t.Received >= 0
+	}
+	recv := ""
+	if received {
+		recv = "fwd msgs in/s\t"
+	}
+	fmt.Fprintf(tw, "\nper target\tdecided\tchecks/s\tp50\tp99\t%s\t%s\t%s\t%s\t%s\t%s\terrors\t%s\n",
+		node.RouteOwner, node.RouteForwarded, node.RouteLease, node.RouteCachedDenial, node.RouteBackup, node.RouteFallback, recv)
+	for _, t := range r.Targets {
+		recv := ""
+		if received {
+			recv = "-\t"
+			if t.Received >= 0 {
+				recv = fmt.Sprintf("%.0f\t", t.Received)
+			}
+		}
 		p50, p99 := "-", "-"
 		if h := t.Latency; h != nil && h.TotalCount() > 0 {
 			p50, p99 = rnd(time.Duration(h.ValueAtQuantile(50))).String(), rnd(time.Duration(h.ValueAtQuantile(99))).String()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", t.Name, t.Decided, t.Throughput, p50, p99,
-			t.Routes[node.RouteOwner], t.Routes[node.RouteForwarded], t.Routes[node.RouteLease], t.Routes[node.RouteCachedDenial], t.Routes[node.RouteBackup], t.Routes[node.RouteFallback], t.Errors)
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", t.Name, t.Decided, t.Throughput, p50, p99,
+			t.Routes[node.RouteOwner], t.Routes[node.RouteForwarded], t.Routes[node.RouteLease], t.Routes[node.RouteCachedDenial], t.Routes[node.RouteBackup], t.Routes[node.RouteFallback], t.Errors, recv)
 	}
 	return tw.Flush()
 }

@@ -8,8 +8,11 @@ package inprocess
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/cmd/ringlimit/internal/target"
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/node/nodetest"
@@ -65,6 +68,8 @@ func Start(ctx context.Context, o Options) (targets []target.Target, stop func()
 	cfg.Lease = def.Lease
 	cfg.Lease.Size = o.Leases
 	cfg.ForwardTimeout = ForwardTimeout
+	fwd := &forwardCount{}
+	cfg.Metrics = fwd
 	ctx, cancel := context.WithTimeout(ctx, StartTimeout)
 	defer cancel()
 	c, err := nodetest.StartCluster(ctx, o.Nodes, cfg)
@@ -72,7 +77,32 @@ func Start(ctx context.Context, o Options) (targets []target.Target, stop func()
 		return nil, nil, fmt.Errorf("inprocess: start %d nodes: %w", o.Nodes, err)
 	}
 	for _, n := range c.Nodes() {
-		targets = append(targets, target.Target{Name: n.Name(), Checker: n})
+		addr := n.PeerAddr()
+		targets = append(targets, target.Target{Name: n.Name(), Checker: n, Received: func() int64 { return fwd.to(addr) }})
 	}
 	return targets, c.Close, nil
 }
+
+// forwardCount is the cluster's node.Metrics: it counts the forward
+// messages (batches) sent to each peer address, which are those each node
+// received as an owner.
+type forwardCount struct{ m sync.Map } // peer address -> *atomic.Int64
+
+func (f *forwardCount) to(addr string) int64 {
+	if v, ok := f.m.Load(addr); ok {
+		return v.(*atomic.Int64).Load()
+	}
+	return 0
+}
+
+func (f *forwardCount) Forward(peer string, _ int, _ time.Duration, _ error) {
+	v, ok := f.m.Load(peer)
+	if !ok {
+		v, _ = f.m.LoadOrStore(peer, new(atomic.Int64))
+	}
+	v.(*atomic.Int64).Add(1)
+}
+
+func (*forwardCount) Check(algo.Kind, node.Route, bool) {}
+func (*forwardCount) Handoff(int, time.Duration, error) {}
+func (*forwardCount) Eviction(string)                   {}

@@ -2,6 +2,7 @@ package inprocess
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"testing"
@@ -135,5 +136,39 @@ func TestStartReplication(t *testing.T) {
 				t.Errorf("got %d key states in the cluster, want %d", held, tt.want)
 			}
 		})
+	}
+}
+
+// Each target tells the forward messages it received as an owner: checks
+// of keys one node owns, sent through the other, reach the owner's count
+// and not the sender's.
+func TestTargetsCountReceivedForwards(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	targets, stop, err := Start(ctx, Options{Nodes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	a, b := targets[0], targets[1]
+	owner := b.Checker.(*node.Node)
+	l := algo.Limit{Kind: algo.GCRA, Limit: 1000, Period: time.Second, Burst: 999}
+	sent := 0
+	for i := 0; sent < 10; i++ {
+		k := fmt.Sprint("fwd-", i)
+		if m, ok := owner.Owner(k); !ok || m.Name != owner.Name() {
+			continue
+		}
+		if d, err := a.Checker.Check(ctx, node.Check{Key: k, Limit: l, Hits: 1}); err != nil || d.Route != node.RouteForwarded {
+			t.Fatalf("check of %s through %s: %+v, %v; want forwarded", k, a.Name, d, err)
+		}
+		sent++
+	}
+	if got := b.Received(); got < 1 || got > 10 {
+		t.Errorf("the owner received %d forward messages for 10 checks sent one at a time, want 1..10", got)
+	}
+	if got := a.Received(); got != 0 {
+		t.Errorf("the sender received %d forward messages, want 0", got)
 	}
 }

@@ -22,4 +22,9 @@ type Target struct {
 	Name string
 	// Checker sends checks to it.
 	Checker Checker
+	// Received, when not nil, returns the forward messages (batches of
+	// checks, lease renewals among them) the target has received from the
+	// other members so far, as the owner of their keys: the in-process
+	// cluster knows it, a daemon does not tell.
+	Received func() int64
 }
