@@ -40,24 +40,19 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("%w: Ring: %w", ErrInvalidConfig, err)
 	}
 	n := &Node{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		clockFn:   cfg.Clock,
-		id:        membership.NewInstanceID(),
-		ring:      r,
-		bans:      &store.Bans{Track: cfg.Replication != ReplicationOff},
-		denied:    denycache.New(cfg.DeniedCacheSize, cfg.DeniedCacheMaxTTL),
-		leases:    lease.New(lease.Config{Size: cfg.Lease.Size, Threshold: cfg.Lease.Threshold, Period: cfg.Lease.Period}),
-		top:       topdenied.New(cfg.TopDeniedKeys),
-		memberSig: make(chan struct{}, 1),
-		straySig:  make(chan struct{}, 1),
-		members:   make(map[string]Member),
-		admit:     make(map[string]*admission),
-		certsSeen: make(map[string]string),
-		departed:  make(map[string]time.Time),
-		secure:    !cfg.Insecure,
-		marks:     make(map[string]handoffMark),
-		stop:      make(chan struct{}),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		clockFn:  cfg.Clock,
+		id:       membership.NewInstanceID(),
+		ring:     r,
+		bans:     &store.Bans{Track: cfg.Replication != ReplicationOff},
+		denied:   denycache.New(cfg.DeniedCacheSize, cfg.DeniedCacheMaxTTL),
+		leases:   lease.New(lease.Config{Size: cfg.Lease.Size, Threshold: cfg.Lease.Threshold, Period: cfg.Lease.Period}),
+		top:      topdenied.New(cfg.TopDeniedKeys),
+		straySig: make(chan struct{}, 1),
+		secure:   !cfg.Insecure,
+		marks:    make(map[string]handoffMark),
+		stop:     make(chan struct{}),
 	}
 	n.owned = store.New(cfg.MaxKeys, r.Snapshot().Hash, n.onEvict)
 	if n.leases != nil {
@@ -71,6 +66,7 @@ func New(cfg Config) (*Node, error) {
 		n.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	n.log = n.log.With("node", cfg.Name)
+	n.mem = n.newMembers()
 	n.start = time.Now()
 	n.base = n.start.UnixNano()
 	rs0 := &ringState{snap: r.Snapshot(), next: make(chan struct{})}
@@ -117,7 +113,7 @@ func New(cfg Config) (*Node, error) {
 		}
 		pool, err := transport.NewPool(transport.ClientConfig{
 			TLS:            clientTLS,
-			ExpectMember:   n.memberAt,
+			ExpectMember:   n.mem.MemberAt,
 			BatchMaxItems:  cfg.BatchMaxItems,
 			BatchMaxWait:   cfg.BatchMaxWait,
 			ForwardTimeout: cfg.ForwardTimeout,
@@ -169,8 +165,8 @@ func New(cfg Config) (*Node, error) {
 		n.wg.Wait()
 		return nil, err
 	}
-	n.admitNow()
-	if other := n.nameConflict(); other != "" {
+	n.mem.AdmitNow()
+	if other := n.mem.NameConflict(); other != "" {
 		_ = n.ml.Shutdown()
 		n.grpcSrv.Stop()
 		closePeers()

@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -85,101 +82,6 @@ func advertiseHost(cfg Config) (string, error) {
 	return host, nil
 }
 
-// delegate answers memberlist's hooks. Its methods must not block and must not
-// call back into memberlist (that deadlocks), so events only signal the
-// membership loop.
-type delegate struct{ n *Node }
-
-func (d delegate) NodeMeta(limit int) []byte                  { return membership.EncodeMeta(d.n.grpcAddr, d.n.id) }
-func (d delegate) NotifyMsg([]byte)                           {}
-func (d delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
-func (d delegate) LocalState(join bool) []byte                { return nil }
-func (d delegate) MergeRemoteState(buf []byte, join bool)     {}
-func (d delegate) NotifyJoin(m *memberlist.Node)              { d.n.setMember(m, true) }
-func (d delegate) NotifyLeave(m *memberlist.Node)             { d.n.setMember(m, false) }
-func (d delegate) NotifyUpdate(m *memberlist.Node)            { d.n.setMember(m, true) }
-
-// setMember copies what the node needs of a memberlist member while memberlist
-// holds its lock (the *Node it passes is its own and changes after the callback
-// returns), then signals the membership loop. In secure mode, gossip that
-// contradicts an admitted member (it left, died, or its name is at another
-// address or instance) does not move it: see doubt.go.
-func (n *Node) setMember(m *memberlist.Node, alive bool) {
-	n.membersMu.Lock()
-	self := m.Name == n.cfg.Name
-	if alive {
-		if addr, id, ok := membership.DecodeMeta(m.Meta); ok {
-			mem := Member{
-				Name: m.Name, Addr: addr, ID: id, Self: self,
-				GossipAddr: net.JoinHostPort(m.Addr.String(), strconv.Itoa(int(m.Port))),
-			}
-			a := n.admit[m.Name]
-			switch {
-			case self:
-				n.members[m.Name] = mem
-			case n.doubtClaimLocked(a, mem):
-				// The admitted identity stays until its probe fails.
-			default:
-				n.members[m.Name] = mem
-				// A member new to us, restarted or moved is admitted afresh.
-				if a == nil || a.id != id || a.addr != addr {
-					n.admit[m.Name] = &admission{id: id, addr: addr, state: StateJoining, redial: a != nil && a.addr == addr}
-				} else if a.state == StateRefused && a.unreachable {
-					// Gossip hears from it again (a healed partition): try
-					// now, on a new connection.
-					a.last = time.Time{}
-				}
-			}
-		}
-	} else if _, id, ok := membership.DecodeMeta(m.Meta); ok && !self && n.admit[m.Name] != nil && n.admit[m.Name].id != id {
-		// The leave or death of an instance this node does not hold for the
-		// name: typically the one before a restart at another address,
-		// replaced before gossip found it dead (see claimMoved). If it is
-		// the claim a doubt waits on, the claim is gone. Otherwise the
-		// admitted instance is probed (quietly): gossip may have taken the
-		// leave of the instance it still had under this name for its own
-		// (a restarted member that leaves before gossip holds its new
-		// address), and a leaving member fails its probe.
-		a := n.admit[m.Name]
-		if d := a.doubt; d != nil && d.claim != nil && d.claim.ID == id {
-			d.claim = nil
-		} else if a.state == StateAlive && d == nil {
-			n.doubtLocked(a, m.Name, true)
-		}
-	} else if !n.doubtLeaveLocked(m.Name, n.admit[m.Name]) {
-		n.removeMemberLocked(m.Name)
-	}
-	n.membersMu.Unlock()
-	n.signalMembers()
-}
-
-// removeMemberLocked takes a member out of the members and admissions, and
-// forgets the members that departed more than CloseTimeout ago; under
-// membersMu.
-func (n *Node) removeMemberLocked(name string) {
-	delete(n.members, name)
-	if a := n.admit[name]; a != nil && a.state != StateRefused {
-		// Its handoff may still arrive (see peerAllowed).
-		n.departed[name] = time.Now()
-	}
-	delete(n.admit, name)
-	for name, t := range n.departed {
-		if time.Since(t) > n.cfg.CloseTimeout {
-			delete(n.departed, name)
-			if n.admit[name] == nil {
-				delete(n.certsSeen, name)
-			}
-		}
-	}
-}
-
-func (n *Node) signalMembers() {
-	select {
-	case n.memberSig <- struct{}{}:
-	default: // a rebuild is already pending; it will read the latest members
-	}
-}
-
 func (n *Node) startGossip(host string) error {
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = n.cfg.Name
@@ -204,11 +106,10 @@ func (n *Node) startGossip(host string) error {
 	// dead. Gossip messages are a few hundred bytes; a member still reads
 	// the compressed ones of older members.
 	mc.EnableCompression = false
-	mc.Delegate = delegate{n}
-	mc.Events = delegate{n}
-	mc.Conflict = delegate{n}
+	d := membership.Delegate{T: n.mem, Meta: membership.EncodeMeta(n.grpcAddr, n.id)}
+	mc.Delegate, mc.Events, mc.Conflict = d, d, d
 	mc.Logger = nil
-	mc.LogOutput = slogWriter{n}
+	mc.LogOutput = membership.LogWriter{Log: n.log}
 	if n.cfg.cutNet != nil {
 		if err := n.cfg.cutNet.gossip(n, mc); err != nil {
 			return fmt.Errorf("node: gossip: %w", err)
@@ -237,14 +138,6 @@ type cutNet interface {
 	dial(n *Node) func(ctx context.Context, addr string) (net.Conn, error)
 }
 
-// slogWriter routes memberlist's log lines to the node's logger at debug level.
-type slogWriter struct{ n *Node }
-
-func (w slogWriter) Write(p []byte) (int, error) {
-	w.n.log.Debug(strings.TrimSpace(string(p)), "src", "memberlist")
-	return len(p), nil
-}
-
 // Members returns the live members of the cluster as this node's gossip sees them,
 // sorted by name, each with its admission State: StateAlive members (and this
 // node) are in the ring; StateJoining and StateRefused members (Reason says
@@ -253,100 +146,29 @@ func (w slogWriter) Write(p []byte) (int, error) {
 // probes (see doubt.go); a claim of its name at another address is not
 // listed meanwhile.
 func (n *Node) Members() []Member {
-	n.membersMu.Lock()
-	out := make([]Member, 0, len(n.members))
-	for _, m := range n.members {
-		m.State = StateAlive
-		if a := n.admit[m.Name]; !m.Self {
-			m.State = StateJoining
-			if a != nil && a.id == m.ID && a.addr == m.Addr {
-				m.State, m.Reason = a.state, a.reason
-				if d := a.doubt; d != nil && a.state == StateAlive {
-					m.Reason = "gossip says it left, died or moved; it answers its probes at this address"
-				}
-			}
-		}
-		out = append(out, m)
+	l := n.mem.List()
+	out := make([]Member, len(l))
+	for i := range l {
+		out[i] = Member(l[i])
 	}
-	n.membersMu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
-// ringMembers is the member set the ring is built from: the live (or suspect)
-// gossip members that passed the admission handshake, and this node unless it
-// is leaving.
+// ringMembers is the member set the ring is built from (see
+// membership.Table.RingMembers).
 func (n *Node) ringMembers() []ring.Member {
-	var out []ring.Member
-	for _, m := range n.Members() {
-		if m.Self && n.leaving.Load() || m.State != StateAlive {
-			continue
-		}
-		if !m.Self {
-			n.joinedPeer.Store(true)
-		}
-		out = append(out, ring.Member{Name: m.Name, Addr: m.Addr, ID: m.ID})
+	out, peer := n.mem.RingMembers(n.leaving.Load())
+	if peer {
+		n.joinedPeer.Store(true)
 	}
 	return out
 }
 
+// membershipLoop runs the handshakes, the probes and the rebuilds (see
+// membership.Table.Run) until the node stops.
 func (n *Node) membershipLoop() {
 	defer n.wg.Done()
-	retry := time.NewTicker(n.cfg.AdmissionRetry)
-	defer retry.Stop()
-	// Doubted members (doubt.go) are probed again every ProbeInterval.
-	probe := time.NewTicker(n.cfg.Gossip.ProbeInterval)
-	defer probe.Stop()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-retry.C:
-			if !n.leaving.Load() {
-				n.admitPending()
-			}
-		case <-probe.C:
-			if !n.leaving.Load() {
-				n.probeDoubted()
-				n.admitPending() // the unreachable (retryUnreachable)
-			}
-		case <-n.memberSig:
-			if !n.settle() {
-				return
-			}
-			if !n.leaving.Load() {
-				n.probeDoubted()
-				n.admitPending()
-				n.rebuild()
-			}
-		}
-	}
-}
-
-// settle waits until no membership change has been signalled for
-// Config.MembershipDebounce, or 10 × MembershipDebounce have passed, so that a
-// burst of changes is rebuilt once. False if the node stops meanwhile.
-func (n *Node) settle() bool {
-	d := n.cfg.MembershipDebounce
-	if d <= 0 {
-		return true
-	}
-	quiet := time.NewTimer(d)
-	defer quiet.Stop()
-	limit := time.NewTimer(10 * d)
-	defer limit.Stop()
-	for {
-		select {
-		case <-n.stop:
-			return false
-		case <-quiet.C:
-			return true
-		case <-limit.C:
-			return true
-		case <-n.memberSig:
-			quiet.Reset(d)
-		}
-	}
+	n.mem.Run(n.stop, n.cfg.MembershipDebounce, n.leaving.Load, n.rebuild)
 }
 
 func (n *Node) rejoinLoop() {
@@ -509,13 +331,7 @@ func (n *Node) dropGonePeers(old, cur *ring.Snapshot) {
 	for _, m := range cur.Members() {
 		live[m.Addr] = true
 	}
-	n.membersMu.Lock()
-	for _, a := range n.admit {
-		if a.state != StateAlive {
-			live[a.addr] = true
-		}
-	}
-	n.membersMu.Unlock()
+	n.mem.AddHandshakeAddrs(live)
 	for _, m := range old.Members() {
 		if !live[m.Addr] {
 			n.peers.Drop(m.Addr)

@@ -32,6 +32,7 @@ import (
 	"github.com/ringlimit/ringlimit/internal/breaker"
 	"github.com/ringlimit/ringlimit/node/internal/denycache"
 	"github.com/ringlimit/ringlimit/node/internal/lease"
+	"github.com/ringlimit/ringlimit/node/internal/membership"
 	"github.com/ringlimit/ringlimit/node/internal/peergate"
 	"github.com/ringlimit/ringlimit/node/internal/peerinput"
 	"github.com/ringlimit/ringlimit/node/internal/persist"
@@ -237,31 +238,22 @@ type Node struct {
 	// fullLog holds back its WARN to one a second.
 	refusedKeys atomic.Uint64
 	fullLog     logEvery
-	// deny is the peer deny list (peergate.go); certsSeen (member -> serial
-	// of the certificate it presented last) and departed (member -> when it
-	// left the gossip) are under membersMu.
-	deny         atomic.Pointer[peergate.DenyList]
-	certsSeen    map[string]string
-	departed     map[string]time.Time
-	admit        map[string]*admission // under membersMu: handshake state per member
-	conflictMu   sync.Mutex
-	conflict     string // a live member that uses our name, seen by gossip
-	conflictPeer string // its peer address
-	grpcSrv      *transport.Server
-	grpcLis      net.Listener
-	grpcAddr     string
-	memberSig    chan struct{}
-	membersMu    sync.Mutex
-	members      map[string]Member // live gossip members, copied in memberlist's callbacks
-	rebuildMu    sync.Mutex        // one rebuild at a time (membership loop, Close)
-	rebuilds     atomic.Uint64     // Stats.Rebuilds
-	rebuildNs    atomic.Int64      // Stats.RebuildTime
-	marksMu      sync.Mutex
-	marks        map[string]handoffMark // handoff-complete markers that came early: from -> ring
-	hellos       hellos                 // the members' first Hello to this instance (handoff.go)
-	inbound      atomic.Int64           // Forward RPCs received, for the drain on Close
-	joinedPeer   atomic.Bool            // has ever seen another member
-	ready        atomic.Bool
+	// deny is the peer deny list (peergate.go).
+	deny atomic.Pointer[peergate.DenyList]
+	// mem holds the gossip members and their admission (admission.go).
+	mem        *membership.Table
+	grpcSrv    *transport.Server
+	grpcLis    net.Listener
+	grpcAddr   string
+	rebuildMu  sync.Mutex    // one rebuild at a time (membership loop, Close)
+	rebuilds   atomic.Uint64 // Stats.Rebuilds
+	rebuildNs  atomic.Int64  // Stats.RebuildTime
+	marksMu    sync.Mutex
+	marks      map[string]handoffMark // handoff-complete markers that came early: from -> ring
+	hellos     hellos                 // the members' first Hello to this instance (handoff.go)
+	inbound    atomic.Int64           // Forward RPCs received, for the drain on Close
+	joinedPeer atomic.Bool            // has ever seen another member
+	ready      atomic.Bool
 
 	leaving  atomic.Bool
 	stopping atomic.Bool
@@ -343,7 +335,7 @@ func (n *Node) OwnedKeys() int {
 
 // Stats returns the node's key and member counts.
 func (n *Node) Stats() Stats {
-	s := Stats{Keys: n.owned.Len(), FallbackKeys: n.fallback.Len(), Members: n.rs.Load().snap.Len(), Refused: n.refusedCount(), Insecure: !n.secure,
+	s := Stats{Keys: n.owned.Len(), FallbackKeys: n.fallback.Len(), Members: n.rs.Load().snap.Len(), Refused: n.mem.RefusedCount(), Insecure: !n.secure,
 		Rebuilds: n.rebuilds.Load(), RebuildTime: time.Duration(n.rebuildNs.Load()), RefusedStates: n.refusedStates.Load(), RefusedKeys: n.refusedKeys.Load(), CachedDenials: n.cachedDenials()}
 	s.LeasedChecks, s.LeasesGranted = n.leaseStats()
 	n.tlsStats(&s)

@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/ringlimit/ringlimit/node/internal/peergate"
 	"github.com/ringlimit/ringlimit/transport/pki"
@@ -65,17 +64,7 @@ func (n *Node) ReloadPeerDenyList() error {
 // pooled connections to them.
 func (n *Node) applyDenyList(dl *peergate.DenyList) {
 	n.deny.Store(dl)
-	var drop []string
-	n.membersMu.Lock()
-	for name, a := range n.admit {
-		if a.state == StateRefused || !n.revokedSeenLocked(name) {
-			continue
-		}
-		a.state, a.reason, a.last = StateRefused, "certificate revoked", time.Now()
-		drop = append(drop, a.addr)
-		n.log.Warn("member refused: its certificate is revoked; it leaves the ring", "member", name, "addr", a.addr)
-	}
-	n.membersMu.Unlock()
+	drop := n.mem.RefuseRevoked()
 	for _, addr := range drop {
 		n.refused("member")
 		n.peers.Drop(addr)
@@ -83,33 +72,20 @@ func (n *Node) applyDenyList(dl *peergate.DenyList) {
 	serials, members := dl.Len()
 	n.log.Info("peer deny list loaded", "file", n.cfg.PeerDenyFile, "serials", serials, "members", members, "refused", len(drop))
 	if len(drop) > 0 {
-		n.signalMembers()
+		n.mem.Changed()
 	}
-}
-
-// revokedSeenLocked reports whether member is denied by name or by the
-// serial of the certificate it presented last; under membersMu.
-func (n *Node) revokedSeenLocked(member string) bool {
-	return n.revoked(member, n.certsSeen[member])
-}
-
-// sawCert records that member presented a certificate with serial in a
-// handshake this node made: the certificate it runs with now (a member that
-// restarts with a new one is dialled again), so that a deny list naming that
-// serial refuses the member, and one naming its previous certificate does not.
-func (n *Node) sawCert(member, serial string) {
-	n.membersMu.Lock()
-	defer n.membersMu.Unlock()
-	n.certsSeen[member] = serial
 }
 
 // gateTLS wraps the server and client TLS configurations' VerifyConnection
 // so that a revoked peer certificate fails the handshake either way. The
 // client side also records the serial of the certificate each member
-// presents (sawCert): this node dials a member at the address gossip gives
-// for it, so what it records is the certificate that member runs with, not
-// one that someone else presents under its name (that one is refused by
-// serial without refusing the member).
+// presents (membership.Table.SawCert): this node dials a member at the
+// address gossip gives for it, so what it records is the certificate that
+// member runs with now (a member that restarts with a new one is dialled
+// again), not one that someone else presents under its name (that one is
+// refused by serial without refusing the member). A deny list naming that
+// serial then refuses the member; one naming its previous certificate does
+// not.
 func (n *Node) gateTLS(server, client *tls.Config) {
 	gate := func(record bool) func(name, serial string) error {
 		return func(name, serial string) error {
@@ -118,7 +94,7 @@ func (n *Node) gateTLS(server, client *tls.Config) {
 				return fmt.Errorf("node: peer certificate %s (member %q) is revoked", serial, name)
 			}
 			if record && name != "" {
-				n.sawCert(name, serial)
+				n.mem.SawCert(name, serial)
 			}
 			return nil
 		}
@@ -145,15 +121,7 @@ func (n *Node) peerAllowed(cert *x509.Certificate) error {
 		n.refused("revoked")
 		return fmt.Errorf("%w: the certificate of member %q is revoked", errPeerRefused, name)
 	}
-	n.membersMu.Lock()
-	a := n.admit[name]
-	member := a != nil && a.state != StateRefused
-	if !member {
-		left, ok := n.departed[name]
-		member = ok && time.Since(left) < n.cfg.CloseTimeout
-	}
-	n.membersMu.Unlock()
-	if !member {
+	if !n.mem.MayCall(name) {
 		n.refused("not-member")
 		return fmt.Errorf("%w: %q is not an admitted member", errPeerRefused, name)
 	}

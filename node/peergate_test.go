@@ -155,9 +155,7 @@ func TestPeerDenyListRevokes(t *testing.T) {
 
 	// node-2's own certificate, by serial (as node-0 saw it when it dialled
 	// node-2), then node-1 by name.
-	a.membersMu.Lock()
-	serial2 := a.certsSeen["node-2"]
-	a.membersMu.Unlock()
+	serial2 := a.mem.CertSeen("node-2")
 	if serial2 == "" {
 		t.Fatal("node-0 recorded no certificate of node-2")
 	}

@@ -35,16 +35,10 @@ func (n *Node) joinSeeds() (int, error) {
 	if len(found) == 0 {
 		return 0, fmt.Errorf("%w: %w", errNoSeed, errors.Join(errs...))
 	}
-	// The node's own copy of the members (setMember), not memberlist's
+	// The node's own copy of the members (membership.Table), not memberlist's
 	// Members(): memberlist mutates the *Node values it hands out under its
 	// own lock, so reading their Addr here would race with gossip.
-	live := make(map[string]bool)
-	n.membersMu.Lock()
-	for _, m := range n.members {
-		live[m.GossipAddr] = true
-	}
-	n.membersMu.Unlock()
-	found = seeds.NotLive(found, live, int(n.ml.LocalNode().Port))
+	found = seeds.NotLive(found, n.mem.GossipAddrs(), int(n.ml.LocalNode().Port))
 	if len(found) == 0 {
 		return 0, nil // every seed is a live member already: nothing to merge
 	}

@@ -1,8 +1,16 @@
-// Package membership holds what of gossip membership and admission needs no
-// node: the metadata a member carries in gossip, the judgement of a Hello
-// and of its answer, the members restarted under their name between two
-// rings, the host a member advertises and a new instance id. The node runs
-// memberlist, the handshakes and the ring.
+// Package membership is a node's view of the gossip members and their
+// admission: a Table of the members memberlist reports (through Delegate),
+// the Hello handshake each must pass before it enters the ring, the doubt
+// of gossip that contradicts an admitted member (doubt.go), and the
+// membership loop (Table.Run) that runs them and calls the node's rebuild.
+// It also holds the metadata a member carries in gossip, the judgement of a
+// Hello and of its answer, the members restarted under their name between
+// two rings, the host a member advertises and a new instance id.
+//
+// Data flows one way: memberlist's callbacks copy a member into the Table
+// and signal the loop; the loop runs the handshakes (Config.Hello, over the
+// node's peer pool) and probes, then asks the node to rebuild its ring from
+// RingMembers. The node starts memberlist and owns the ring.
 package membership
 
 import (

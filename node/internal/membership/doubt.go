@@ -20,18 +20,15 @@
 //
 // In insecure mode nothing binds a name to anyone, and gossip decides alone.
 
-package node
+package membership
 
 import (
 	"context"
 	"time"
-
-	"github.com/ringlimit/ringlimit/node/internal/membership"
-	"github.com/ringlimit/ringlimit/transport"
 )
 
 // doubt is gossip's disagreement with an admitted member, kept on its
-// admission under membersMu.
+// admission under mu.
 type doubt struct {
 	// claim is gossip's live claim for the name at another peer address or
 	// instance id; nil when gossip says the member is gone.
@@ -41,69 +38,69 @@ type doubt struct {
 	passed int       // probes that passed
 	// quiet: gossip's own member list still holds the admitted identity;
 	// the doubt comes from a claim gossip rejected as a conflict (see
-	// claimMoved) or from the death of an earlier instance (see setMember).
+	// claimMoved) or from the death of an earlier instance (see Set).
 	// The first probe that passes ends it, since no later gossip would.
 	quiet bool
 }
 
 // doubtClaimLocked is called when gossip says member m (not this node) is
-// alive, under membersMu, with a its admission. When a is admitted at another
+// alive, under mu, with a its admission. When a is admitted at another
 // address or instance id, m is recorded as a claim for the name and it
 // returns true: the admitted identity keeps its place (see the top of this
 // file). When m is the admitted identity, any doubt ends. Insecure mode: false.
-func (n *Node) doubtClaimLocked(a *admission, m Member) bool {
-	if a == nil || !n.secure || a.state != StateAlive {
+func (t *Table) doubtClaimLocked(a *admission, m Member) bool {
+	if a == nil || !t.cfg.Secure || a.state != StateAlive {
 		return false
 	}
 	if a.id == m.ID && a.addr == m.Addr {
 		if a.doubt != nil {
-			n.log.Info("gossip agrees again with an admitted member", "member", m.Name, "addr", a.addr, "doubted_for", time.Since(a.doubt.since).Round(time.Millisecond))
+			t.cfg.Log.Info("gossip agrees again with an admitted member", "member", m.Name, "addr", a.addr, "doubted_for", time.Since(a.doubt.since).Round(time.Millisecond))
 			a.doubt = nil
 		}
 		return false
 	}
-	n.doubtLocked(a, m.Name, false).claim = &m
+	t.doubtLocked(a, m.Name, false).claim = &m
 	return true
 }
 
 // doubtLeaveLocked is called when gossip says member name left or died, under
-// membersMu, with a its admission. It returns true when a is admitted (the
+// mu, with a its admission. It returns true when a is admitted (the
 // member stays until its probe fails), false when the member is to be removed
 // now (not admitted, or insecure mode).
-func (n *Node) doubtLeaveLocked(name string, a *admission) bool {
-	if a == nil || !n.secure || a.state != StateAlive {
+func (t *Table) doubtLeaveLocked(name string, a *admission) bool {
+	if a == nil || !t.cfg.Secure || a.state != StateAlive {
 		return false
 	}
-	n.doubtLocked(a, name, false).claim = nil
+	t.doubtLocked(a, name, false).claim = nil
 	return true
 }
 
 // doubtLocked returns a's doubt, creating it (quiet, see doubt.quiet); a
 // doubt that gossip itself holds (quiet false) stays until gossip agrees
-// again. Under membersMu.
-func (n *Node) doubtLocked(a *admission, name string, quiet bool) *doubt {
+// again. Under mu.
+func (t *Table) doubtLocked(a *admission, name string, quiet bool) *doubt {
 	if a.doubt == nil {
 		a.doubt = &doubt{since: time.Now(), quiet: quiet}
-		n.log.Info("gossip contradicts an admitted member; probing it at its admitted address", "member", name, "addr", a.addr)
+		t.cfg.Log.Info("gossip contradicts an admitted member; probing it at its admitted address", "member", name, "addr", a.addr)
 	}
 	a.doubt.quiet = a.doubt.quiet && quiet
 	return a.doubt
 }
 
 // probeDoubted starts a probe of every doubted member whose last probe ended
-// Gossip.ProbeInterval ago or more (or that was not probed yet). It runs on
+// ProbeInterval ago or more (or that was not probed yet). It runs on
 // the membership loop.
-func (n *Node) probeDoubted() {
+func (t *Table) probeDoubted() {
 	now := time.Now()
-	n.membersMu.Lock()
-	defer n.membersMu.Unlock()
-	for name, a := range n.admit {
-		if a.doubt == nil || a.probing || now.Sub(a.doubt.last) < n.cfg.Gossip.ProbeInterval {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for name, a := range t.admit {
+		if a.doubt == nil || a.probing || now.Sub(a.doubt.last) < t.cfg.ProbeInterval {
 			continue
 		}
 		a.probing = true
-		n.wg.Add(1)
-		go n.probe(name, a.id, a.addr)
+		t.cfg.WG.Add(1)
+		go t.probe(name, a.id, a.addr)
 	}
 }
 
@@ -111,25 +108,25 @@ func (n *Node) probeDoubted() {
 // member. If it passes, the member stays in the ring; if it fails, the member
 // is dropped as gossip says: removed, or replaced by gossip's claim for its
 // name, which is then admitted afresh.
-func (n *Node) probe(name, id, addr string) {
-	defer n.wg.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ForwardTimeout)
-	resp, cert, err := n.peers.Hello(ctx, addr, n.helloOf())
+func (t *Table) probe(name, id, addr string) {
+	defer t.cfg.WG.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.Timeout)
+	resp, cert, err := t.cfg.Hello(ctx, addr)
 	cancel()
-	reason := n.helloMismatch(name, id, resp, cert, err)
-	n.membersMu.Lock()
-	if reason == "" && n.revokedSeenLocked(name) {
+	reason := t.mismatch(name, id, resp, cert, err)
+	t.mu.Lock()
+	if reason == "" && t.revokedSeenLocked(name) {
 		reason = "certificate revoked"
 	}
-	a := n.admit[name]
+	a := t.admit[name]
 	if a == nil || a.id != id || a.addr != addr {
-		n.membersMu.Unlock() // replaced meanwhile
+		t.mu.Unlock() // replaced meanwhile
 		return
 	}
 	a.probing = false
 	d := a.doubt
 	if d == nil {
-		n.membersMu.Unlock() // gossip agrees again
+		t.mu.Unlock() // gossip agrees again
 		return
 	}
 	d.last = time.Now()
@@ -151,10 +148,10 @@ func (n *Node) probe(name, id, addr string) {
 				a.overruled = d.claim.ID + "@" + d.claim.Addr
 			}
 		}
-		n.membersMu.Unlock()
+		t.mu.Unlock()
 		if first {
-			n.refused("gossip")
-			n.log.Warn("gossip says an admitted member "+what+", but it answers at its admitted address with its certificate: it stays in the ring",
+			t.cfg.Refused("gossip")
+			t.cfg.Log.Warn("gossip says an admitted member "+what+", but it answers at its admitted address with its certificate: it stays in the ring",
 				"member", name, "addr", addr, "instance", id)
 		}
 		return
@@ -164,15 +161,15 @@ func (n *Node) probe(name, id, addr string) {
 	}
 	claim := d.claim
 	if claim != nil {
-		n.membersMu.Unlock()
-		n.log.Info("member moved: its admitted address fails its probe; admitting its new address", "member", name, "addr", addr, "reason", reason, "new_addr", claim.Addr, "new_instance", claim.ID)
-		n.admitClaim(a, *claim, claim.Addr == addr)
+		t.mu.Unlock()
+		t.cfg.Log.Info("member moved: its admitted address fails its probe; admitting its new address", "member", name, "addr", addr, "reason", reason, "new_addr", claim.Addr, "new_instance", claim.ID)
+		t.admitClaim(a, *claim, claim.Addr == addr)
 		return
 	}
-	n.removeMemberLocked(name)
-	n.membersMu.Unlock()
-	n.log.Info("member dropped: gossip says it is gone, and its probe failed", "member", name, "addr", addr, "reason", reason)
-	n.signalMembers()
+	t.removeLocked(name)
+	t.mu.Unlock()
+	t.cfg.Log.Info("member dropped: gossip says it is gone, and its probe failed", "member", name, "addr", addr, "reason", reason)
+	t.Changed()
 }
 
 // admitClaim replaces the admitted identity old of a member, whose probe just
@@ -183,38 +180,38 @@ func (n *Node) probe(name, id, addr string) {
 // others hand the new instance the states they kept for it, see rebuild). If
 // the admission changed meanwhile, the newer one stands. redial: the claim is
 // at the address of the identity it replaces (see admission.redial).
-func (n *Node) admitClaim(old *admission, claim Member, redial bool) {
+func (t *Table) admitClaim(old *admission, claim Member, redial bool) {
 	if redial {
-		n.peers.Drop(claim.Addr)
+		t.cfg.Drop(claim.Addr)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ForwardTimeout)
-	resp, cert, err := n.peers.Hello(ctx, claim.Addr, n.helloOf())
+	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.Timeout)
+	resp, cert, err := t.cfg.Hello(ctx, claim.Addr)
 	cancel()
-	reason := n.helloMismatch(claim.Name, claim.ID, resp, cert, err)
-	n.membersMu.Lock()
-	if n.admit[claim.Name] != old {
-		n.membersMu.Unlock()
+	reason := t.mismatch(claim.Name, claim.ID, resp, cert, err)
+	t.mu.Lock()
+	if t.admit[claim.Name] != old {
+		t.mu.Unlock()
 		return
 	}
-	if reason == "" && n.secure && n.revokedSeenLocked(claim.Name) {
+	if reason == "" && t.cfg.Secure && t.revokedSeenLocked(claim.Name) {
 		reason = "certificate revoked"
 	}
-	n.departed[claim.Name] = time.Now() // its handoff may still arrive (see peerAllowed)
-	n.members[claim.Name] = claim
+	t.departed[claim.Name] = time.Now() // its handoff may still arrive (see MayCall)
+	t.members[claim.Name] = claim
 	now := time.Now()
 	a := &admission{id: claim.ID, addr: claim.Addr, state: StateAlive, last: now, proved: now}
 	if reason != "" {
 		a.state, a.reason = StateRefused, reason
 	}
-	n.admit[claim.Name] = a
-	n.membersMu.Unlock()
+	t.admit[claim.Name] = a
+	t.mu.Unlock()
 	if reason != "" {
-		n.refused("member")
-		n.log.Warn("member refused: it stays out of the ring", "member", claim.Name, "addr", claim.Addr, "reason", reason)
+		t.cfg.Refused("member")
+		t.cfg.Log.Warn("member refused: it stays out of the ring", "member", claim.Name, "addr", claim.Addr, "reason", reason)
 	} else {
-		n.log.Info("member admitted", "member", claim.Name, "addr", claim.Addr)
+		t.cfg.Log.Info("member admitted", "member", claim.Name, "addr", claim.Addr)
 	}
-	n.signalMembers()
+	t.Changed()
 }
 
 // claimMoved is called when gossip reports a live member m (not this node)
@@ -226,38 +223,25 @@ func (n *Node) admitClaim(old *admission, claim Member, redial bool) {
 // admitted, without waiting for gossip to find the old address dead. A claim
 // for a member that is not admitted replaces it (its Hello decides). Under
 // no lock; it does not block.
-func (n *Node) claimMoved(m Member) {
-	n.membersMu.Lock()
-	a := n.admit[m.Name]
+func (t *Table) claimMoved(m Member) {
+	t.mu.Lock()
+	a := t.admit[m.Name]
 	switch {
 	case a != nil && a.id == m.ID && a.addr == m.Addr:
-		n.membersMu.Unlock()
+		t.mu.Unlock()
 		return // gossip caught up with what is admitted
-	case a != nil && a.state == StateAlive && a.doubt == nil && time.Since(a.proved) < n.cfg.Gossip.ProbeInterval:
-		n.membersMu.Unlock()
+	case a != nil && a.state == StateAlive && a.doubt == nil && time.Since(a.proved) < t.cfg.ProbeInterval:
+		t.mu.Unlock()
 		return // it answered at its admitted address a moment ago
 	case a != nil && a.state == StateAlive:
-		n.doubtLocked(a, m.Name, true).claim = &m
+		t.doubtLocked(a, m.Name, true).claim = &m
 	case a == nil || a.state == StateRefused:
-		n.members[m.Name] = m
-		n.admit[m.Name] = &admission{id: m.ID, addr: m.Addr, state: StateJoining, redial: a != nil && a.addr == m.Addr}
+		t.members[m.Name] = m
+		t.admit[m.Name] = &admission{id: m.ID, addr: m.Addr, state: StateJoining, redial: a != nil && a.addr == m.Addr}
 	default: // joining: its handshake, under way, decides first
-		n.membersMu.Unlock()
+		t.mu.Unlock()
 		return
 	}
-	n.membersMu.Unlock()
-	n.signalMembers()
-}
-
-// helloOf is this node's side of a Hello.
-func (n *Node) helloOf() transport.Hello {
-	return transport.Hello{ClusterLabel: n.cfg.ClusterLabel, Member: n.cfg.Name, ProtocolVersion: transport.ProtocolVersion, InstanceID: n.id}
-}
-
-// helloMismatch returns why the answer (resp, over a connection whose
-// certificate names cert, or err) to a Hello sent to member name, instance
-// id, does not prove that identity; "" when it does (see
-// membership.HelloMismatch).
-func (n *Node) helloMismatch(name, id string, resp transport.Hello, cert string, err error) string {
-	return membership.HelloMismatch(n.cfg.ClusterLabel, name, id, n.secure, resp, cert, err)
+	t.mu.Unlock()
+	t.Changed()
 }
