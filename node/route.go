@@ -6,7 +6,6 @@ package node
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
@@ -345,16 +344,10 @@ func (n *Node) decideFallback(c Check, rs *ringState) (Decision, error) {
 			return Decision{}, err
 		}
 	case FailOpen, FailClosed:
-		var fresh algo.State
-		full, err := fresh.Take(now, 0, c.Limit)
+		var err error
+		d, err = route.Fail(c.Limit, now, n.cfg.OwnerUnreachable == FailOpen, n.cfg.ForwardTimeout)
 		if err != nil {
 			return Decision{}, err
-		}
-		d = full
-		d.Allowed = n.cfg.OwnerUnreachable == FailOpen
-		if !d.Allowed {
-			d.Remaining = 0
-			d.RetryAfter = n.cfg.ForwardTimeout
 		}
 	}
 	n.observe(c.Limit.Kind, RouteFallback, d.Allowed)
@@ -378,18 +371,13 @@ func (n *Node) decideViaBackup(ctx context.Context, rs *ringState, c Check, h ui
 		n.observe(c.Limit.Kind, RouteBackup, d.Allowed)
 		return Decision{Decision: d, Route: RouteBackup, Owner: n.cfg.Name, Banned: ban}, nil
 	}
-	if n.breakers.Skip(b.Name) {
-		return Decision{}, errNoBackup
-	}
-	res, err := n.peers.Forward(ctx, b.Addr, c.wire(true))
+	res, ok, err := n.toPeers().ToBackup(ctx, b, c.wire(true))
 	switch {
-	case err != nil && ctx.Err() != nil:
-		return Decision{}, ctx.Err()
 	case err != nil:
-		n.breakers.Fail(b.Name)
+		return Decision{}, err
+	case !ok:
 		return Decision{}, errNoBackup
 	case res.Code == transport.CodeOK:
-		n.breakers.Reset(b.Name)
 		route := RouteForwarded // the backup reached the owner itself
 		if res.Route == transport.RouteBackup {
 			route = RouteBackup
@@ -399,7 +387,6 @@ func (n *Node) decideViaBackup(ctx context.Context, rs *ringState, c Check, h ui
 	case res.Code == transport.CodeInvalidArgument:
 		return Decision{}, refusedByPeer(b.Name, res.Message)
 	case res.Code == transport.CodeResourceExhausted:
-		n.breakers.Reset(b.Name)
 		return Decision{}, fullAt(b.Name+" (the key's backup, or the owner it asked)", res)
 	case res.Code == transport.CodeNotOwner:
 		return Decision{}, errNotOwner
@@ -444,10 +431,9 @@ func (n *Node) decideAsBackup(ctx context.Context, c Check, h uint64) (algo.Deci
 
 // forwardAsBackup answers a check sent to this node as the key's backup
 // (transport.Check.AsBackup). If this node owns the key now, it decides as
-// owner. If it is the key's backup, it first asks the owner itself (unless its
-// own breaker skips the owner): the sender may be cut off from an owner that
-// is alive, and only the owner's decision is exact. If the owner cannot be
-// reached from here either, it decides on its replica (RouteBackup).
+// owner. If it is the key's backup, it first asks the owner itself (see
+// route.Peers.AskOwner); if the owner cannot be reached from here either, it
+// decides on its replica (RouteBackup).
 func (n *Node) forwardAsBackup(ctx context.Context, c transport.Check) transport.Result {
 	c.AsBackup = false
 	rs := n.rs.Load()
@@ -459,33 +445,8 @@ func (n *Node) forwardAsBackup(ctx context.Context, c transport.Check) transport
 	if b, isB := rs.backupOfHash(h); !ok || !isB || b.Name != n.cfg.Name || rs.leaving {
 		return transport.Result{Code: transport.CodeNotOwner, Message: "not the key's backup"}
 	}
-	if !n.breakers.Skip(owner.Name) {
-		// At most half of what the sender left us (and of ForwardTimeout): an
-		// owner that is gone without a reset (a killed container, a cut cable)
-		// must not make the sender's forward to this backup time out too,
-		// which would send the check to the local fallback.
-		wait := n.cfg.ForwardTimeout / 2
-		if dl, ok := ctx.Deadline(); ok {
-			wait = min(wait, time.Until(dl)/2)
-		}
-		octx, cancel := context.WithTimeout(ctx, wait)
-		// The key is the inbound batch's, whose bytes the server reuses once
-		// Forward returns (see transport.PeerHandler); a forward that gives up
-		// at octx's end may still be sent later, so it gets a copy.
-		c.Key = strings.Clone(c.Key)
-		res, err := n.peers.Forward(octx, owner.Addr, c)
-		cancel()
-		switch {
-		case err == nil && (res.Code == transport.CodeOK || res.Code == transport.CodeInvalidArgument || res.Code == transport.CodeResourceExhausted):
-			n.breakers.Reset(owner.Name)
-			return res
-		case err == nil && res.Code == transport.CodeNotOwner:
-			return res // the rings disagree: the sender routes again
-		case err != nil && ctx.Err() != nil:
-			return transport.Result{Code: transport.CodeUnavailable, Message: ctx.Err().Error()}
-		case err != nil:
-			n.breakers.Fail(owner.Name)
-		}
+	if res, done := n.toPeers().AskOwner(ctx, owner, c, n.cfg.ForwardTimeout); done {
+		return res
 	}
 	d, ban, err := n.decideAsBackup(ctx, checkFromWire(&c), h)
 	if err != nil {
@@ -493,6 +454,9 @@ func (n *Node) forwardAsBackup(ctx context.Context, c transport.Check) transport
 	}
 	return transport.Result{Decision: d, Route: transport.RouteBackup, Owner: n.cfg.Name, Code: transport.CodeOK, Banned: ban}
 }
+
+// toPeers is the peer pool with the per-peer breaker, for the backup routes.
+func (n *Node) toPeers() route.Peers { return route.Peers{Pool: n.peers, Breakers: n.breakers} }
 
 // fullAt is the *KeyTableFullError of a check that the peer who (its name and
 // role) refused with CodeResourceExhausted: its Text and RetryAfter.

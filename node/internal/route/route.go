@@ -1,9 +1,16 @@
 // Package route holds what of a check's way needs no node: the share of a
-// limit each member takes when the ring falls back on local limiters. The
-// node resolves owners, forwards and decides.
+// limit each member takes when the ring falls back on local limiters, the
+// decision of the fail-open and fail-closed policies, and the forwards to a
+// key's backup and, from the backup, to its owner, with the per-peer circuit
+// breaker (Peers). The node resolves owners and backups in its ring and
+// decides.
 package route
 
-import "github.com/ringlimit/ringlimit/algo"
+import (
+	"time"
+
+	"github.com/ringlimit/ringlimit/algo"
+)
 
 // Share returns one member's share of l when the members of the ring fall
 // back on local limiters together: Limit (and Burst, or GCRA's capacity
@@ -25,4 +32,23 @@ func Share(l algo.Limit, members int) algo.Limit {
 		s.Burst = div(l.Burst)
 	}
 	return s
+}
+
+// Fail is the decision of a check of limit l at now (Unix ns) whose owner
+// cannot be reached, under the FailOpen (open) or FailClosed policy: what a
+// fresh state would answer, allowed when open; when closed, denied with
+// Remaining 0 and RetryAfter retry (the node's ForwardTimeout). The error is
+// l's (algo.State.Take).
+func Fail(l algo.Limit, now int64, open bool, retry time.Duration) (algo.Decision, error) {
+	var fresh algo.State
+	d, err := fresh.Take(now, 0, l)
+	if err != nil {
+		return algo.Decision{}, err
+	}
+	d.Allowed = open
+	if !open {
+		d.Remaining = 0
+		d.RetryAfter = retry
+	}
+	return d, nil
 }
