@@ -271,7 +271,7 @@ func (replicaPeer) Replicate(context.Context, TransferBatch) ([]uint64, error) {
 // benchStates returns n GCRA states of about 10 bytes each, as node sends
 // them: by key hash without the key (replication), or with a key of about 20
 // bytes too (withKeys, a handoff of a caller that keeps keys).
-func benchStates(b *testing.B, n int, withKeys bool) []KeyState {
+func benchStates(b testing.TB, n int, withKeys bool) []KeyState {
 	l := algo.Limit{Kind: algo.GCRA, Burst: 15, Limit: 30, Period: time.Minute}
 	const now = 1_700_000_000_000_000_000
 	out := make([]KeyState, n)

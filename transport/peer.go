@@ -41,6 +41,10 @@ import (
 // flight until its message is written) and goes back to free only when the last
 // lets go. A caller that gave up (its ctx ended) lets go at once; the batch's
 // late answer is then matched by id, which is never reused, and dropped.
+//
+// A peer not used for ClientConfig.IdleTimeout closes its streams (idle, see
+// idleFired); gRPC then closes the idle connection, and the next use opens
+// both again.
 type peer struct {
 	cfg    *ClientConfig
 	codec  wireCodec
@@ -52,6 +56,7 @@ type peer struct {
 	codecOpts []grpc.CallOption
 	timer     *time.Timer // flushes cur after BatchMaxWait; fires into timerFired
 	expiry    *time.Timer // fails live batches at their deadline; fires into expiryFired
+	idle      *time.Timer // closes the streams once unused for IdleTimeout; fires into idleFired
 	free      sync.Pool   // *batch no longer referred to, for reuse
 	repl      replLink    // the replication stream (see sendReplica)
 
@@ -65,6 +70,8 @@ type peer struct {
 	nextID      uint64     // last batch id used
 	live        batchList  // batches not done, oldest (earliest deadline) first
 	expiryArmed bool       // expiry is set for the deadline of some live batch
+	lastUse     time.Time  // when the last batch opened
+	idleArmed   bool       // idle is set
 	closed      bool
 }
 
@@ -90,6 +97,8 @@ func newPeer(cfg *ClientConfig, codec wireCodec, addr string, conn *grpc.ClientC
 	pe.timer.Stop()
 	pe.expiry = time.AfterFunc(time.Hour, pe.expiryFired)
 	pe.expiry.Stop()
+	pe.idle = time.AfterFunc(time.Hour, pe.idleFired)
+	pe.idle.Stop()
 	return pe
 }
 
@@ -103,7 +112,10 @@ func (pe *peer) add(c Check) (b *batch, i int, ok bool) {
 	}
 	b = pe.cur
 	if b == nil {
-		b = pe.newBatchLocked(time.Now())
+		now := time.Now()
+		b = pe.newBatchLocked(now)
+		pe.lastUse = now
+		pe.armIdleLocked()
 		pe.live.push(b)
 		if !pe.expiryArmed {
 			// Armed for an older batch otherwise, whose deadline comes first.
@@ -127,6 +139,71 @@ func (pe *peer) add(c Check) (b *batch, i int, ok bool) {
 	pe.mu.Unlock()
 	pe.sendAll(s, out)
 	return b, i, true
+}
+
+// armIdleLocked sets the idle timer if it is not set: the peer was used.
+func (pe *peer) armIdleLocked() {
+	if !pe.idleArmed {
+		pe.idleArmed = true
+		pe.idle.Reset(pe.cfg.IdleTimeout)
+	}
+}
+
+// touch records a use of the peer other than a forwarded check (a
+// replication send): the idle timer is set if it is not.
+func (pe *peer) touch() {
+	pe.mu.Lock()
+	if !pe.closed {
+		pe.armIdleLocked()
+	}
+	pe.mu.Unlock()
+}
+
+// idleFired closes what of the peer went unused for IdleTimeout: the
+// ForwardStream, once no batch opened for that long and none is open, queued
+// or in flight (it is detached under mu, so the next batch opens a new
+// stream and nothing is ever sent on the closed one), and the replication
+// stream, once no send began for that long and none is under way. With
+// neither stream open, gRPC's idle mode closes the connection IdleTimeout
+// later. It sets the timer again while a stream stays open.
+func (pe *peer) idleFired() {
+	pe.mu.Lock()
+	if pe.closed {
+		pe.mu.Unlock()
+		return
+	}
+	idle := pe.cfg.IdleTimeout
+	now := time.Now()
+	busy := pe.cur != nil || len(pe.ready) > 0 || pe.live.head != nil || pe.unaryCount > 0
+	var s *fwdStream
+	if st := pe.stream; st != nil && st.open && len(st.inflight) == 0 && !busy && now.Sub(pe.lastUse) >= idle {
+		s = st
+		pe.stream = nil
+	}
+	replLast, replOpen := pe.repl.closeIdle(now, idle)
+	var next time.Duration
+	if pe.stream != nil {
+		if next = idle - now.Sub(pe.lastUse); next <= 0 {
+			next = idle // busy: look again later
+		}
+	}
+	if replOpen {
+		w := idle - now.Sub(replLast)
+		if w <= 0 {
+			w = idle // a send under way
+		}
+		if next == 0 || w < next {
+			next = w
+		}
+	}
+	pe.idleArmed = next > 0
+	if pe.idleArmed {
+		pe.idle.Reset(next)
+	}
+	pe.mu.Unlock()
+	if s != nil {
+		s.cancel() // its receive loop ends it; nothing was in flight on it
+	}
 }
 
 // idleLocked reports whether nothing is in flight or queued to the peer, so
@@ -553,6 +630,7 @@ func (pe *peer) close(err error) {
 	pe.mu.Unlock()
 	pe.timer.Stop()
 	pe.expiry.Stop()
+	pe.idle.Stop()
 	for _, b := range failed {
 		pe.finish(b, b.opened, err)
 	}

@@ -41,6 +41,7 @@ type replLink struct {
 	active   bool               // a send is under way
 	expired  error              // why the watchdog cancelled the current send, or nil
 	closed   bool               // the peer is closed: no more sends
+	lastUse  time.Time          // when the last send began
 }
 
 // sendReplica sends req, a replication request, on the peer's replication
@@ -74,6 +75,7 @@ func (pe *peer) sendReplica(ctx context.Context, req *xferRequest, needFull []ui
 	l.seq++
 	seq := l.seq
 	l.active, l.expired = true, nil
+	l.lastUse = time.Now()
 	cs := l.cs
 	var sctx context.Context
 	if cs == nil {
@@ -81,6 +83,7 @@ func (pe *peer) sendReplica(ctx context.Context, req *xferRequest, needFull []ui
 		l.answered = false
 	}
 	l.mu.Unlock()
+	pe.touch() // the peer's idle timer (see peer.idleFired)
 	stop := context.AfterFunc(cctx, func() { l.expire(seq, cctx) })
 
 	var err error
@@ -144,6 +147,28 @@ func (l *replLink) expire(seq uint64, ctx context.Context) {
 	}
 	l.expired = ctx.Err()
 	l.cancel()
+}
+
+// closeIdle closes the stream if no send is under way and none began within
+// idle before now; the next send opens a new one. It returns when the last
+// send began and whether a stream (or a send) is still open.
+func (l *replLink) closeIdle(now time.Time, idle time.Duration) (last time.Time, open bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.active {
+		return l.lastUse, true
+	}
+	if l.cs == nil {
+		return l.lastUse, false
+	}
+	if now.Sub(l.lastUse) < idle {
+		return l.lastUse, true
+	}
+	if l.cancel != nil {
+		l.cancel()
+	}
+	l.cs, l.cancel = nil, nil
+	return l.lastUse, false
 }
 
 // busy reports whether a replication send is under way on the link.
