@@ -3,11 +3,16 @@ package cluster_test
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/node"
 	"github.com/ringlimit/ringlimit/node/nodetest"
+	"github.com/ringlimit/ringlimit/transport"
 )
 
 // BenchmarkFleetCheck is BenchmarkCluster3 (secure, asynchronous replication,
@@ -76,4 +81,55 @@ func startClusterWithin(t testing.TB, size int, within time.Duration, mod func(*
 		}
 	})
 	return c.Nodes()
+}
+
+// BenchmarkFleetAtRest measures what a member holds for its peers once the
+// load stops: at 10 and 30 members (secure, asynchronous replication,
+// DefaultConfig timings), the 64 callers of BenchmarkFleetCheck make 20,000
+// checks, then the cluster rests. It reports goroutines/member and
+// heap-MB/member right after the load (busy-) and after two
+// transport.DefaultIdleTimeout of rest (rest-), when every peer connection
+// that carried nothing since has been let go (transport.ClientConfig.IdleTimeout):
+//
+//	go test -run '^$' -bench 'FleetAtRest' -benchtime 1x -cpu 2 ./cluster_test/
+func BenchmarkFleetAtRest(b *testing.B) {
+	for _, size := range []int{10, 30} {
+		b.Run(fmt.Sprintf("members=%d", size), func(b *testing.B) {
+			nodes := startClusterWithin(b, size, 5*time.Minute, func(c *node.Config) {
+				def := node.DefaultConfig()
+				c.IdleScanInterval, c.ForwardTimeout, c.HandoffTimeout = def.IdleScanInterval, def.ForwardTimeout, def.HandoffTimeout
+				c.CloseTimeout, c.RejoinInterval, c.Gossip, c.AdmissionRetry = def.CloseTimeout, def.RejoinInterval, def.Gossip, def.AdmissionRetry
+			})
+			perMember := func() (gor, heapMB float64) {
+				var ms runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&ms)
+				return float64(runtime.NumGoroutine()) / float64(size), float64(ms.HeapInuse) / float64(size) / (1 << 20)
+			}
+			l := algo.Limit{Kind: algo.GCRA, Burst: 1000, Limit: 1000, Period: time.Second}
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			for g := range 64 {
+				wg.Go(func() {
+					n := nodes[g%size]
+					for i := next.Add(1); i <= 20_000; i = next.Add(1) {
+						if _, err := n.Allow(context.Background(), fmt.Sprintf("bench:%d", i), l); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			busyG, busyH := perMember()
+			// Streams close IdleTimeout after their last use, connections
+			// IdleTimeout after that: the rest is what is measured.
+			time.Sleep(2*transport.DefaultIdleTimeout + 10*time.Second)
+			restG, restH := perMember()
+			b.ReportMetric(busyG, "busy-goroutines/member")
+			b.ReportMetric(busyH, "busy-heap-MB/member")
+			b.ReportMetric(restG, "rest-goroutines/member")
+			b.ReportMetric(restH, "rest-heap-MB/member")
+		})
+	}
 }
