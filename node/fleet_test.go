@@ -212,6 +212,11 @@ func runFleet(t *testing.T, size, callers int, seed uint64, spin bool) fleetResu
 	mn := newMemNet()
 	base := testConfig()
 	base.peerNet = mn
+	if os.Getenv("RINGLIMIT_FLEET_GOSSIP") == "lan" {
+		// DefaultConfig's timings, as a fleet on a LAN runs, instead of
+		// FastGossip's.
+		base.Gossip = DefaultConfig().Gossip
+	}
 	logs := &countingHandler{counts: map[string]int{}}
 	base.Logger = slog.New(logs)
 	start := time.Now()
