@@ -107,6 +107,8 @@ type entry struct {
 	// answered is closed when the request in flight is answered (Install);
 	// nil when none is in flight.
 	answered chan struct{}
+	// leasedUntil is the end of the last grant installed (0: none yet).
+	leasedUntil int64
 	// slice is the hits of the last grant (with those it renewed).
 	slice  int64
 	owner  string
@@ -195,7 +197,7 @@ func (t *Table) Decide(h uint64, l algo.Limit, hits, now int64, out *Answer) (ok
 		// half of the lease's time, while the key is hot. The next slice is
 		// asked for in the background while this one serves the checks, and
 		// the renewal hands back the rest of the lease that ends last.
-		if asking || e.rate < t.threshold || (total-hits)*2 >= e.slice && (last-now)*2 >= t.period {
+		if asking || !e.hot(now, t) || (total-hits)*2 >= e.slice && (last-now)*2 >= t.period {
 			return true, 0, epoch
 		}
 		for i := range e.grants {
@@ -207,7 +209,7 @@ func (t *Table) Decide(h uint64, l algo.Limit, hits, now int64, out *Answer) (ok
 	}
 	// No lease that can admit the check: it is forwarded, and asks for a
 	// lease when the key is hot and no request is in flight.
-	if asking || e.rate < t.threshold {
+	if asking || !e.hot(now, t) {
 		return false, 0, epoch
 	}
 	return false, e.ask(t, hits, now, t.period), epoch
@@ -227,12 +229,26 @@ func (t *Table) Pending(h uint64, l algo.Limit) <-chan struct{} {
 	return nil
 }
 
+// hot reports whether e's key is hot enough at now to ask for a lease: its
+// rate is at the threshold, or it held a lease that ended less than
+// relapse periods ago. A member whose lease ran out forwards its checks,
+// and under load each forward may take long enough that its callers'
+// rate falls under the threshold (a closed loop checks only as fast as it
+// is answered); without the second rule it would then never lease again.
+func (e *entry) hot(now int64, t *Table) bool {
+	return e.rate >= t.threshold || e.leasedUntil != 0 && now-e.leasedUntil < relapse*t.period
+}
+
+// relapse is how many lease periods after its last lease ended a member
+// keeps asking for leases of a key whatever its rate (entry.hot).
+const relapse = 10
+
 // ask sizes the next request of e at now for a check of hits and records
 // it as in flight: twice the rate × period, so that, renewed when half is
 // left, a slice lasts about a period from there, time for the next grant
 // to arrive before this one runs out.
 func (e *entry) ask(t *Table, hits, now, period int64) int64 {
-	ask := int64(2 * e.rate * float64(period) / float64(time.Second))
+	ask := int64(2 * max(e.rate, t.threshold) * float64(period) / float64(time.Second))
 	e.asked = now
 	e.answered = make(chan struct{})
 	t.inFlight.Add(1)
@@ -387,6 +403,7 @@ func (t *Table) Install(h uint64, l algo.Limit, epoch uint64, sent int64, g Gran
 	}
 	e.grants[j] = ng
 	e.owner, e.slice = g.Owner, ng.left
+	e.leasedUntil = max(e.leasedUntil, ng.end)
 	t.granted.Add(1)
 }
 

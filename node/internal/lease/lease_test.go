@@ -400,3 +400,46 @@ func TestPendingClosedByTheAnswer(t *testing.T) {
 		t.Fatal("still pending after the answer")
 	}
 }
+
+// A member whose lease ran out asks for the next one even though its rate
+// fell under the threshold (its checks were forwarded, slowly), for
+// relapse periods after the lease ended; a member that never held one, or
+// held one long ago, asks only from the threshold on.
+func TestRelapseAsksUnderTheThreshold(t *testing.T) {
+	t.Parallel()
+	period := 100 * time.Millisecond
+	tb := New(Config{Size: 8, Threshold: 100, Period: period})
+	l := algo.Limit{Kind: algo.GCRA, Limit: 1000, Period: time.Second, Burst: 999}
+	var a Answer
+	// Never leased: 10 checks/s ask for nothing.
+	for i := range 5 {
+		if _, ask, _ := tb.Decide(3, l, 1, t0+int64(i)*100*ms, &a); ask != 0 {
+			t.Fatalf("check %d at 10/s, never leased: ask %d, want none", i, ask)
+		}
+	}
+	_, epoch := hot(t, tb, 5, l, t0)
+	tb.Install(5, l, epoch, t0, Grant{Hits: 1, For: period, ID: 1, Owner: "o"})
+	if ok, ask, epoch := tb.Decide(5, l, 1, t0+ms, &a); !ok || ask == 0 {
+		t.Fatalf("the lease's one hit: ok %v ask %d, want admitted with a renewal", ok, ask)
+	} else {
+		tb.Answered(5, l, epoch, t0+ms, 0, 0, "") // nothing to spare
+	}
+	// The lease is used up and ends; checks come at 10/s.
+	now := t0 + 200*ms
+	for i := range 3 {
+		now += 100 * ms
+		_, ask, epoch := tb.Decide(5, l, 1, now, &a)
+		if ask == 0 {
+			t.Fatalf("check %d at 10/s after a lease: no ask", i)
+		}
+		tb.Answered(5, l, epoch, now, 0, 0, "")
+		now += int64(period / 4) // past the quiet time
+	}
+	now += relapse * int64(period)
+	for i := range 3 {
+		now += 100 * ms
+		if _, ask, _ := tb.Decide(5, l, 1, now, &a); ask != 0 {
+			t.Fatalf("check %d at 10/s, %d periods after the lease: ask %d, want none", i, relapse, ask)
+		}
+	}
+}
