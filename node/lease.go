@@ -108,7 +108,9 @@ type LeaseConfig struct {
 	// (checks per second, measured over Period) from which it asks the
 	// key's owner for leases. Default 100. Lower values lend capacity to
 	// members that check a key rarely, which costs more under-admission
-	// than it saves forwards.
+	// than it saves forwards. A member whose lease of the key ended less
+	// than ten periods ago asks whatever its rate (its forwarded checks may
+	// be answered too slowly for its callers to reach the threshold).
 	Threshold float64
 	// Period is the longest a lease lives and what a slice is sized for:
 	// a member asks for twice its observed rate × Period hits (it asks for
