@@ -589,3 +589,60 @@ func TestLeaseRenewalNeverOverAdmits(t *testing.T) {
 		})
 	}
 }
+
+// At fleet size: nine members check one hot key owned by a tenth, each at a
+// steady rate. Once each holds its first lease, every check on every one of
+// them is decided from a lease (the renewals go in the background), and
+// the owner receives only the renewals: at most one forward message per
+// 20 checks of its lessees.
+func TestLeaseRenewedAheadTenMembers(t *testing.T) {
+	t.Parallel()
+	clk := newManualClock()
+	mn, nodes := memCluster(t, 10, func(c *Config) { leasesOn(c); c.Clock = clk.now })
+	owner := nodes[0]
+	key := keyOwnedBy(t, nodes[1], owner)
+	l := algo.Limit{Kind: algo.TokenBucket, Limit: 10_000_000, Period: time.Second, Burst: 10_000_000}
+	lessees := nodes[1:]
+	leaseUp(t, clk, key, l, lessees...)
+	// The first lessees' leases ended while the others leased up: a round
+	// of checks on every member brings each back to a lease.
+	for range 200 {
+		clk.add(time.Millisecond)
+		for _, n := range lessees {
+			if _, err := n.Allow(context.Background(), key, l); err != nil {
+				t.Fatal(err)
+			}
+			awaitRenewals(t, n)
+		}
+	}
+	var sent int64
+	for _, n := range lessees {
+		sent += mn.forwarded(n, owner)
+	}
+	var routes [RouteLease + 1]int
+	const rounds = 1000 // 1 s at 1,000 checks/s per member: 10 lease periods
+	for range rounds {
+		clk.add(time.Millisecond)
+		for _, n := range lessees {
+			d, err := n.Allow(context.Background(), key, l)
+			if err != nil || !d.Allowed {
+				t.Fatalf("%s: %+v, %v; want admitted", n.Name(), d, err)
+			}
+			routes[d.Route]++
+		}
+		for _, n := range lessees {
+			awaitRenewals(t, n)
+		}
+	}
+	if want := rounds * len(lessees); routes[RouteLease] != want {
+		t.Errorf("routes %v: %d of %d checks from leases, want all", routes, routes[RouteLease], want)
+	}
+	var msgs int64
+	for _, n := range lessees {
+		msgs += mn.forwarded(n, owner)
+	}
+	if msgs -= sent; msgs*20 > int64(rounds*len(lessees)) {
+		t.Errorf("the owner received %d forwards for %d checks of its lessees, want at most 1 per 20", msgs, rounds*len(lessees))
+	}
+	t.Logf("%d forwards to the owner for %d checks", msgs, rounds*len(lessees))
+}
