@@ -149,12 +149,12 @@ type ClientConfig struct {
 	// IdleTimeout is how long a peer may go without a forwarded check and
 	// without a replication send before the Pool closes its ForwardStream
 	// and ReplicateStream; once no RPC has been open on the connection for
-	// IdleTimeout more, gRPC closes the connection too (its idle mode), so a
-	// member keeps connections, goroutines and buffers only for the peers it
-	// talks to. The next check or send to the peer opens them again (a new
-	// TCP connection and TLS handshake, about a millisecond of latency once).
-	// Nothing queued or in flight is ever cut: a stream is closed only while
-	// nothing is on it. Default DefaultIdleTimeout (1 min).
+	// one to two IdleTimeouts more, gRPC closes the connection too (its idle
+	// mode), so a member keeps connections, goroutines and buffers only for
+	// the peers it talks to. The next check or send to the peer opens them
+	// again (a new TCP connection and TLS handshake). Nothing queued or in
+	// flight is ever cut: a stream is closed only while nothing is on it.
+	// Default DefaultIdleTimeout (1 min).
 	IdleTimeout time.Duration
 }
 
