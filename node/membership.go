@@ -83,33 +83,10 @@ func advertiseHost(cfg Config) (string, error) {
 }
 
 func (n *Node) startGossip(host string) error {
-	mc := memberlist.DefaultLANConfig()
-	mc.Name = n.cfg.Name
-	mc.BindAddr = n.cfg.BindAddr
-	mc.BindPort = n.cfg.GossipPort
-	mc.AdvertiseAddr = host
-	mc.AdvertisePort = n.cfg.GossipPort
-	mc.Label = n.cfg.ClusterLabel
-	mc.SecretKey = n.cfg.SecretKey
-	g := n.cfg.Gossip
-	mc.ProbeInterval = g.ProbeInterval
-	mc.ProbeTimeout = g.ProbeTimeout
-	mc.GossipInterval = g.GossipInterval
-	mc.PushPullInterval = g.PushPullInterval
-	mc.SuspicionMult = g.SuspicionMult
-	mc.SuspicionMaxTimeoutMult = g.SuspicionMaxTimeoutMult
-	mc.TCPTimeout = g.TCPTimeout
-	mc.DeadNodeReclaimTime = g.DeadNodeReclaimTime
-	// memberlist compresses every message by default (LZW), probes and acks
-	// included: a new 64 KiB table per packet, 11% of the CPU of a 20-member
-	// fleet test under load, and the acks it delays make live members look
-	// dead. Gossip messages are a few hundred bytes; a member still reads
-	// the compressed ones of older members.
-	mc.EnableCompression = false
-	d := membership.Delegate{T: n.mem, Meta: membership.EncodeMeta(n.grpcAddr, n.id)}
-	mc.Delegate, mc.Events, mc.Conflict = d, d, d
-	mc.Logger = nil
-	mc.LogOutput = membership.LogWriter{Log: n.log}
+	mc := membership.Gossip{
+		Name: n.cfg.Name, BindAddr: n.cfg.BindAddr, AdvertiseAddr: host, Port: n.cfg.GossipPort,
+		Label: n.cfg.ClusterLabel, SecretKey: n.cfg.SecretKey, Timings: membership.Timings(n.cfg.Gossip),
+	}.Config(membership.Delegate{T: n.mem, Meta: membership.EncodeMeta(n.grpcAddr, n.id)}, n.log)
 	if n.cfg.cutNet != nil {
 		if err := n.cfg.cutNet.gossip(n, mc); err != nil {
 			return fmt.Errorf("node: gossip: %w", err)

@@ -149,3 +149,21 @@ func TestTableRefusesWrongLabel(t *testing.T) {
 		t.Fatalf("RefusedCount %d, want 1", k)
 	}
 }
+
+// Gossip.Config sets memberlist's LAN preset to the node's fields: one port
+// bound and advertised, the timings, no compression, the Delegate's hooks.
+func TestGossipConfig(t *testing.T) {
+	t.Parallel()
+	tb, _, _ := newTestTable(t, true)
+	mc := Gossip{Name: "me", BindAddr: "0.0.0.0", AdvertiseAddr: "10.0.0.9", Port: 7946, Label: "c",
+		Timings: Timings{ProbeInterval: 200 * time.Millisecond, SuspicionMult: 4}}.Config(Delegate{T: tb}, tb.cfg.Log)
+	if mc.BindPort != 7946 || mc.AdvertisePort != 7946 || mc.AdvertiseAddr != "10.0.0.9" || mc.Label != "c" {
+		t.Fatalf("addresses: bind %d, advertise %s:%d, label %q", mc.BindPort, mc.AdvertiseAddr, mc.AdvertisePort, mc.Label)
+	}
+	if mc.ProbeInterval != 200*time.Millisecond || mc.SuspicionMult != 4 || mc.EnableCompression {
+		t.Fatalf("probe interval %v, suspicion mult %d, compression %v; want 200ms, 4, false", mc.ProbeInterval, mc.SuspicionMult, mc.EnableCompression)
+	}
+	if _, ok := mc.Events.(Delegate); !ok {
+		t.Fatalf("events delegate %T, want Delegate", mc.Events)
+	}
+}
