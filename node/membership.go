@@ -120,8 +120,8 @@ type cutNet interface {
 // node) are in the ring; StateJoining and StateRefused members (Reason says
 // why) own no key. In secure mode an admitted member that gossip says left,
 // died or moved is listed as admitted, with a Reason, while it answers its
-// probes (see doubt.go); a claim of its name at another address is not
-// listed meanwhile.
+// probes (see "Membership and admission" in docs/architecture.md); a claim
+// of its name at another address is not listed meanwhile.
 func (n *Node) Members() []Member {
 	l := n.mem.List()
 	out := make([]Member, len(l))
