@@ -403,16 +403,20 @@ func ringGaps(nodes []*Node) string {
 	}
 	var out []string
 	for _, n := range nodes {
+		seen := map[string]Member{}
+		for _, m := range n.Members() {
+			seen[m.Name] = m
+		}
 		in := map[string]bool{}
 		for _, m := range n.rs.Load().snap.Members() {
 			in[m.Name] = true
 			if !want[m.Name] {
-				out = append(out, fmt.Sprintf("%s's ring has %s, closed", n.Name(), m.Name))
+				why := "absent from its gossip"
+				if g, ok := seen[m.Name]; ok {
+					why = fmt.Sprintf("gossip: %s %s", g.State, g.Reason)
+				}
+				out = append(out, fmt.Sprintf("%s's ring has %s, closed (%s)", n.Name(), m.Name, why))
 			}
-		}
-		seen := map[string]Member{}
-		for _, m := range n.Members() {
-			seen[m.Name] = m
 		}
 		for name := range want {
 			if in[name] {
