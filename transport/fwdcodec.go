@@ -15,6 +15,10 @@ import (
 // This file is ForwardStream's messages: fwdRequest and fwdResponse
 // encoded from and decoded into []Check and []Result with protowire (see
 // wireCodec in codec.go).
+//
+// fwdcodec.go is over 600 lines because a message's encoder, its size and its
+// decoder (with the per-check refusals) are kept together, request beside
+// response, so that each can be read against the proto fields it writes.
 
 // fwdRequest is a ForwardRequest of the stream. The sender fills id, timeout
 // and checks. The receiver sets maxKeyLen before decoding; decode then fills

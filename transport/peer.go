@@ -45,6 +45,11 @@ import (
 // A peer not used for ClientConfig.IdleTimeout closes its streams (idle, see
 // idleFired); gRPC then closes the idle connection, and the next use opens
 // both again.
+//
+// peer.go is over 600 lines because the batch state machine (open, ready, in
+// flight, done), its one expiry timer, the stream's receive loop and the idle
+// close all move batches under the same mu; split apart they would hide who
+// may move a batch when.
 type peer struct {
 	cfg    *ClientConfig
 	codec  wireCodec
