@@ -215,15 +215,7 @@ func TestPartitionHealReforms(t *testing.T) {
 	base.AdmissionRetry = DefaultConfig().AdmissionRetry
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := startCluster(ctx, 3, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, n := range c.Nodes() {
-			n.Abort()
-		}
-	})
+	c := startClusterAborted(ctx, t, 3, base)
 	nodes := c.Nodes()
 	far := nodes[2]
 	pn.isolate(far.Name())
@@ -274,15 +266,7 @@ func TestRestartAtNewAddressOldOneSilent(t *testing.T) {
 	base.Replication = ReplicationSync
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := startCluster(ctx, 3, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, n := range c.Nodes() {
-			n.Abort()
-		}
-	})
+	c := startClusterAborted(ctx, t, 3, base)
 	nodes := c.Nodes()
 	l := algo.Limit{Kind: algo.SlidingWindowLog, Limit: 5, Period: time.Hour}
 	keys := make([]string, 90)

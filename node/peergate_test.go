@@ -106,15 +106,7 @@ func TestPeerDenyListRevokes(t *testing.T) {
 	base.PeerDenyFile = deny
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := startCluster(ctx, 3, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, n := range c.Nodes() {
-			n.Abort()
-		}
-	})
+	c := startClusterAborted(ctx, t, 3, base)
 	a := c.Nodes()[0]
 	l := algo.Limit{Kind: algo.GCRA, Limit: 10, Period: time.Hour, Burst: 9}
 

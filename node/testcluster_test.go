@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"testing"
 	"time"
 
 	"github.com/ringlimit/ringlimit/transport/pki"
@@ -105,6 +106,22 @@ func (c *testCluster) Close() error {
 }
 
 // startCluster is nodetest.StartCluster.
+// startClusterAborted is startCluster that fails t on an error and aborts
+// every member (as a crash would, without handoff) when t ends.
+func startClusterAborted(ctx context.Context, t *testing.T, size int, base Config) *testCluster {
+	t.Helper()
+	c, err := startCluster(ctx, size, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, n := range c.Nodes() {
+			n.Abort()
+		}
+	})
+	return c
+}
+
 func startCluster(ctx context.Context, size int, base Config) (*testCluster, error) {
 	c := &testCluster{}
 	for i := 0; i < size; i++ {
