@@ -58,6 +58,6 @@ func (p peerService) Hello(_ context.Context, h transport.Hello, certMember stri
 	if reason != "" {
 		return transport.Hello{}, fmt.Errorf("%w: %s", transport.ErrRefused, reason)
 	}
-	n.hellos.note(h.Member, h.InstanceID)
+	n.hellos.Note(h.Member, h.InstanceID)
 	return self, nil
 }

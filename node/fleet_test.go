@@ -360,11 +360,7 @@ func runFleet(t *testing.T, size, callers int, seed uint64, spin bool) fleetResu
 			break
 		}
 		res.join = max(res.join, time.Since(joinStart))
-		nn.hellos.mu.Lock()
-		for _, h := range nn.hellos.seen {
-			res.heard = max(res.heard, h.at.Sub(started))
-		}
-		nn.hellos.mu.Unlock()
+		res.heard = max(res.heard, nn.hellos.Latest().Sub(started))
 		live.Store(&next)
 		phase.Store(&idle)
 		res.changes += 2

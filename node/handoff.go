@@ -5,10 +5,7 @@ package node
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/ringlimit/ringlimit/node/internal/handoff"
@@ -99,8 +96,13 @@ func (n *Node) resync(old, ns *ringState, restarted map[string]bool) {
 func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]bool) {
 	self := n.cfg.Name
 	snap := ns.snap
-	if n.hellos.size() > 2*snap.Len()+16 {
-		n.hellos.keep(n.Members())
+	if n.hellos.Len() > 2*snap.Len()+16 {
+		live := n.Members()
+		names := make([]string, len(live))
+		for i := range live {
+			names[i] = live[i].Name
+		}
+		n.hellos.Keep(names)
 	}
 	n.handOffHolds(ns)
 	moved := n.owned.Extract(func(h uint64) store.MoveAction {
@@ -157,25 +159,9 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]b
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.HandoffTimeout)
 	defer cancel()
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var errs []error
-	for name, states := range bt.States {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := n.peers.Handoff(ctx, bt.Addrs[name], transport.TransferBatch{
-				From: self, RingDigest: snap.Digest(), States: states, Done: true, Penalties: bt.Bans[name],
-			})
-			if err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("to %s (%d keys): %w", name, len(states), err))
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	err := errors.Join(errs...)
+	err := bt.Send(ctx, func(ctx context.Context, _, addr string, states []transport.KeyState, bans []transport.PenaltyState) error {
+		return n.peers.Handoff(ctx, addr, transport.TransferBatch{From: self, RingDigest: snap.Digest(), States: states, Done: true, Penalties: bans})
+	})
 	if n.cfg.Metrics != nil {
 		n.cfg.Metrics.Handoff(len(moved), time.Since(start), err)
 	}
@@ -227,25 +213,10 @@ func (n *Node) noteStrays(rs *ringState, hs []uint64) {
 	if rs.snap.Len() == 0 || rs.leaving {
 		return // before the first ring (restore): the first ring's handoff moves them
 	}
-	self := n.cfg.Name
-	added := false
-	for _, h := range hs {
-		if m, ok := rs.snap.OwnerOfHash(h); ok && m.Name != self {
-			n.strayMu.Lock()
-			if n.strays == nil {
-				n.strays = make(map[uint64]bool)
-			}
-			n.strays[h] = true
-			n.strayMu.Unlock()
-			added = true
-		}
-	}
-	if added {
-		select {
-		case n.straySig <- struct{}{}:
-		default: // a pass is pending already
-		}
-	}
+	n.strays.Add(hs, func(h uint64) bool {
+		m, ok := rs.snap.OwnerOfHash(h)
+		return ok && m.Name != n.cfg.Name
+	})
 }
 
 // strayLoop passes the states noteStrays listed on to their owners under the
@@ -262,7 +233,7 @@ func (n *Node) strayLoop() {
 		select {
 		case <-n.stop:
 			return
-		case <-n.straySig:
+		case <-n.strays.Sig():
 		}
 		if d := n.cfg.MembershipDebounce; d > 0 {
 			t := time.NewTimer(d)
@@ -281,10 +252,7 @@ func (n *Node) strayLoop() {
 
 // passOnStrays is one pass of strayLoop; rebuildMu is held.
 func (n *Node) passOnStrays() {
-	n.strayMu.Lock()
-	listed := n.strays
-	n.strays = nil
-	n.strayMu.Unlock()
+	listed := n.strays.Take()
 	rs := n.rs.Load()
 	if len(listed) == 0 || rs.leaving || n.stopping.Load() || rs.snap.Len() == 0 {
 		return
@@ -317,112 +285,22 @@ func (n *Node) passOnStrays() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.HandoffTimeout)
 	defer cancel()
-	var wg sync.WaitGroup
-	for name, states := range bt.States {
-		wg.Go(func() {
-			err := n.peers.Handoff(ctx, bt.Addrs[name], transport.TransferBatch{From: self, RingDigest: rs.snap.Digest(), States: states})
-			if err != nil {
-				n.log.Warn("passing handed-off states on to their owner failed", "to", name, "keys", len(states), "err", err)
-				return
-			}
-			n.log.Info("passed handed-off states on to their owner", "to", name, "keys", len(states))
-		})
-	}
-	wg.Wait()
-}
-
-// hellos records, per member name, the instance of that member that last
-// said Hello to this node (an admission handshake or a probe) and when it
-// first did: a member says Hello to this node's instance only once its own
-// gossip holds that instance, and only then can it put this node in its ring
-// and hand it the partitions it gains. waitHandoff uses it to tell a
-// previous owner that is slow to hand off (its gate expires after
-// HandoffTimeout) from one that has not heard of this node yet (its gate
-// waits for it).
-type hellos struct {
-	mu   sync.Mutex
-	seen map[string]helloSeen
-	// sig is closed (and set to nil) when a member is first heard; nil
-	// while nobody waits.
-	sig chan struct{}
-}
-
-type helloSeen struct {
-	id string
-	at time.Time
-}
-
-// note records a Hello from instance id of member name.
-func (h *hellos) note(name, id string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if s, ok := h.seen[name]; ok && s.id == id {
+	err := bt.Send(ctx, func(ctx context.Context, _, addr string, states []transport.KeyState, _ []transport.PenaltyState) error {
+		return n.peers.Handoff(ctx, addr, transport.TransferBatch{From: self, RingDigest: rs.snap.Digest(), States: states})
+	})
+	if err != nil {
+		n.log.Warn("passing handed-off states on to their owner failed", "keys", len(moved), "err", err)
 		return
 	}
-	if h.seen == nil {
-		h.seen = make(map[string]helloSeen)
-	}
-	h.seen[name] = helloSeen{id: id, at: time.Now()}
-	if h.sig != nil {
-		close(h.sig)
-		h.sig = nil
-	}
-}
-
-// heard returns when instance id of member name first said Hello, or false
-// and a channel closed when any member is next heard.
-func (h *hellos) heard(name, id string) (time.Time, bool, <-chan struct{}) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if s, ok := h.seen[name]; ok && s.id == id {
-		return s.at, true, nil
-	}
-	if h.sig == nil {
-		h.sig = make(chan struct{})
-	}
-	return time.Time{}, false, h.sig
-}
-
-// size returns the number of members recorded.
-func (h *hellos) size() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.seen)
-}
-
-// keep forgets the members not in live (gossip's members): a fleet whose
-// members take new names on every deploy would otherwise grow it forever.
-func (h *hellos) keep(live []Member) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(h.seen) <= len(live) {
-		return
-	}
-	in := make(map[string]bool, len(live))
-	for _, m := range live {
-		in[m.Name] = true
-	}
-	for name := range h.seen {
-		if !in[name] {
-			delete(h.seen, name)
-		}
-	}
+	n.log.Info("passed handed-off states on to their owners", "keys", len(moved), "to", len(bt.States))
 }
 
 // waitHandoff waits until gate g of ring state rs opens (its previous
 // owner's handoff arrived), ctx ends (its error) or the node stops
-// (ErrStopped). A gate left closed is given up, and the partition decided
-// on the state at hand, HandoffTimeout after the later of the ring's
-// publication and the previous owner's first Hello to this instance: until
-// that Hello the previous owner has not heard of this node, has not put it
-// in its ring, still decides the partition's keys itself, and has handed
-// nothing off, so a decision here would be on an empty state beside it. A
-// member joining a large fleet under load is heard of by the last members
-// seconds after its first ring (gossip's spread, then their handshakes);
-// the members that heard first meanwhile forward the partition's checks
-// here. A previous owner that never says Hello (it crashed, or refuses this
-// node) is waited for at most ForwardTimeout more (the forwarding member
-// gives up then anyway).
+// (ErrStopped); a gate given up (see handoff.Hellos.Wait for when: a member
+// joining a large fleet under load is heard of by the last members seconds
+// after its first ring) returns nil, and the partition is decided on the
+// state at hand.
 func (n *Node) waitHandoff(ctx context.Context, rs *ringState, g chan struct{}) error {
 	deadline := rs.deadline
 	from, id := "", ""
@@ -437,45 +315,21 @@ func (n *Node) waitHandoff(ctx context.Context, rs *ringState, g chan struct{}) 
 			id = m.ID
 		}
 	}
-	limit := deadline.Add(n.cfg.ForwardTimeout)
-	for {
-		heardAt, heard, sig := n.hellos.heard(from, id)
-		dl := limit
-		if heard {
-			dl = deadline
-			if d := heardAt.Add(n.cfg.HandoffTimeout); d.After(dl) {
-				dl = d
-			}
-		}
-		t := time.NewTimer(time.Until(dl))
-		select {
-		case <-g:
-			t.Stop()
-			return nil
-		case <-sig:
-			t.Stop()
-			if !heard && time.Now().After(deadline) {
-				n.log.Debug("handoff gate held past HandoffTimeout: its previous owner said hello late", "from", from)
-			}
-			continue
-		case <-t.C:
-			reason := "its previous owner never said hello"
-			if heard {
-				reason = "its previous owner said hello"
-			}
-			n.marksMu.Lock()
-			if mk, ok := n.marks[from]; ok && mk.digest != rs.snap.Digest() {
-				reason += "; its marker came for another ring"
-			}
-			n.marksMu.Unlock()
-			n.log.Debug("handoff gate expired: deciding on the state at hand", "from", from, "reason", reason, "waited", time.Since(deadline.Add(-n.cfg.HandoffTimeout)).Round(time.Millisecond))
-			return nil
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-n.stop:
-			t.Stop()
-			return ErrStopped
-		}
+	out, err := n.hellos.Wait(ctx, handoff.Gate{
+		C: g, From: from, ID: id, Deadline: deadline, HandoffTimeout: n.cfg.HandoffTimeout, ForwardTimeout: n.cfg.ForwardTimeout,
+	}, n.stop, ErrStopped, n.log)
+	if err != nil || out == handoff.Opened {
+		return err
 	}
+	reason := "its previous owner never said hello"
+	if out == handoff.ExpiredHeard {
+		reason = "its previous owner said hello"
+	}
+	n.marksMu.Lock()
+	if mk, ok := n.marks[from]; ok && mk.digest != rs.snap.Digest() {
+		reason += "; its marker came for another ring"
+	}
+	n.marksMu.Unlock()
+	n.log.Debug("handoff gate expired: deciding on the state at hand", "from", from, "reason", reason, "waited", time.Since(deadline.Add(-n.cfg.HandoffTimeout)).Round(time.Millisecond))
+	return nil
 }

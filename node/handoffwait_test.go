@@ -49,14 +49,14 @@ func TestHandoffGateCountsFromThePreviousOwnersHello(t *testing.T) {
 
 	n, rs, g := mk()
 	done := wait(n, rs, g)
-	n.hellos.note("prev", "p1") // its previous instance
+	n.hellos.Note("prev", "p1") // its previous instance
 	select {
 	case <-done:
 		t.Fatalf("gate given up without a Hello from the previous owner's instance, %v after publication (HandoffTimeout %v)", time.Since(rs.deadline.Add(-ht)), ht)
 	case <-time.After(6 * ht): // bounded: the assertion is that it is still waiting
 	}
 	heard := time.Now()
-	n.hellos.note("prev", "p2")
+	n.hellos.Note("prev", "p2")
 	select {
 	case at := <-done:
 		if d := at.Sub(heard); d < ht {
@@ -78,7 +78,7 @@ func TestHandoffGateCountsFromThePreviousOwnersHello(t *testing.T) {
 	}
 
 	n, rs, g = mk()
-	n.hellos.note("prev", "p2") // heard long before the ring changed
+	n.hellos.Note("prev", "p2") // heard long before the ring changed
 	start := time.Now()
 	done = wait(n, rs, g)
 	select {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/internal/breaker"
 	"github.com/ringlimit/ringlimit/node/internal/denycache"
+	"github.com/ringlimit/ringlimit/node/internal/handoff"
 	"github.com/ringlimit/ringlimit/node/internal/lease"
 	"github.com/ringlimit/ringlimit/node/internal/membership"
 	"github.com/ringlimit/ringlimit/node/internal/store"
@@ -40,19 +41,19 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("%w: Ring: %w", ErrInvalidConfig, err)
 	}
 	n := &Node{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		clockFn:  cfg.Clock,
-		id:       membership.NewInstanceID(),
-		ring:     r,
-		bans:     &store.Bans{Track: cfg.Replication != ReplicationOff},
-		denied:   denycache.New(cfg.DeniedCacheSize, cfg.DeniedCacheMaxTTL),
-		leases:   lease.New(lease.Config{Size: cfg.Lease.Size, Threshold: cfg.Lease.Threshold, Period: cfg.Lease.Period}),
-		top:      topdenied.New(cfg.TopDeniedKeys),
-		straySig: make(chan struct{}, 1),
-		secure:   !cfg.Insecure,
-		marks:    make(map[string]handoffMark),
-		stop:     make(chan struct{}),
+		cfg:     cfg,
+		log:     cfg.Logger,
+		clockFn: cfg.Clock,
+		id:      membership.NewInstanceID(),
+		ring:    r,
+		bans:    &store.Bans{Track: cfg.Replication != ReplicationOff},
+		denied:  denycache.New(cfg.DeniedCacheSize, cfg.DeniedCacheMaxTTL),
+		leases:  lease.New(lease.Config{Size: cfg.Lease.Size, Threshold: cfg.Lease.Threshold, Period: cfg.Lease.Period}),
+		top:     topdenied.New(cfg.TopDeniedKeys),
+		strays:  handoff.NewStrays(),
+		secure:  !cfg.Insecure,
+		marks:   make(map[string]handoffMark),
+		stop:    make(chan struct{}),
 	}
 	n.owned = store.New(cfg.MaxKeys, r.Snapshot().Hash, n.onEvict)
 	if n.leases != nil {

@@ -31,6 +31,7 @@ import (
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/internal/breaker"
 	"github.com/ringlimit/ringlimit/node/internal/denycache"
+	"github.com/ringlimit/ringlimit/node/internal/handoff"
 	"github.com/ringlimit/ringlimit/node/internal/lease"
 	"github.com/ringlimit/ringlimit/node/internal/membership"
 	"github.com/ringlimit/ringlimit/node/internal/peergate"
@@ -212,11 +213,9 @@ type Node struct {
 	bans *store.Bans
 
 	persist *persist.File // the state snapshot (persist.go); nil without StateDir
-	// straySig signals strayLoop that strays (under strayMu) lists the ring
-	// hashes of handed-off states of keys this node does not own (handoff.go).
-	straySig chan struct{}
-	strayMu  sync.Mutex
-	strays   map[uint64]bool
+	// strays lists for strayLoop the ring hashes of handed-off states of
+	// keys this node does not own (handoff.go).
+	strays   *handoff.Strays
 	repl     *replicator  // sends changed states to backups
 	breakers *breaker.Set // per-peer circuit breaker
 
@@ -250,7 +249,7 @@ type Node struct {
 	rebuildNs  atomic.Int64  // Stats.RebuildTime
 	marksMu    sync.Mutex
 	marks      map[string]handoffMark // handoff-complete markers that came early: from -> ring
-	hellos     hellos                 // the members' first Hello to this instance (handoff.go)
+	hellos     handoff.Hellos         // the members' first Hello to this instance (handoff.go)
 	inbound    atomic.Int64           // Forward RPCs received, for the drain on Close
 	joinedPeer atomic.Bool            // has ever seen another member
 	ready      atomic.Bool

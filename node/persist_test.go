@@ -101,9 +101,7 @@ func waitNoStrays(t *testing.T, nodes []*Node) {
 			held[n.Name()] = hs
 		}
 		for _, n := range nodes {
-			n.strayMu.Lock()
-			pending := len(n.strays)
-			n.strayMu.Unlock()
+			pending := n.strays.Len()
 			missing := 0
 			rs := n.rs.Load()
 			n.owned.Count(func(h uint64) bool {

@@ -1,11 +1,19 @@
 // Package handoff assembles the batches a ring change hands off: per new
 // owner, the key states and ban states this node no longer owns, and an
 // empty batch (the handoff-complete marker alone) for every member that
-// gained partitions. It knows the store's moved states and transport's
-// types, not the ring: the node decides who owns what and sends the batches.
+// gained partitions; sends them (Batches.Send); lists the handed-off states
+// that arrived for keys this node does not own, to pass them on (Strays);
+// and holds a closed partition's gate until its previous owner's marker, or
+// until it is given up (Hellos.Wait). It knows the store's moved states and
+// transport's types, not the ring: the node decides who owns what.
 package handoff
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
 	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/transport"
 )
@@ -60,4 +68,28 @@ func (b *Batches) AddState(name, addr string, ms *store.Moved) {
 func (b *Batches) AddBan(name, addr string, ps store.BanState) {
 	b.Mark(name, addr)
 	b.Bans[name] = append(b.Bans[name], transport.PenaltyState(ps))
+}
+
+// SendFunc sends one owner's batch: the key states and ban states for the
+// member name at addr.
+type SendFunc func(ctx context.Context, name, addr string, states []transport.KeyState, bans []transport.PenaltyState) error
+
+// Send sends every owner's batch with send, all at once, and returns the
+// failed sends' errors joined, each naming its owner and key count (nil
+// when all succeeded).
+func (b *Batches) Send(ctx context.Context, send SendFunc) error {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for name, states := range b.States {
+		wg.Go(func() {
+			if err := send(ctx, name, b.Addrs[name], states, b.Bans[name]); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("to %s (%d keys): %w", name, len(states), err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
