@@ -172,32 +172,17 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]b
 	n.log.Info("handoff", "keys", len(moved), "to", len(bt.States), "took", time.Since(start))
 }
 
-// markHandoffDone records that from finished handing off for the ring with the
-// given digest, and opens the partitions waiting for it. A marker for the
-// current ring opens its gate and is not kept; one for another ring is kept
-// for the rebuild that publishes that ring, which uses it only if it arrived
-// within HandoffTimeout. A ring's digest is a function of the member names
-// alone, so the same digest comes back whenever a member restarts under its
-// name: a marker kept for good would open the gate of a later change whose
-// handoff has not arrived, and its new owner would decide on no state.
+// markHandoffDone records that from finished handing off for the ring with
+// the given digest (see handoff.Marks.Done), and opens the partitions of the
+// current ring waiting for it.
 func (n *Node) markHandoffDone(from string, digest uint64) {
-	n.marksMu.Lock()
-	defer n.marksMu.Unlock()
-	rs := n.rs.Load()
-	if rs.snap.Digest() != digest {
-		n.marks[from] = handoffMark{digest: digest, at: time.Now()}
-		return
-	}
-	delete(n.marks, from)
-	if g := rs.pending[from]; g != nil {
-		select {
-		case <-g:
-		default:
-			close(g)
-			if n.log.Enabled(context.Background(), slog.LevelDebug) {
-				n.log.Debug("handoff gate opened", "from", from, "after", time.Since(rs.deadline.Add(-n.cfg.HandoffTimeout)))
-			}
-		}
+	var rs *ringState
+	opened := n.marks.Done(from, digest, func() (uint64, map[string]chan struct{}) {
+		rs = n.rs.Load()
+		return rs.snap.Digest(), rs.pending
+	})
+	if opened && n.log.Enabled(context.Background(), slog.LevelDebug) {
+		n.log.Debug("handoff gate opened", "from", from, "after", time.Since(rs.deadline.Add(-n.cfg.HandoffTimeout)))
 	}
 }
 
@@ -325,11 +310,9 @@ func (n *Node) waitHandoff(ctx context.Context, rs *ringState, g chan struct{}) 
 	if out == handoff.ExpiredHeard {
 		reason = "its previous owner said hello"
 	}
-	n.marksMu.Lock()
-	if mk, ok := n.marks[from]; ok && mk.digest != rs.snap.Digest() {
+	if mk, ok := n.marks.Kept(from); ok && mk.Digest != rs.snap.Digest() {
 		reason += "; its marker came for another ring"
 	}
-	n.marksMu.Unlock()
 	n.log.Debug("handoff gate expired: deciding on the state at hand", "from", from, "reason", reason, "waited", time.Since(deadline.Add(-n.cfg.HandoffTimeout)).Round(time.Millisecond))
 	return nil
 }

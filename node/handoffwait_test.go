@@ -31,7 +31,7 @@ func TestHandoffGateCountsFromThePreviousOwnersHello(t *testing.T) {
 		t.Fatal(err)
 	}
 	mk := func() (*Node, *ringState, chan struct{}) {
-		n := &Node{cfg: Config{HandoffTimeout: ht, ForwardTimeout: 10 * time.Second}, stop: make(chan struct{}), marks: map[string]handoffMark{},
+		n := &Node{cfg: Config{HandoffTimeout: ht, ForwardTimeout: 10 * time.Second}, stop: make(chan struct{}),
 			log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 		g := make(chan struct{})
 		return n, &ringState{snap: r.Snapshot(), pending: map[string]chan struct{}{"prev": g}, deadline: time.Now().Add(ht)}, g

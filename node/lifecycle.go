@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hashicorp/memberlist"
 	"google.golang.org/grpc"
 
 	"github.com/ringlimit/ringlimit/internal/breaker"
@@ -52,7 +51,6 @@ func New(cfg Config) (*Node, error) {
 		top:     topdenied.New(cfg.TopDeniedKeys),
 		strays:  handoff.NewStrays(),
 		secure:  !cfg.Insecure,
-		marks:   make(map[string]handoffMark),
 		stop:    make(chan struct{}),
 	}
 	n.owned = store.New(cfg.MaxKeys, r.Snapshot().Hash, n.onEvict)
@@ -223,7 +221,7 @@ func (n *Node) Close() error {
 
 	n.leaving.Store(true)
 	n.rebuild() // a ring without this node: every key is handed off
-	if err := n.leave(time.Until(deadline) / 2); err != nil {
+	if err := membership.Leave(n.ml, n.cfg.Name, n.cfg.Gossip.GossipInterval, time.Until(deadline)/2, n.log); err != nil {
 		errs = append(errs, fmt.Errorf("leave: %w", err))
 	}
 	// Keep answering "not owner" until the peers' rings drop us: stop once no
@@ -246,47 +244,6 @@ func (n *Node) Close() error {
 	errs = append(errs, n.shutdown(deadline)...)
 	n.closeErr = errors.Join(errs...)
 	return n.closeErr
-}
-
-// leave broadcasts this node's leave and waits, at most timeout, until it has been
-// gossiped. memberlist's Leave waits for the broadcast to be sent to live
-// members; when the whole cluster stops together, the others leave first and
-// nobody remains to send it to, so it would wait out its timeout and fail. leave
-// therefore returns as soon as no other member is alive (checked every gossip
-// interval): that is an ordinary end, logged at INFO, not an error. A Leave that
-// times out while members are still alive is an error.
-func (n *Node) leave(timeout time.Duration) error {
-	done := make(chan error, 1) // Leave returns within timeout; the buffer lets it finish alone
-	go func() { done <- n.ml.Leave(timeout) }()
-	t := time.NewTicker(n.cfg.Gossip.GossipInterval)
-	defer t.Stop()
-	for {
-		select {
-		case err := <-done:
-			if err != nil && n.othersAlive() == 0 {
-				n.log.Info("left: no other member is alive to hear it")
-				return nil
-			}
-			return err
-		case <-t.C:
-			if n.othersAlive() == 0 {
-				n.log.Info("left: no other member is alive to hear it")
-				return nil
-			}
-		}
-	}
-}
-
-// othersAlive counts the members other than this node that gossip sees alive
-// (not dead, not left).
-func (n *Node) othersAlive() int {
-	alive := 0
-	for _, m := range n.ml.Members() {
-		if m.Name != n.cfg.Name && m.State == memberlist.StateAlive {
-			alive++
-		}
-	}
-	return alive
 }
 
 // Abort stops the node at once, as a crash would: no leave, no handoff. Peers

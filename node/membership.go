@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/ringlimit/ringlimit/node/internal/handoff"
 	"github.com/ringlimit/ringlimit/node/internal/membership"
 	"github.com/ringlimit/ringlimit/ring"
 )
@@ -234,7 +235,6 @@ func (n *Node) rebuild() {
 		return
 	}
 	self := n.cfg.Name
-	digest := snap.Digest()
 
 	// The previous owner of each partition: the old ring's, or on the first build
 	// after joining, the ring the others had without us.
@@ -249,39 +249,15 @@ func (n *Node) rebuild() {
 
 	ns := &ringState{snap: snap, leaving: leaving, backups: n.computeBackups(snap)}
 	n.countRebuild(t0)
-	// marksMu is held from reading the markers to publishing the gates so that a
-	// marker arriving meanwhile is either seen here or opens the published gate.
-	n.marksMu.Lock()
-	if !leaving && prev.Len() > 0 {
-		for p := 0; p < snap.PartitionCount(); p++ {
-			from := prev.PartitionOwner(p).Name
-			if snap.PartitionOwner(p).Name != self || from == self || from == "" || !snap.Has(from) {
-				continue // not gained, or gained from a member that is gone: nothing to wait for
-			}
-			if mk, ok := n.marks[from]; ok && mk.digest == digest && time.Since(mk.at) < n.cfg.HandoffTimeout {
-				continue // its handoff for this ring already arrived
-			}
-			if ns.gates == nil {
-				ns.gates = make([]chan struct{}, snap.PartitionCount())
-				ns.pending = make(map[string]chan struct{})
-			}
-			g := ns.pending[from]
-			if g == nil {
-				g = make(chan struct{})
-				ns.pending[from] = g
-			}
-			ns.gates[p] = g
-		}
+	if leaving {
+		prev = nil // a leaving node owns nothing: no gates
+	}
+	n.marks.Publish(prev, snap, self, n.cfg.HandoffTimeout, func(g handoff.Gated) {
+		ns.gates, ns.pending = g.Gates, g.Pending
 		ns.deadline = time.Now().Add(n.cfg.HandoffTimeout)
-	}
-	for from, mk := range n.marks {
-		if mk.digest == digest {
-			delete(n.marks, from) // used, or too old to be for this change
-		}
-	}
-	n.publish(ns, old)
-	n.marksMu.Unlock()
-	n.log.Info("ring changed", "members", snap.Len(), "version", snap.Version(), "digest", digest, "waiting_for", len(ns.pending))
+		n.publish(ns, old)
+	})
+	n.log.Info("ring changed", "members", snap.Len(), "version", snap.Version(), "digest", snap.Digest(), "waiting_for", len(ns.pending))
 
 	n.dropGonePeers(old.snap, snap)
 	for _, m := range old.snap.Members() {
@@ -332,11 +308,4 @@ func (n *Node) publish(ns, old *ringState) {
 	ns.next = make(chan struct{})
 	n.rs.Store(ns)
 	close(old.next)
-}
-
-// handoffMark is a handoff-complete marker that arrived before this node
-// published the ring it is for (its sender rebuilt first).
-type handoffMark struct {
-	digest uint64
-	at     time.Time
 }

@@ -15,17 +15,13 @@ func TestHandoffMarkerForCurrentRingIsNotKept(t *testing.T) {
 	n, from := nodes[0], nodes[1].Name()
 	cur := n.RingDigest()
 	n.markHandoffDone(from, cur)
-	n.marksMu.Lock()
-	_, kept := n.marks[from]
-	n.marksMu.Unlock()
+	_, kept := n.marks.Kept(from)
 	if kept {
 		t.Errorf("marker for the current ring %x: kept, want used and dropped", cur)
 	}
 	n.markHandoffDone(from, cur+1)
-	n.marksMu.Lock()
-	mk, kept := n.marks[from]
-	n.marksMu.Unlock()
-	if !kept || mk.digest != cur+1 || mk.at.IsZero() {
+	mk, kept := n.marks.Kept(from)
+	if !kept || mk.Digest != cur+1 || mk.At.IsZero() {
 		t.Errorf("marker for another ring: %+v (kept %v), want it kept with its time", mk, kept)
 	}
 }

@@ -244,14 +244,13 @@ type Node struct {
 	grpcSrv    *transport.Server
 	grpcLis    net.Listener
 	grpcAddr   string
-	rebuildMu  sync.Mutex    // one rebuild at a time (membership loop, Close)
-	rebuilds   atomic.Uint64 // Stats.Rebuilds
-	rebuildNs  atomic.Int64  // Stats.RebuildTime
-	marksMu    sync.Mutex
-	marks      map[string]handoffMark // handoff-complete markers that came early: from -> ring
-	hellos     handoff.Hellos         // the members' first Hello to this instance (handoff.go)
-	inbound    atomic.Int64           // Forward RPCs received, for the drain on Close
-	joinedPeer atomic.Bool            // has ever seen another member
+	rebuildMu  sync.Mutex     // one rebuild at a time (membership loop, Close)
+	rebuilds   atomic.Uint64  // Stats.Rebuilds
+	rebuildNs  atomic.Int64   // Stats.RebuildTime
+	marks      handoff.Marks  // handoff gates and the markers that came early (handoff.go)
+	hellos     handoff.Hellos // the members' first Hello to this instance (handoff.go)
+	inbound    atomic.Int64   // Forward RPCs received, for the drain on Close
+	joinedPeer atomic.Bool    // has ever seen another member
 	ready      atomic.Bool
 
 	leaving  atomic.Bool

@@ -1,0 +1,111 @@
+package handoff
+
+import (
+	"sync"
+	"time"
+
+	"github.com/ringlimit/ringlimit/ring"
+)
+
+// Marks gates the partitions a ring change gives this node until their
+// previous owners' handoff-complete markers arrive, and keeps the markers
+// that come before this node published the ring they are for (their sender
+// rebuilt first). The zero Marks is ready; it is safe for concurrent use.
+type Marks struct {
+	mu sync.Mutex
+	m  map[string]Mark // by sender
+}
+
+// Mark is a kept handoff-complete marker: the digest of the ring it is for,
+// and when it came.
+type Mark struct {
+	Digest uint64
+	At     time.Time
+}
+
+// Gated is what Publish gives a new ring: Gates[p] is the channel of
+// partition p, closed when its handoff arrives (a nil Gates, or a nil
+// entry, means the partition is open); Pending holds each awaited previous
+// owner's channel.
+type Gated struct {
+	Gates   []chan struct{}
+	Pending map[string]chan struct{}
+}
+
+// Publish computes the gates of cur for the member self: a partition self
+// owns in cur and prev's owner of it (still a member of cur) does not, waits
+// for that owner's marker, unless a marker for cur came from it within
+// timeout. A nil or empty prev gates nothing. publish is called with the result
+// while the markers are locked, so that a marker arriving meanwhile (Done)
+// is either seen here or opens a published gate. The markers for cur are
+// used up: used here, or too old to be for this change.
+func (m *Marks) Publish(prev, cur *ring.Snapshot, self string, timeout time.Duration, publish func(Gated)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	digest := cur.Digest()
+	var g Gated
+	for p := 0; prev != nil && prev.Len() > 0 && p < cur.PartitionCount(); p++ {
+		from := prev.PartitionOwner(p).Name
+		if cur.PartitionOwner(p).Name != self || from == self || from == "" || !cur.Has(from) {
+			continue // not gained, or gained from a member that is gone: nothing to wait for
+		}
+		if mk, ok := m.m[from]; ok && mk.Digest == digest && time.Since(mk.At) < timeout {
+			continue // its handoff for this ring already arrived
+		}
+		if g.Gates == nil {
+			g.Gates = make([]chan struct{}, cur.PartitionCount())
+			g.Pending = make(map[string]chan struct{})
+		}
+		c := g.Pending[from]
+		if c == nil {
+			c = make(chan struct{})
+			g.Pending[from] = c
+		}
+		g.Gates[p] = c
+	}
+	for from, mk := range m.m {
+		if mk.Digest == digest {
+			delete(m.m, from)
+		}
+	}
+	publish(g)
+}
+
+// Done records that from finished handing off for the ring with the given
+// digest. cur returns the published ring's digest and its pending gates. A
+// marker for the published ring closes from's gate (and reports true if it
+// was open until then) and is not kept; one for another ring is kept, with
+// its time, for the Publish of that ring. A ring's digest is a function of
+// the member names alone, so the same digest comes back whenever a member
+// restarts under its name: a marker kept for good would open the gate of a
+// later change whose handoff has not arrived.
+func (m *Marks) Done(from string, digest uint64, cur func() (uint64, map[string]chan struct{})) (opened bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, pending := cur()
+	if d != digest {
+		if m.m == nil {
+			m.m = make(map[string]Mark)
+		}
+		m.m[from] = Mark{Digest: digest, At: time.Now()}
+		return false
+	}
+	delete(m.m, from)
+	if c := pending[from]; c != nil {
+		select {
+		case <-c:
+		default:
+			close(c)
+			return true
+		}
+	}
+	return false
+}
+
+// Kept returns the marker kept from from, if any.
+func (m *Marks) Kept(from string) (Mark, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mk, ok := m.m[from]
+	return mk, ok
+}
