@@ -63,3 +63,41 @@ func (g Gossip) Config(d Delegate, log *slog.Logger) *memberlist.Config {
 	mc.LogOutput = LogWriter{Log: log}
 	return mc
 }
+
+// Leave broadcasts member self's leave on ml and waits, at most timeout,
+// until it has been gossiped. memberlist's Leave waits for the broadcast to
+// be sent to live members; when the whole cluster stops together, the others
+// leave first and nobody remains to send it to, so it would wait out its
+// timeout and fail. Leave therefore returns nil as soon as no other member
+// is alive (checked every interval): that is an ordinary end, logged at
+// INFO, not an error. It returns memberlist's error when Leave fails (a
+// timeout) while other members are still alive.
+func Leave(ml *memberlist.Memberlist, self string, interval, timeout time.Duration, log *slog.Logger) error {
+	othersAlive := func() bool {
+		for _, m := range ml.Members() {
+			if m.Name != self && m.State == memberlist.StateAlive {
+				return true
+			}
+		}
+		return false
+	}
+	done := make(chan error, 1) // Leave returns within timeout; the buffer lets it finish alone
+	go func() { done <- ml.Leave(timeout) }()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil && !othersAlive() {
+				log.Info("left: no other member is alive to hear it")
+				return nil
+			}
+			return err
+		case <-t.C:
+			if !othersAlive() {
+				log.Info("left: no other member is alive to hear it")
+				return nil
+			}
+		}
+	}
+}
