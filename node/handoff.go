@@ -68,13 +68,13 @@ func (n *Node) resync(old, ns *ringState, restarted map[string]bool) {
 		if snap.PartitionOwner(p).Name != self {
 			continue
 		}
-		b := ns.backups.of(p).Name
+		b := ns.backups.Of(p).Name
 		prevOwner, prevBackup := "", ""
 		if old.snap.Len() > 0 && old.snap.PartitionCount() == len(parts) {
 			prevOwner = old.snap.PartitionOwner(p).Name
 		}
-		if old.backups != nil && old.backups.partitions() == len(parts) {
-			prevBackup = old.backups.of(p).Name
+		if old.backups != nil && old.backups.Partitions() == len(parts) {
+			prevBackup = old.backups.Of(p).Name
 		}
 		if prevOwner != self || prevBackup != b || restarted[b] {
 			parts[p] = true
@@ -128,7 +128,7 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]b
 		gained := old.Len() > 0 && old.PartitionOwner(p).Name != m.Name && m.Name != self && m.Name != ""
 		// A restarted member waits for a marker from the owner each of its
 		// partitions would have without it: its backup.
-		gained = gained || restarted[m.Name] && ns.backups != nil && ns.backups.of(p).Name == self
+		gained = gained || restarted[m.Name] && ns.backups != nil && ns.backups.Of(p).Name == self
 		if gained {
 			bt.Mark(m.Name, m.Addr)
 		}

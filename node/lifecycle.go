@@ -58,13 +58,13 @@ func New(cfg Config) (*Node, error) {
 		n.holds = &lease.Holds{}
 	}
 	n.owned.Track = cfg.Replication != ReplicationOff
-	n.repl = newReplicator()
 	n.breakers = breaker.NewSet(cfg.BreakerCooldown)
 	n.fallback = store.New(cfg.MaxKeys, r.Snapshot().Hash, n.onEvict)
 	if n.log == nil {
 		n.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	n.log = n.log.With("node", cfg.Name)
+	n.repl = n.newReplicator()
 	n.mem = n.newMembers()
 	n.start = time.Now()
 	n.base = n.start.UnixNano()
@@ -179,7 +179,7 @@ func New(cfg Config) (*Node, error) {
 	go n.membershipLoop()
 	go n.rejoinLoop()
 	go n.idleLoop()
-	go n.replicationLoop()
+	go n.repl.Loop(n.wg.Done)
 	if n.persist != nil && cfg.SnapshotInterval > 0 {
 		n.wg.Add(1)
 		go n.snapshotLoop()

@@ -37,6 +37,7 @@ import (
 	"github.com/ringlimit/ringlimit/node/internal/peergate"
 	"github.com/ringlimit/ringlimit/node/internal/peerinput"
 	"github.com/ringlimit/ringlimit/node/internal/persist"
+	"github.com/ringlimit/ringlimit/node/internal/replication"
 	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/node/internal/topdenied"
 	"github.com/ringlimit/ringlimit/ring"
@@ -215,8 +216,9 @@ type Node struct {
 	persist *persist.File // the state snapshot (persist.go); nil without StateDir
 	// strays lists for strayLoop the ring hashes of handed-off states of
 	// keys this node does not own (handoff.go).
-	strays   *handoff.Strays
-	repl     *replicator  // sends changed states to backups
+	strays *handoff.Strays
+	// repl sends changed states to backups and installs replicas.
+	repl     *replication.Replicator
 	breakers *breaker.Set // per-peer circuit breaker
 
 	ml       *memberlist.Memberlist
@@ -229,10 +231,9 @@ type Node struct {
 	tlsFiles *rotate.Files
 	tracker  *rotate.Tracker
 	// refusedStates counts the peers' states refused (Stats.RefusedStates);
-	// refusedLog and replFailLog hold back repeated log lines.
+	// refusedLog holds back repeated log lines.
 	refusedStates atomic.Uint64
 	refusedLog    logEvery
-	replFailLog   logEvery
 	// refusedKeys counts new keys refused at MaxKeys (Stats.RefusedKeys),
 	// fullLog holds back its WARN to one a second.
 	refusedKeys atomic.Uint64

@@ -1,8 +1,11 @@
-// Package replication holds the bookkeeping of the owner's replication sends
-// that needs no node: the per-backup parts of one send (Scratch, Dest), kept
-// from one send to the next, and the retry schedule of a backup that refuses
-// sends (Backoff). The node takes the changed states from the store, places
-// them on their backups through its ring and makes the calls.
+// Package replication holds the owner's replication sends and the backup's
+// side of them: the backup table of a ring snapshot (Backups); the Replicator,
+// which takes the changed states from the store, places them on their backups
+// and makes the calls (Loop, Await), and installs the replicas an owner sends
+// (Accept); the per-backup parts of one send (Scratch, Dest), kept from one
+// send to the next; and the retry schedule of a backup that refuses sends
+// (Backoff). What it needs of the node (its ring, its peers, its breakers) it
+// gets as a Config of funcs and interfaces, built once.
 package replication
 
 import (
