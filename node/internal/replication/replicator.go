@@ -63,7 +63,7 @@ type Config struct {
 	Sync bool
 	// Metrics receives each send's outcome; nil: none.
 	Metrics Metrics
-	// Log receives the failed sends (and Accept nothing: see Refused).
+	// Log receives the lines of failed sends (Accept reports to Refused).
 	Log *slog.Logger
 	// Refused is called for a replica state (or ban state) of a key this
 	// node owns, refused from the member named from; err says why.
