@@ -40,3 +40,54 @@ func TestWholeClusterClosesTogether(t *testing.T) {
 		}
 	}
 }
+
+// Members that leave at once (an autoscaler's scale-down, a deploy that
+// replaces several instances together) each hand their keys off under a
+// ring that still holds the others. A leaving member refuses a handoff (its
+// own has run, so what it took would end with it), and the sender gives
+// those keys to the owner under the ring without it: no state is lost.
+// Before, 5 of 10 members leaving at once left keys admitted up to twice
+// their limit (the fleet harness's burst); here 3 of 5 leave, and every
+// exhausted key must stay denied on the two that stay.
+func TestMembersLeavingAtOnceLoseNoState(t *testing.T) {
+	t.Parallel()
+	_, nodes := memCluster(t, 5, nil)
+	stay, leave := nodes[3:], nodes[:3]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const keys, limit = 300, 3
+	l := algo.Limit{Kind: algo.SlidingWindowLog, Limit: limit, Period: time.Hour}
+	for k := range keys {
+		for range limit {
+			d, err := stay[k%2].Allow(ctx, fmt.Sprintf("together-%d", k), l)
+			if err != nil || !d.Allowed {
+				t.Fatalf("exhausting key %d: %+v, %v", k, d, err)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for _, n := range leave {
+		wg.Go(func() {
+			if err := n.Close(); err != nil {
+				t.Errorf("close %s: %v", n.Name(), err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := waitConverged(ctx, stay...); err != nil {
+		t.Fatal(err)
+	}
+	admitted := 0
+	for k := range keys {
+		d, err := stay[k%2].Allow(ctx, fmt.Sprintf("together-%d", k), l)
+		if err != nil {
+			t.Fatalf("key %d after the leave: %v", k, err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted > 0 {
+		t.Errorf("%d of %d exhausted keys admitted again after 3 of 5 members left at once: their states were lost", admitted, keys)
+	}
+}

@@ -159,9 +159,14 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]b
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.HandoffTimeout)
 	defer cancel()
-	err := bt.Send(ctx, func(ctx context.Context, _, addr string, states []transport.KeyState, bans []transport.PenaltyState) error {
+	failed, err := bt.Send(ctx, func(ctx context.Context, _, addr string, states []transport.KeyState, bans []transport.PenaltyState) error {
 		return n.peers.Handoff(ctx, addr, transport.TransferBatch{From: self, RingDigest: snap.Digest(), States: states, Done: true, Penalties: bans})
 	})
+	if len(failed) > 0 {
+		var more int
+		more, err = n.replaceHandoff(ctx, snap, bt, failed, err)
+		lost += more
+	}
 	if n.cfg.Metrics != nil {
 		n.cfg.Metrics.Handoff(len(moved), time.Since(start), err)
 	}
@@ -170,6 +175,59 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]b
 		return
 	}
 	n.log.Info("handoff", "keys", len(moved), "to", len(bt.States), "took", time.Since(start))
+}
+
+// replaceHandoff sends the states of bt's owners named in failed, whose
+// handoff send failed with err, to the members that take their keys once
+// those owners are gone: the owner under snap without them (and without any
+// member whose send fails next), a member at a time, as long as sends fail.
+// A member refuses a handoff once it is leaving (Transfer): members leaving
+// at once (an autoscaler's scale-down, a deploy that replaces several
+// instances together) each hand their keys to owners under a ring that
+// still holds the others, and a state handed to a member that has already
+// handed off its own ended with it (keys admitted up to twice their limit
+// at 10 members, 5 leaving at once). The states this node would own itself
+// are installed here. It returns the states no member took and the errors
+// of the sends that still failed.
+func (n *Node) replaceHandoff(ctx context.Context, snap *ring.Snapshot, bt *handoff.Batches, failed []string, err error) (lost int, _ error) {
+	gone := make(map[string]bool)
+	for len(failed) > 0 && ctx.Err() == nil {
+		var keep []ring.Member
+		for _, f := range failed {
+			gone[f] = true
+		}
+		for _, m := range snap.Members() {
+			if !gone[m.Name] {
+				keep = append(keep, m)
+			}
+		}
+		r, rerr := ring.New(n.cfg.Ring)
+		if rerr == nil {
+			rerr = r.SetMembers(keep)
+		}
+		if rerr != nil || len(keep) == 0 {
+			break
+		}
+		rs := r.Snapshot()
+		nb := bt.Replace(failed, func(h uint64) (string, string, bool) {
+			m, ok := rs.OwnerOfHash(h)
+			return m.Name, m.Addr, ok
+		}, rs.Hash)
+		lost += nb.Lost
+		n.log.Info("handoff: sending again the keys of members that did not take them", "members", failed, "err", err)
+		failed, err = nb.Send(ctx, func(ctx context.Context, name, addr string, states []transport.KeyState, bans []transport.PenaltyState) error {
+			b := transport.TransferBatch{From: n.cfg.Name, Sender: n.cfg.Name, RingDigest: snap.Digest(), States: states, Penalties: bans}
+			if name == n.cfg.Name {
+				return peerService{n}.Transfer(ctx, b)
+			}
+			return n.peers.Handoff(ctx, addr, b)
+		})
+		bt = nb
+	}
+	for _, f := range failed {
+		lost += len(bt.States[f]) + len(bt.Bans[f])
+	}
+	return lost, err
 }
 
 // markHandoffDone records that from finished handing off for the ring with
@@ -270,7 +328,7 @@ func (n *Node) passOnStrays() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.HandoffTimeout)
 	defer cancel()
-	err := bt.Send(ctx, func(ctx context.Context, _, addr string, states []transport.KeyState, _ []transport.PenaltyState) error {
+	_, err := bt.Send(ctx, func(ctx context.Context, _, addr string, states []transport.KeyState, _ []transport.PenaltyState) error {
 		return n.peers.Handoff(ctx, addr, transport.TransferBatch{From: self, RingDigest: rs.snap.Digest(), States: states})
 	})
 	if err != nil {

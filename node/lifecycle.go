@@ -219,7 +219,11 @@ func (n *Node) Close() error {
 	// and does not fail Close.
 	_ = n.writeSnapshot("close", true)
 
+	// Under installMu: a handoff being installed ends before this node's
+	// own handoff extracts the states, and a later one is refused (Transfer).
+	n.installMu.Lock()
 	n.leaving.Store(true)
+	n.installMu.Unlock()
 	n.rebuild() // a ring without this node: every key is handed off
 	if err := membership.Leave(n.ml, n.cfg.Name, n.cfg.Gossip.GossipInterval, time.Until(deadline)/2, n.log); err != nil {
 		errs = append(errs, fmt.Errorf("leave: %w", err))

@@ -254,13 +254,16 @@ type Node struct {
 	joinedPeer atomic.Bool    // has ever seen another member
 	ready      atomic.Bool
 
-	leaving  atomic.Bool
-	stopping atomic.Bool
-	stop     chan struct{}
-	wg       sync.WaitGroup
-	closeMu  sync.Mutex
-	closed   bool
-	closeErr error
+	leaving atomic.Bool
+	// installMu orders installing a handoff (read) before this node's
+	// leave (write), see Transfer.
+	installMu sync.RWMutex
+	stopping  atomic.Bool
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeMu   sync.Mutex
+	closed    bool
+	closeErr  error
 }
 
 // clock returns the owner clock in Unix ns: Config.Clock when set, else wall

@@ -215,6 +215,9 @@ func (p peerService) ForwardMayWait(checks []transport.Check) bool {
 // is counted (Stats.RefusedStates, SecurityMetrics.PeerRefused("state")) and
 // logged at most once a second; the rest of the batch is installed, and
 // Transfer returns nil. A new key counts against MaxKeys (see store.install).
+// A node that is leaving refuses a handoff with an error wrapping
+// ErrStopped: its own handoff has run or is running, so what it installed
+// would end with it; the sender gives the states to the next owner.
 func (p peerService) Transfer(ctx context.Context, b transport.TransferBatch) error {
 	n := p.n
 	cb, err := n.checkTransfer(b)
@@ -224,6 +227,11 @@ func (p peerService) Transfer(ctx context.Context, b transport.TransferBatch) er
 	if b.Replica {
 		n.acceptReplica(b, cb)
 		return nil
+	}
+	n.installMu.RLock()
+	defer n.installMu.RUnlock()
+	if n.leaving.Load() {
+		return fmt.Errorf("%w: leaving: hand these keys to the next owner", ErrStopped)
 	}
 	n.installHandoff(b, cb)
 	return nil

@@ -74,10 +74,10 @@ func (b *Batches) AddBan(name, addr string, ps store.BanState) {
 // member name at addr.
 type SendFunc func(ctx context.Context, name, addr string, states []transport.KeyState, bans []transport.PenaltyState) error
 
-// Send sends every owner's batch with send, all at once, and returns the
-// failed sends' errors joined, each naming its owner and key count (nil
-// when all succeeded).
-func (b *Batches) Send(ctx context.Context, send SendFunc) error {
+// Send sends every owner's batch with send, all at once. It returns the
+// owners whose send failed (nil when all succeeded) and their errors
+// joined, each naming its owner and key count.
+func (b *Batches) Send(ctx context.Context, send SendFunc) (failed []string, err error) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error
@@ -85,11 +85,40 @@ func (b *Batches) Send(ctx context.Context, send SendFunc) error {
 		wg.Go(func() {
 			if err := send(ctx, name, b.Addrs[name], states, b.Bans[name]); err != nil {
 				mu.Lock()
+				failed = append(failed, name)
 				errs = append(errs, fmt.Errorf("to %s (%d keys): %w", name, len(states), err))
 				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return failed, errors.Join(errs...)
+}
+
+// Replace returns the batches of the owners named in failed re-placed by
+// owner, which names the member that takes the key of ring hash h (false:
+// none, the state is counted in Lost); hash gives a ban state's key's ring
+// hash. The states keep their encoding; the new batches carry no marker of
+// their own.
+func (b *Batches) Replace(failed []string, owner func(h uint64) (name, addr string, ok bool), hash func(key string) uint64) *Batches {
+	out := NewBatches()
+	for _, f := range failed {
+		for _, ks := range b.States[f] {
+			if name, addr, ok := owner(ks.KeyHash); ok {
+				out.Addrs[name] = addr
+				out.States[name] = append(out.States[name], ks)
+			} else {
+				out.Lost++
+			}
+		}
+		for _, ps := range b.Bans[f] {
+			if name, addr, ok := owner(hash(ps.Key)); ok {
+				out.Mark(name, addr)
+				out.Bans[name] = append(out.Bans[name], ps)
+			} else {
+				out.Lost++
+			}
+		}
+	}
+	return out
 }

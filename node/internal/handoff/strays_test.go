@@ -53,7 +53,7 @@ func TestSendJoinsEveryOwnersError(t *testing.T) {
 	b.AddBan("bad", "addr-bad", store.BanState{Key: "k"})
 	var mu sync.Mutex
 	sent := map[string]string{}
-	err := b.Send(context.Background(), func(_ context.Context, name, addr string, _ []transport.KeyState, bans []transport.PenaltyState) error {
+	_, err := b.Send(context.Background(), func(_ context.Context, name, addr string, _ []transport.KeyState, bans []transport.PenaltyState) error {
 		mu.Lock()
 		sent[name] = addr
 		mu.Unlock()
@@ -117,5 +117,39 @@ func TestWaitEndsEachWay(t *testing.T) {
 	h.Keep([]string{"prev"})
 	if h.Len() != 1 {
 		t.Fatalf("Len after Keep = %d, want 1", h.Len())
+	}
+}
+
+func TestReplaceMovesOnlyTheFailedOwnersStates(t *testing.T) {
+	b := NewBatches()
+	for h := uint64(1); h <= 3; h++ {
+		b.AddState("x", "addr-x", &store.Moved{H: h})
+	}
+	b.AddState("ok", "addr-ok", &store.Moved{H: 4})
+	b.AddBan("x", "addr-x", store.BanState{Key: "k"})
+	owner := func(h uint64) (string, string, bool) {
+		switch h {
+		case 3:
+			return "", "", false
+		case 1, 10:
+			return "a", "addr-a", true
+		}
+		return "b", "addr-b", true
+	}
+	nb := b.Replace([]string{"x"}, owner, func(key string) uint64 { return 10 })
+	if st := nb.States["a"]; len(st) != 1 || st[0].KeyHash != 1 || st[0].State == nil || nb.Addrs["a"] != "addr-a" {
+		t.Fatalf("a's batch: %+v at %q", st, nb.Addrs["a"])
+	}
+	if st := nb.States["b"]; len(st) != 1 || st[0].KeyHash != 2 {
+		t.Fatalf("b's batch: %+v", st)
+	}
+	if len(nb.Bans["a"]) != 1 || nb.Bans["a"][0].Key != "k" {
+		t.Fatalf("the ban state went to %+v, want a", nb.Bans)
+	}
+	if _, ok := nb.States["ok"]; ok || nb.States["x"] != nil {
+		t.Fatalf("states of owners that did not fail, or of the failed owner, re-placed: %v", nb.States)
+	}
+	if nb.Lost != 1 {
+		t.Fatalf("Lost = %d, want 1 (the state no member takes)", nb.Lost)
 	}
 }
