@@ -81,6 +81,9 @@ type fleetResult struct {
 	// previous owner to hear of it).
 	join, heard time.Duration
 	spin        bool // the callers never yield (RINGLIMIT_FLEET_SPIN=1)
+	// burst is the members joining at once, then leaving at once, instead
+	// of the roll (RINGLIMIT_FLEET_BURST); 0: the roll.
+	burst int
 }
 
 // countingHandler counts the log lines of every member by level and message.
@@ -194,16 +197,16 @@ func (r fleetResult) String() string {
 	if r.rebuilds > 0 {
 		perChange = time.Duration(r.rebuildNs / int64(r.rebuilds))
 	}
-	return fmt.Sprintf("members=%d callers=%d spin=%v seed=%d formed=%v roll=%v rebuilds=%d (%.1f per member per change) rebuild=%v/change "+
+	return fmt.Sprintf("members=%d burst=%d callers=%d spin=%v seed=%d formed=%v roll=%v rebuilds=%d (%.1f per member per change) rebuild=%v/change "+
 		"goroutines/member=%.0f heap/member=%.1fMiB checks=%d over=%d (max +%d) fallback-admissions=%d slowest=%v errors=%d stuck=%q excess=%v logs=%v spread=%v join=%v heard=%v",
-		r.members, r.callers, r.spin, r.seed, r.formed.Round(time.Millisecond), r.rolled.Round(time.Millisecond), r.rebuilds,
+		r.members, r.burst, r.callers, r.spin, r.seed, r.formed.Round(time.Millisecond), r.rolled.Round(time.Millisecond), r.rebuilds,
 		float64(r.rebuilds)/float64(r.members)/float64(max(r.changes, 1)), perChange.Round(time.Microsecond),
 		r.goroutine, r.heapBytes/(1<<20), r.checks, r.over, r.overMax, r.fallbacks, r.slowest.Round(time.Millisecond), r.errs, r.stuck, r.excess, r.logs, r.spread, r.join.Round(time.Millisecond), r.heard.Round(time.Millisecond))
 }
 
 // runFleet runs the harness once with size members.
-func runFleet(t *testing.T, size, callers int, seed uint64, spin bool) fleetResult {
-	res := fleetResult{members: size, callers: callers, seed: seed, spin: spin}
+func runFleet(t *testing.T, size, callers int, seed uint64, spin bool, burst int) fleetResult {
+	res := fleetResult{members: size, callers: callers, seed: seed, spin: spin, burst: burst}
 	runtime.GC()
 	g0 := runtime.NumGoroutine()
 	var ms0 runtime.MemStats
@@ -318,6 +321,15 @@ func runFleet(t *testing.T, size, callers int, seed uint64, spin bool) fleetResu
 	}
 
 	rollStart := time.Now()
+	if burst > 0 {
+		res.stuck = burstFleet(base, burst, &live, &phase, func(n *Node) {
+			allMu.Lock()
+			all = append(all, n)
+			allMu.Unlock()
+		})
+		res.changes = 2 * burst
+		size = 0 // no roll
+	}
 	for i := range size {
 		cur := *live.Load()
 		old := cur[0]
@@ -387,6 +399,66 @@ func runFleet(t *testing.T, size, callers int, seed uint64, spin bool) fleetResu
 		}
 	}
 	return res
+}
+
+// burstFleet is the harness's burst instead of its roll: burst new members
+// (named burst-0, burst-1, ...) start at once and join the live members
+// (phase "join"), then, once every member agrees, as many of the members
+// that were live before close at once (phase "leave"), as an autoscaler
+// adds and removes instances. added is called with each member started. It
+// returns why it stopped early, "" when both changes converged.
+func burstFleet(base Config, burst int, live *atomic.Pointer[[]*Node], phase *atomic.Pointer[string], added func(*Node)) string {
+	join, leave, idle := "join", "leave", "idle"
+	cur := *live.Load()
+	if burst >= len(cur) {
+		return fmt.Sprintf("burst %d: want fewer than the %d members", burst, len(cur))
+	}
+	phase.Store(&join)
+	fresh := make([]*Node, burst)
+	errs := make([]error, burst)
+	var wg sync.WaitGroup
+	for j := range burst {
+		wg.Go(func() {
+			cfg := base
+			cfg.Name = fmt.Sprintf("burst-%d", j)
+			cfg.Join = []string{cur[j%len(cur)].GossipAddr()}
+			fresh[j], errs[j] = New(cfg)
+		})
+	}
+	wg.Wait()
+	for j, err := range errs {
+		if err != nil {
+			return fmt.Sprintf("start burst-%d: %v", j, err)
+		}
+		added(fresh[j])
+	}
+	next := append(append([]*Node(nil), cur...), fresh...)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	err := waitConverged(ctx, next...)
+	cancel()
+	if err != nil {
+		return fmt.Sprintf("after %d joined at once: %v; %s", burst, err, ringGaps(next))
+	}
+	live.Store(&next)
+	phase.Store(&leave)
+	gone, rest := next[:burst], append([]*Node(nil), next[burst:]...)
+	live.Store(&rest)
+	closeErrs := make([]error, burst)
+	for j, n := range gone {
+		wg.Go(func() { closeErrs[j] = n.Close() })
+	}
+	wg.Wait()
+	if err := errors.Join(closeErrs...); err != nil {
+		return fmt.Sprintf("closing %d at once: %v", burst, err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 60*time.Second)
+	err = waitConverged(ctx, rest...)
+	cancel()
+	if err != nil {
+		return fmt.Sprintf("after %d left at once: %v; %s", burst, err, ringGaps(rest))
+	}
+	phase.Store(&idle)
+	return ""
 }
 
 // ringGaps says, for each of nodes whose ring differs from the set of nodes,
@@ -466,14 +538,20 @@ func fleetSizes(t *testing.T, def []int) []int {
 // 10 members and 8 callers by default; RINGLIMIT_FLEET,
 // RINGLIMIT_FLEET_SEEDS (default 1) and RINGLIMIT_FLEET_CALLERS choose the
 // sizes, the seeds per size and the callers (make fleet).
+// RINGLIMIT_FLEET_BURST=k replaces the roll by k members joining at once,
+// then k leaving at once (see burstFleet), with the same checks.
 func TestFleetRollingRestart(t *testing.T) {
 	seeds, callers := envCount(t, "RINGLIMIT_FLEET_SEEDS", 1), envCount(t, "RINGLIMIT_FLEET_CALLERS", 8)
 	strict := os.Getenv("RINGLIMIT_FLEET_STRICT") == "1"
 	spin := os.Getenv("RINGLIMIT_FLEET_SPIN") == "1"
+	burst := 0
+	if os.Getenv("RINGLIMIT_FLEET_BURST") != "" {
+		burst = envCount(t, "RINGLIMIT_FLEET_BURST", 0)
+	}
 	for _, size := range fleetSizes(t, []int{10}) {
 		for seed := range uint64(seeds) {
 			t.Run(fmt.Sprintf("members=%d/seed=%d", size, seed+1), func(t *testing.T) {
-				res := runFleet(t, size, callers, seed+1, spin)
+				res := runFleet(t, size, callers, seed+1, spin, burst)
 				t.Log(res)
 				fmt.Println("fleet:", res)
 				switch deaths := res.logs[falseDeath]; {
