@@ -114,39 +114,12 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]b
 	movedBans := n.bans.Extract(func(key string) store.MoveAction {
 		return n.moveOf(ns, old, restarted, snap.Hash(key), store.MoveDrop)
 	})
-	bt := handoff.NewBatches()
-	for p := 0; p < snap.PartitionCount(); p++ {
-		m := snap.PartitionOwner(p)
-		// Every member that gained a partition gets this node's marker, not
-		// only those that gained it from this node: the new owner gates the
-		// partition on its own previous ring's owner, and when the two nodes
-		// came through different rings (a change one of them coalesced or
-		// saw later) that may be this node, which then never owned it and
-		// had nothing to send; without a marker the gate waited out
-		// HandoffTimeout. A marker says only that this node holds nothing
-		// more of the new owner's partitions, which is true of every one.
-		gained := old.Len() > 0 && old.PartitionOwner(p).Name != m.Name && m.Name != self && m.Name != ""
-		// A restarted member waits for a marker from the owner each of its
-		// partitions would have without it: its backup.
-		gained = gained || restarted[m.Name] && ns.backups != nil && ns.backups.Of(p).Name == self
-		if gained {
-			bt.Mark(m.Name, m.Addr)
+	bt := handoff.Plan(old, snap, self, restarted, func(p int) string {
+		if ns.backups == nil {
+			return ""
 		}
-	}
-	for i := range moved {
-		if m, ok := snap.OwnerOfHash(moved[i].H); ok {
-			bt.AddState(m.Name, m.Addr, &moved[i])
-		} else {
-			bt.Lost++
-		}
-	}
-	for _, ps := range movedBans {
-		if m, ok := snap.Owner(ps.Key); ok {
-			bt.AddBan(m.Name, m.Addr, ps)
-		} else {
-			bt.Lost++
-		}
-	}
+		return ns.backups.Of(p).Name
+	}, moved, movedBans)
 	lost := bt.Lost
 	if len(bt.States) == 0 {
 		if lost > 0 {
@@ -159,14 +132,19 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]b
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.HandoffTimeout)
 	defer cancel()
-	failed, err := bt.Send(ctx, func(ctx context.Context, _, addr string, states []transport.KeyState, bans []transport.PenaltyState) error {
+	more, err := bt.Deliver(ctx, snap.Members(), n.ringOf, func(ctx context.Context, _, addr string, states []transport.KeyState, bans []transport.PenaltyState) error {
 		return n.peers.Handoff(ctx, addr, transport.TransferBatch{From: self, RingDigest: snap.Digest(), States: states, Done: true, Penalties: bans})
+	}, func(ctx context.Context, name, addr string, states []transport.KeyState, bans []transport.PenaltyState) error {
+		// No marker: these keys were not this ring's to announce.
+		b := transport.TransferBatch{From: self, Sender: self, RingDigest: snap.Digest(), States: states, Penalties: bans}
+		if name == self {
+			return peerService{n}.Transfer(ctx, b) // the ring without them gives them to this node
+		}
+		return n.peers.Handoff(ctx, addr, b)
+	}, func(failed []string, err error) {
+		n.log.Info("handoff: sending again the keys of members that did not take them", "members", failed, "err", err)
 	})
-	if len(failed) > 0 {
-		var more int
-		more, err = n.replaceHandoff(ctx, snap, bt, failed, err)
-		lost += more
-	}
+	lost += more
 	if n.cfg.Metrics != nil {
 		n.cfg.Metrics.Handoff(len(moved), time.Since(start), err)
 	}
@@ -177,57 +155,16 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]b
 	n.log.Info("handoff", "keys", len(moved), "to", len(bt.States), "took", time.Since(start))
 }
 
-// replaceHandoff sends the states of bt's owners named in failed, whose
-// handoff send failed with err, to the members that take their keys once
-// those owners are gone: the owner under snap without them (and without any
-// member whose send fails next), a member at a time, as long as sends fail.
-// A member refuses a handoff once it is leaving (Transfer): members leaving
-// at once (an autoscaler's scale-down, a deploy that replaces several
-// instances together) each hand their keys to owners under a ring that
-// still holds the others, and a state handed to a member that has already
-// handed off its own ended with it (keys admitted up to twice their limit
-// at 10 members, 5 leaving at once). The states this node would own itself
-// are installed here. It returns the states no member took and the errors
-// of the sends that still failed.
-func (n *Node) replaceHandoff(ctx context.Context, snap *ring.Snapshot, bt *handoff.Batches, failed []string, err error) (lost int, _ error) {
-	gone := make(map[string]bool)
-	for len(failed) > 0 && ctx.Err() == nil {
-		var keep []ring.Member
-		for _, f := range failed {
-			gone[f] = true
-		}
-		for _, m := range snap.Members() {
-			if !gone[m.Name] {
-				keep = append(keep, m)
-			}
-		}
-		r, rerr := ring.New(n.cfg.Ring)
-		if rerr == nil {
-			rerr = r.SetMembers(keep)
-		}
-		if rerr != nil || len(keep) == 0 {
-			break
-		}
-		rs := r.Snapshot()
-		nb := bt.Replace(failed, func(h uint64) (string, string, bool) {
-			m, ok := rs.OwnerOfHash(h)
-			return m.Name, m.Addr, ok
-		}, rs.Hash)
-		lost += nb.Lost
-		n.log.Info("handoff: sending again the keys of members that did not take them", "members", failed, "err", err)
-		failed, err = nb.Send(ctx, func(ctx context.Context, name, addr string, states []transport.KeyState, bans []transport.PenaltyState) error {
-			b := transport.TransferBatch{From: n.cfg.Name, Sender: n.cfg.Name, RingDigest: snap.Digest(), States: states, Penalties: bans}
-			if name == n.cfg.Name {
-				return peerService{n}.Transfer(ctx, b)
-			}
-			return n.peers.Handoff(ctx, addr, b)
-		})
-		bt = nb
+// ringOf returns the snapshot of a ring of members (see handoff.Deliver).
+func (n *Node) ringOf(members []ring.Member) (*ring.Snapshot, error) {
+	r, err := ring.New(n.cfg.Ring)
+	if err == nil {
+		err = r.SetMembers(members)
 	}
-	for _, f := range failed {
-		lost += len(bt.States[f]) + len(bt.Bans[f])
+	if err != nil {
+		return nil, err
 	}
-	return lost, err
+	return r.Snapshot(), nil
 }
 
 // markHandoffDone records that from finished handing off for the ring with

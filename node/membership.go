@@ -241,8 +241,8 @@ func (n *Node) rebuild() {
 	prev := old.snap
 	if prev.Len() == 0 {
 		if others := without(members, self); len(others) > 0 {
-			if r, err := ring.New(n.cfg.Ring); err == nil && r.SetMembers(others) == nil {
-				prev = r.Snapshot()
+			if r, err := n.ringOf(others); err == nil {
+				prev = r
 			}
 		}
 	}

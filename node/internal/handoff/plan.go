@@ -1,0 +1,93 @@
+package handoff
+
+import (
+	"context"
+
+	"github.com/ringlimit/ringlimit/node/internal/store"
+	"github.com/ringlimit/ringlimit/ring"
+)
+
+// Plan assembles the batches of member self's handoff for the ring change
+// from old to cur: each moved key state and ban state to its owner under
+// cur (Lost counts those no member owns), and a marker to every member that
+// gained a partition. Every member that gained a partition gets the
+// marker, not only those that gained it from self: the new owner gates the
+// partition on its own previous ring's owner, and when the two came through
+// different rings (a change one of them coalesced or saw later) that may be
+// self, which then never owned it and had nothing to send; without a marker
+// the gate waited out HandoffTimeout. A marker says only that self holds
+// nothing more of the new owner's partitions, which is true of every one.
+// A restarted member (restarted) waits for a marker from the owner each of
+// its partitions would have without it, its backup: backupOf(p) names
+// partition p's backup under cur ("" when there are no backups).
+func Plan(old, cur *ring.Snapshot, self string, restarted map[string]bool, backupOf func(p int) string, moved []store.Moved, bans []store.BanState) *Batches {
+	b := NewBatches()
+	for p := 0; p < cur.PartitionCount(); p++ {
+		m := cur.PartitionOwner(p)
+		gained := old.Len() > 0 && old.PartitionOwner(p).Name != m.Name && m.Name != self && m.Name != ""
+		if gained || restarted[m.Name] && backupOf(p) == self {
+			b.Mark(m.Name, m.Addr)
+		}
+	}
+	for i := range moved {
+		if m, ok := cur.OwnerOfHash(moved[i].H); ok {
+			b.AddState(m.Name, m.Addr, &moved[i])
+		} else {
+			b.Lost++
+		}
+	}
+	for _, ps := range bans {
+		if m, ok := cur.Owner(ps.Key); ok {
+			b.AddBan(m.Name, m.Addr, ps)
+		} else {
+			b.Lost++
+		}
+	}
+	return b
+}
+
+// Deliver sends b's batches with first and, while sends fail, gives the
+// states of the owners whose send failed to the owners of their keys under
+// the ring of members without every owner that failed so far (build makes
+// that ring), sending those batches with again; retry is called before
+// each such round with the owners that failed and their errors. A member
+// refuses a handoff once it is leaving: members leaving at once each hand
+// their keys off under a ring that still holds the others, and a state
+// handed to a member whose own handoff had run ended with it. It returns
+// the states no member took (not counting b.Lost) and the errors of the
+// sends that still failed.
+func (b *Batches) Deliver(ctx context.Context, members []ring.Member, build func([]ring.Member) (*ring.Snapshot, error),
+	first, again SendFunc, retry func(failed []string, err error)) (lost int, err error) {
+	failed, err := b.Send(ctx, first)
+	gone := make(map[string]bool)
+	for len(failed) > 0 && ctx.Err() == nil {
+		var keep []ring.Member
+		for _, f := range failed {
+			gone[f] = true
+		}
+		for _, m := range members {
+			if !gone[m.Name] {
+				keep = append(keep, m)
+			}
+		}
+		if len(keep) == 0 {
+			break
+		}
+		r, berr := build(keep)
+		if berr != nil {
+			break
+		}
+		nb := b.Replace(failed, func(h uint64) (string, string, bool) {
+			m, ok := r.OwnerOfHash(h)
+			return m.Name, m.Addr, ok
+		}, r.Hash)
+		lost += nb.Lost
+		retry(failed, err)
+		failed, err = nb.Send(ctx, again)
+		b = nb
+	}
+	for _, f := range failed {
+		lost += len(b.States[f]) + len(b.Bans[f])
+	}
+	return lost, err
+}
