@@ -134,14 +134,7 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]b
 	defer cancel()
 	more, err := bt.Deliver(ctx, snap.Members(), n.ringOf, func(ctx context.Context, _, addr string, states []transport.KeyState, bans []transport.PenaltyState) error {
 		return n.peers.Handoff(ctx, addr, transport.TransferBatch{From: self, RingDigest: snap.Digest(), States: states, Done: true, Penalties: bans})
-	}, func(ctx context.Context, name, addr string, states []transport.KeyState, bans []transport.PenaltyState) error {
-		// No marker: these keys were not this ring's to announce.
-		b := transport.TransferBatch{From: self, Sender: self, RingDigest: snap.Digest(), States: states, Penalties: bans}
-		if name == self {
-			return peerService{n}.Transfer(ctx, b) // the ring without them gives them to this node
-		}
-		return n.peers.Handoff(ctx, addr, b)
-	}, func(failed []string, err error) {
+	}, n.sendHandoff(snap), func(failed []string, err error) {
 		n.log.Info("handoff: sending again the keys of members that did not take them", "members", failed, "err", err)
 	})
 	lost += more
@@ -153,6 +146,19 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]b
 		return
 	}
 	n.log.Info("handoff", "keys", len(moved), "to", len(bt.States), "took", time.Since(start))
+}
+
+// sendHandoff returns the send of handed-off states with no marker under
+// ring snap: to a peer, or installed here when the ring without the
+// members that refused gives them to this node.
+func (n *Node) sendHandoff(snap *ring.Snapshot) handoff.SendFunc {
+	return func(ctx context.Context, name, addr string, states []transport.KeyState, bans []transport.PenaltyState) error {
+		b := transport.TransferBatch{From: n.cfg.Name, Sender: n.cfg.Name, RingDigest: snap.Digest(), States: states, Penalties: bans}
+		if name == n.cfg.Name {
+			return peerService{n}.Transfer(ctx, b)
+		}
+		return n.peers.Handoff(ctx, addr, b)
+	}
 }
 
 // ringOf returns the snapshot of a ring of members (see handoff.Deliver).
@@ -265,11 +271,14 @@ func (n *Node) passOnStrays() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.HandoffTimeout)
 	defer cancel()
-	_, err := bt.Send(ctx, func(ctx context.Context, _, addr string, states []transport.KeyState, _ []transport.PenaltyState) error {
-		return n.peers.Handoff(ctx, addr, transport.TransferBatch{From: self, RingDigest: rs.snap.Digest(), States: states})
-	})
-	if err != nil {
-		n.log.Warn("passing handed-off states on to their owner failed", "keys", len(moved), "err", err)
+	// An owner that refuses (it is leaving) is left out, as in a handoff:
+	// the copy kept here would reach the key's next owner only with this
+	// node's next ring change, and that owner, gaining the key from a member
+	// that is gone, decides it at once (keys up to twice their limit when
+	// 10 of 20 members left at once).
+	lost, err := bt.Deliver(ctx, rs.snap.Members(), n.ringOf, n.sendHandoff(rs.snap), n.sendHandoff(rs.snap), func([]string, error) {})
+	if err != nil || lost > 0 {
+		n.log.Warn("passing handed-off states on to their owner failed", "keys", len(moved), "not_taken", lost, "err", err)
 		return
 	}
 	n.log.Info("passed handed-off states on to their owners", "keys", len(moved), "to", len(bt.States))
