@@ -15,36 +15,10 @@ import (
 	"github.com/ringlimit/ringlimit/transport"
 )
 
-// moveOf says what the ring change from old to ns does with the state this
-// node holds of the key with ring hash h: keep it (owned, or still its
-// replica), hand it to the new owner (and keep a copy where this node is the
-// key's new backup, or the new owner is a restarted member it backs up), or,
-// for a state that is neither, stray (stale replica or handed to it by
-// mistake): stray, store.MoveSend or store.MoveDrop.
-func (n *Node) moveOf(ns *ringState, old *ring.Snapshot, restarted map[string]bool, h uint64, stray store.MoveAction) store.MoveAction {
-	self := n.cfg.Name
-	m, ok := ns.snap.OwnerOfHash(h)
-	switch {
-	case !ok || ns.leaving:
-		return store.MoveSend
-	case m.Name == self:
-		return store.MoveKeep
-	}
-	wasOwner := old.Len() == 0
-	if !wasOwner {
-		o, _ := old.OwnerOfHash(h)
-		wasOwner = o.Name == self
-	}
-	if b, ok := ns.backupOfHash(h); ok && b.Name == self {
-		if wasOwner || restarted[m.Name] {
-			return store.MoveSendCopy
-		}
-		return store.MoveKeep // still its replica
-	}
-	if wasOwner {
-		return store.MoveSend
-	}
-	return stray
+// changeFrom returns the ring change from old to ns as this node sees it
+// (restarted: the members restarted since old).
+func (n *Node) changeFrom(old, ns *ringState, restarted map[string]bool) *handoff.Change {
+	return &handoff.Change{Self: n.cfg.Name, Old: old.snap, Cur: ns.snap, OldBackups: old.backups, CurBackups: ns.backups, Leaving: ns.leaving, Restarted: restarted}
 }
 
 // restartedMembers returns the names of the members of cur that are also in
@@ -53,47 +27,27 @@ func restartedMembers(old, cur *ring.Snapshot) map[string]bool {
 	return membership.Restarted(old.Members(), cur.Members(), func(m ring.Member) (string, string) { return m.Name, m.ID })
 }
 
-// resync lists as changed the states of the keys this node owns under ns
-// whose backup differs from old's (or restarted), so that the next
-// replication send gives the new backup every one of them.
-func (n *Node) resync(old, ns *ringState, restarted map[string]bool) {
-	if ns.backups == nil || ns.leaving || !n.owned.Track {
+// resync lists as changed the states of the keys this node owns after
+// change c whose backup changed (see handoff.Change.Resync), so that the
+// next replication send gives the new backup every one of them.
+func (n *Node) resync(c *handoff.Change) {
+	if !n.owned.Track {
 		return
 	}
-	self := n.cfg.Name
-	snap := ns.snap
-	parts := make([]bool, snap.PartitionCount())
-	any := false
-	for p := range parts {
-		if snap.PartitionOwner(p).Name != self {
-			continue
-		}
-		b := ns.backups.Of(p).Name
-		prevOwner, prevBackup := "", ""
-		if old.snap.Len() > 0 && old.snap.PartitionCount() == len(parts) {
-			prevOwner = old.snap.PartitionOwner(p).Name
-		}
-		if old.backups != nil && old.backups.Partitions() == len(parts) {
-			prevBackup = old.backups.Of(p).Name
-		}
-		if prevOwner != self || prevBackup != b || restarted[b] {
-			parts[p] = true
-			any = true
-		}
-	}
-	if any {
+	if parts := c.Resync(); parts != nil {
+		snap := c.Cur
 		n.owned.MarkWhere(func(h uint64) bool { return parts[snap.PartitionOfHash(h)] })
 		n.bans.MarkWhere(func(key string) bool { return parts[snap.Partition(key)] })
 	}
 }
 
-// handoff moves the states of keys this node no longer owns under ns to their
-// new owners, then tells every member that gained partitions in this change
+// handoff moves the states of keys this node no longer owns after change c
+// (to ring state ns) to their new owners, then tells every member that gained partitions in this change
 // (from this node or another) that its handoff for this ring is complete. This
 // node keeps a copy of what it hands off where it is the key's new backup,
 // keeps the replicas it is still the backup of, and hands a restarted member
-// (restarted) the replicas of its keys.
-func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]bool) {
+// the replicas of its keys.
+func (n *Node) handoff(ns *ringState, c *handoff.Change) {
 	self := n.cfg.Name
 	snap := ns.snap
 	if n.hellos.Len() > 2*snap.Len()+16 {
@@ -106,20 +60,15 @@ func (n *Node) handoff(ns *ringState, old *ring.Snapshot, restarted map[string]b
 	}
 	n.handOffHolds(ns)
 	moved := n.owned.Extract(func(h uint64) store.MoveAction {
-		return n.moveOf(ns, old, restarted, h, store.MoveSend)
+		return c.Move(h, store.MoveSend)
 	}, n.clock())
 	// Ban states move as key states do, except that a replica this node no
 	// longer backs up is dropped: its owner holds the whole of it, and a
 	// handed-off ban state is merged (its denials would count twice).
 	movedBans := n.bans.Extract(func(key string) store.MoveAction {
-		return n.moveOf(ns, old, restarted, snap.Hash(key), store.MoveDrop)
+		return c.Move(snap.Hash(key), store.MoveDrop)
 	})
-	bt := handoff.Plan(old, snap, self, restarted, func(p int) string {
-		if ns.backups == nil {
-			return ""
-		}
-		return ns.backups.Of(p).Name
-	}, moved, movedBans)
+	bt := handoff.Plan(c, moved, movedBans)
 	lost := bt.Lost
 	if len(bt.States) == 0 {
 		if lost > 0 {

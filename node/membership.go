@@ -228,8 +228,9 @@ func (n *Node) rebuild() {
 				// backups hand it their replicas (and the end-of-handoff marker
 				// it waits for), and its keys' states go to its backups again.
 				n.log.Info("member restarted", "members", restarted)
-				n.resync(old, ns, restarted)
-				n.handoff(ns, old.snap, restarted)
+				c := n.changeFrom(old, ns, restarted)
+				n.resync(c)
+				n.handoff(ns, c)
 			}
 		}
 		return
@@ -265,8 +266,9 @@ func (n *Node) rebuild() {
 			n.breakers.Reset(m.Name)
 		}
 	}
-	n.resync(old, ns, restarted)
-	n.handoff(ns, old.snap, restarted)
+	c := n.changeFrom(old, ns, restarted)
+	n.resync(c)
+	n.handoff(ns, c)
 }
 
 // countRebuild adds a rebuild begun at t0 to Stats.

@@ -105,7 +105,7 @@ func waitNoStrays(t *testing.T, nodes []*Node) {
 			missing := 0
 			rs := n.rs.Load()
 			n.owned.Count(func(h uint64) bool {
-				if rs.snap.Len() == 0 || n.moveOf(rs, rs.snap, nil, h, store.MoveSend) != store.MoveSend {
+				if rs.snap.Len() == 0 || n.changeFrom(rs, rs, nil).Move(h, store.MoveSend) != store.MoveSend {
 					return false
 				}
 				if o, ok := rs.snap.OwnerOfHash(h); ok && byName[o.Name] != nil && !held[o.Name][h] {
@@ -634,7 +634,7 @@ func TestSnapshotKeepsBans(t *testing.T) {
 func strays(n *Node) int {
 	rs := n.rs.Load()
 	return n.owned.Count(func(h uint64) bool {
-		return rs.snap.Len() > 0 && n.moveOf(rs, rs.snap, nil, h, store.MoveSend) == store.MoveSend
+		return rs.snap.Len() > 0 && n.changeFrom(rs, rs, nil).Move(h, store.MoveSend) == store.MoveSend
 	})
 }
 

@@ -7,25 +7,24 @@ import (
 	"github.com/ringlimit/ringlimit/ring"
 )
 
-// Plan assembles the batches of member self's handoff for the ring change
-// from old to cur: each moved key state and ban state to its owner under
+// Plan assembles the batches of c.Self's handoff for ring change c: each moved key state and ban state to its owner under
 // cur (Lost counts those no member owns), and a marker to every member that
 // gained a partition. Every member that gained a partition gets the
-// marker, not only those that gained it from self: the new owner gates the
+// marker, not only those that gained it from Self: the new owner gates the
 // partition on its own previous ring's owner, and when the two came through
 // different rings (a change one of them coalesced or saw later) that may be
-// self, which then never owned it and had nothing to send; without a marker
-// the gate waited out HandoffTimeout. A marker says only that self holds
+// Self, which then never owned it and had nothing to send; without a marker
+// the gate waited out HandoffTimeout. A marker says only that Self holds
 // nothing more of the new owner's partitions, which is true of every one.
-// A restarted member (restarted) waits for a marker from the owner each of
-// its partitions would have without it, its backup: backupOf(p) names
-// partition p's backup under cur ("" when there are no backups).
-func Plan(old, cur *ring.Snapshot, self string, restarted map[string]bool, backupOf func(p int) string, moved []store.Moved, bans []store.BanState) *Batches {
+// A restarted member waits for a marker from the owner each of its
+// partitions would have without it: its backup.
+func Plan(c *Change, moved []store.Moved, bans []store.BanState) *Batches {
 	b := NewBatches()
+	old, cur, self := c.Old, c.Cur, c.Self
 	for p := 0; p < cur.PartitionCount(); p++ {
 		m := cur.PartitionOwner(p)
 		gained := old.Len() > 0 && old.PartitionOwner(p).Name != m.Name && m.Name != self && m.Name != ""
-		if gained || restarted[m.Name] && backupOf(p) == self {
+		if gained || c.Restarted[m.Name] && c.CurBackups != nil && c.CurBackups.Of(p).Name == self {
 			b.Mark(m.Name, m.Addr)
 		}
 	}

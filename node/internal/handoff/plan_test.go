@@ -30,7 +30,7 @@ func TestPlanSendsStatesToTheirOwnersAndMarksGainers(t *testing.T) {
 	for h := range uint64(50) {
 		moved = append(moved, store.Moved{H: h * 0x9e3779b97f4a7c15})
 	}
-	b := Plan(old, cur, "a", nil, func(int) string { return "" }, moved, []store.BanState{{Key: "k"}})
+	b := Plan(&Change{Self: "a", Old: old, Cur: cur}, moved, []store.BanState{{Key: "k"}})
 	got := 0
 	for name, sts := range b.States {
 		for _, ks := range sts {
