@@ -5,6 +5,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -90,7 +91,13 @@ func (n *Node) handoff(ns *ringState, c *handoff.Change) {
 	if n.cfg.Metrics != nil {
 		n.cfg.Metrics.Handoff(len(moved), time.Since(start), err)
 	}
-	if err != nil || lost > 0 {
+	switch {
+	case errors.Is(err, handoff.ErrNoneLeft):
+		// Every member is leaving too (the whole cluster stops): expected, so
+		// INFO, but said.
+		n.log.Info("handoff: every member is leaving; these keys' states end with them", "keys", len(moved), "lost", lost)
+		return
+	case err != nil || lost > 0:
 		n.log.Warn("handoff incomplete", "keys", len(moved), "lost", lost, "err", err)
 		return
 	}

@@ -2,10 +2,16 @@ package handoff
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/ring"
 )
+
+// ErrNoneLeft is wrapped by Deliver's error when every member of the ring
+// refused or failed: the whole cluster is stopping (or unreachable).
+var ErrNoneLeft = errors.New("handoff: no member left to take the keys")
 
 // Plan assembles the batches of c.Self's handoff for ring change c: each moved key state and ban state to its owner under
 // cur (Lost counts those no member owns), and a marker to every member that
@@ -54,7 +60,8 @@ func Plan(c *Change, moved []store.Moved, bans []store.BanState) *Batches {
 // their keys off under a ring that still holds the others, and a state
 // handed to a member whose own handoff had run ended with it. It returns
 // the states no member took (not counting b.Lost) and the errors of the
-// sends that still failed.
+// sends that still failed, wrapped in ErrNoneLeft when every member failed
+// (the whole cluster is stopping).
 func (b *Batches) Deliver(ctx context.Context, members []ring.Member, build func([]ring.Member) (*ring.Snapshot, error),
 	first, again SendFunc, retry func(failed []string, err error)) (lost int, err error) {
 	failed, err := b.Send(ctx, first)
@@ -70,6 +77,7 @@ func (b *Batches) Deliver(ctx context.Context, members []ring.Member, build func
 			}
 		}
 		if len(keep) == 0 {
+			err = fmt.Errorf("%w: %w", ErrNoneLeft, err)
 			break
 		}
 		r, berr := build(keep)

@@ -94,7 +94,7 @@ func TestDeliverGivesRefusedStatesToTheNextOwner(t *testing.T) {
 	// Everyone refuses: every state is counted lost, with the errors.
 	refuse = map[string]bool{"b": true, "c": true, "d": true}
 	lost, err = b.Deliver(context.Background(), members, buildRing, send, send, func([]string, error) {})
-	if lost != 200 || err == nil {
-		t.Fatalf("all refusing: lost %d, err %v; want 200 and the errors", lost, err)
+	if lost != 200 || !errors.Is(err, ErrNoneLeft) {
+		t.Fatalf("all refusing: lost %d, err %v; want 200 and ErrNoneLeft", lost, err)
 	}
 }
