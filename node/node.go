@@ -38,6 +38,7 @@ import (
 	"github.com/ringlimit/ringlimit/node/internal/peerinput"
 	"github.com/ringlimit/ringlimit/node/internal/persist"
 	"github.com/ringlimit/ringlimit/node/internal/replication"
+	"github.com/ringlimit/ringlimit/node/internal/route"
 	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/node/internal/topdenied"
 	"github.com/ringlimit/ringlimit/ring"
@@ -220,6 +221,10 @@ type Node struct {
 	// repl sends changed states to backups and installs replicas.
 	repl     *replication.Replicator
 	breakers *breaker.Set // per-peer circuit breaker
+	// router takes checks whose owner could not decide them to the key's
+	// backup or the OwnerUnreachable policy, and answers checks sent here as
+	// a key's backup (route.go).
+	router *route.Router
 
 	ml       *memberlist.Memberlist
 	secure   bool

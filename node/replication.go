@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/ringlimit/ringlimit/node/internal/replication"
@@ -88,7 +87,3 @@ func (n *Node) awaitReplicated(ctx context.Context) error { return n.repl.Await(
 func (n *Node) acceptReplica(b transport.TransferBatch, cb checkedBatch) (needFull []uint64) {
 	return n.repl.Accept(b, cb)
 }
-
-// errNoBackup is returned by decideViaBackup when the key has no backup
-// reachable: the OwnerUnreachable policy decides.
-var errNoBackup = errors.New("node: no backup reachable")

@@ -1,5 +1,7 @@
 // Routing: a check's way to its decision — the owner here, a forward to the
-// owner, the key's backup, or the local fallback.
+// owner, the key's backup, or the local fallback. The last two, and the
+// answer to a check sent here as a key's backup, are route.Router's; the
+// node keeps the owner-local path and the forward (decideInto) and the glue.
 
 package node
 
@@ -76,7 +78,7 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 			}
 			if err != nil {
 				if errors.Is(err, errNotOwner) {
-					return n.fallbackInto(*c, rs, out)
+					return n.fallbackInto(c, rs, out)
 				}
 				return err
 			}
@@ -180,7 +182,7 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 				return refusedByPeer(owner.Name, res.Message)
 			case err == nil && res.Code == transport.CodeResourceExhausted:
 				n.breakers.Reset(owner.Name)
-				return fullAt(owner.Name+" (the key's owner)", res)
+				return route.FullAt(owner.Name+" (the key's owner)", res)
 			}
 			if n.stopping.Load() {
 				return ErrStopped // our own pool is closing: not the owner's fault
@@ -202,13 +204,13 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 			ask = 0
 		}
 		if viaBackup {
-			d, err := n.decideViaBackup(ctx, rs, *c, h, owner)
+			d, err := n.router.ViaBackup(ctx, rs, c.wire(true), h)
 			switch {
 			case err == nil:
-				*out = d
+				*out = fromRoute(&d)
 				return nil
-			case errors.Is(err, errNoBackup):
-				return n.fallbackInto(*c, rs, out)
+			case errors.Is(err, route.ErrNoBackup):
+				return n.fallbackInto(c, rs, out)
 			case errors.Is(err, errNotOwner):
 				res = transport.Result{Code: transport.CodeNotOwner} // rings disagree: route again below
 			default:
@@ -234,7 +236,7 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 		}
 		if (!changed && !notOwner) || !time.Now().Before(deadline) {
 			n.log.Debug("owner unreachable", "owner", owner.Name, "err", err, "code", res.Code)
-			return n.fallbackInto(*c, rs, out)
+			return n.fallbackInto(c, rs, out)
 		}
 		if changed {
 			rs = next
@@ -250,24 +252,16 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 func (n *Node) rerouteGrace() time.Duration { return 2 * n.cfg.Gossip.GossipInterval }
 
 // awaitRingChange returns the ring state that replaced rs, waiting up to d for
-// one; false if none came (or ctx ended, or the node stopped).
+// one (route.AwaitChange); false if none came (or ctx ended, or the node
+// stopped).
 func (n *Node) awaitRingChange(ctx context.Context, rs *ringState, d time.Duration) (*ringState, bool) {
 	if cur := n.rs.Load(); cur != rs {
 		return cur, true
 	}
-	if d <= 0 {
+	if !route.AwaitChange(ctx, rs.next, n.stop, d) {
 		return nil, false
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-rs.next:
-		return n.rs.Load(), true
-	case <-t.C:
-	case <-ctx.Done():
-	case <-n.stop:
-	}
-	return nil, false
+	return n.rs.Load(), true
 }
 
 // decideOwned applies c on this node as its owner under ring state rs and
@@ -313,153 +307,67 @@ func (n *Node) owns(rs *ringState, h uint64) bool {
 	return ok && m.Name == n.cfg.Name && !cur.leaving
 }
 
-// fallbackInto is decideFallback writing the Decision to *out (unchanged on
-// error).
-func (n *Node) fallbackInto(c Check, rs *ringState, out *Decision) error {
-	d, err := n.decideFallback(c, rs)
+// fallbackInto applies the OwnerUnreachable policy to c under ring state rs
+// (route.Router.Fallback) and writes the Decision to *out (unchanged on error).
+func (n *Node) fallbackInto(c *Check, rs *ringState, out *Decision) error {
+	d, err := n.router.Fallback(rs, c.wire(false))
 	if err == nil {
-		*out = d
+		*out = fromRoute(&d)
 	}
 	return err
 }
 
-// decideFallback applies the OwnerUnreachable policy; a Local limiter gets
-// this node's share of the limit among the members of rs (see Local).
-func (n *Node) decideFallback(c Check, rs *ringState) (Decision, error) {
-	if c.cancelAt != 0 {
-		// A cancel the owner cannot get: nothing is given back, nothing taken.
-		return Decision{Decision: algo.Decision{Allowed: true}, Route: RouteFallback, Owner: n.cfg.Name}, nil
-	}
-	wall := n.clock()
-	now := c.CreatedAt
-	if now == 0 {
-		now = wall
-	}
-	var d algo.Decision
-	switch n.cfg.OwnerUnreachable {
-	case Local:
-		var err error
-		d, err = n.fallback.Take(n.fallback.Hash(c.Key), route.Share(c.Limit, rs.snap.Len()), c.Hits, now, wall, nil)
-		if err != nil {
-			return Decision{}, err
-		}
-	case FailOpen, FailClosed:
-		var err error
-		d, err = route.Fail(c.Limit, now, n.cfg.OwnerUnreachable == FailOpen, n.cfg.ForwardTimeout)
-		if err != nil {
-			return Decision{}, err
-		}
-	}
-	n.observe(c.Limit.Kind, RouteFallback, d.Allowed)
-	return Decision{Decision: d, Route: RouteFallback, Owner: n.cfg.Name}, nil
-}
-
-// decideViaBackup sends c, whose owner (in ring state rs) cannot be reached, to
-// the key's backup; when this node is the backup it decides c itself.
-// errNoBackup: no backup, or it cannot be reached either; errNotOwner: the
-// backup does not see itself as the key's backup (rings disagree for a moment).
-func (n *Node) decideViaBackup(ctx context.Context, rs *ringState, c Check, h uint64, owner ring.Member) (Decision, error) {
-	b, ok := rs.backupOfHash(h)
-	if !ok {
-		return Decision{}, errNoBackup
-	}
-	if b.Name == n.cfg.Name {
-		d, ban, err := n.decideAsBackup(ctx, c, h)
-		if err != nil {
-			return Decision{}, err
-		}
-		n.observe(c.Limit.Kind, RouteBackup, d.Allowed)
-		return Decision{Decision: d, Route: RouteBackup, Owner: n.cfg.Name, Banned: ban}, nil
-	}
-	res, ok, err := n.toPeers().ToBackup(ctx, b, c.wire(true))
-	switch {
-	case err != nil:
-		return Decision{}, err
-	case !ok:
-		return Decision{}, errNoBackup
-	case res.Code == transport.CodeOK:
-		route := RouteForwarded // the backup reached the owner itself
-		if res.Route == transport.RouteBackup {
-			route = RouteBackup
-		}
-		n.observe(c.Limit.Kind, route, res.Decision.Allowed)
-		return Decision{Decision: res.Decision, Route: route, Owner: res.Owner, Banned: res.Banned}, nil
-	case res.Code == transport.CodeInvalidArgument:
-		return Decision{}, refusedByPeer(b.Name, res.Message)
-	case res.Code == transport.CodeResourceExhausted:
-		return Decision{}, fullAt(b.Name+" (the key's backup, or the owner it asked)", res)
-	case res.Code == transport.CodeNotOwner:
-		return Decision{}, errNotOwner
-	}
-	return Decision{}, errNoBackup
-}
-
-// decideAsBackup decides c on this node's replica of its key, whose owner
-// cannot be reached. It returns errNotOwner if this node is neither the key's
-// backup nor its owner (any more) in its current ring.
-func (n *Node) decideAsBackup(ctx context.Context, c Check, h uint64) (algo.Decision, bool, error) {
-	self := n.cfg.Name
-	holds := func() bool {
-		rs := n.rs.Load()
-		if rs.leaving {
-			return false
-		}
-		if o, ok := rs.snap.OwnerOfHash(h); ok && o.Name == self {
-			return true
-		}
-		b, ok := rs.backupOfHash(h)
-		return ok && b.Name == self
-	}
-	if c.cancelAt != 0 {
-		// A cancel reaches the replica only while the owner is unreachable:
-		// nothing is given back (the owner's state keeps the booking).
-		return algo.Decision{Allowed: true}, false, nil
-	}
-	wall := n.clock()
-	now := c.CreatedAt
-	if now == 0 {
-		now = wall
-	}
-	if c.Penalty.IsZero() {
-		d, err := n.owned.Take(h, c.Limit, c.Hits, now, wall, holds)
-		return d, false, err
-	}
-	return n.bans.Take(h, c.Key, store.BanRule(c.Penalty), c.Hits, now, func(hits int64) (algo.Decision, error) {
-		return n.owned.Take(h, c.Limit, hits, now, wall, holds)
-	})
+// fromRoute is d, decided by a route.Router, as a Decision.
+func fromRoute(d *route.Decision) Decision {
+	return Decision{Decision: d.Decision, Route: Route(d.Route), Owner: d.Owner, Banned: d.Banned}
 }
 
 // forwardAsBackup answers a check sent to this node as the key's backup
-// (transport.Check.AsBackup). If this node owns the key now, it decides as
-// owner. If it is the key's backup, it first asks the owner itself (see
-// route.Peers.AskOwner); if the owner cannot be reached from here either, it
-// decides on its replica (RouteBackup).
+// (route.Router.AsBackup): as owner if it owns the key now, else after asking
+// the owner, else on its replica.
 func (n *Node) forwardAsBackup(ctx context.Context, c transport.Check) transport.Result {
-	c.AsBackup = false
-	rs := n.rs.Load()
-	h := rs.snap.Hash(c.Key)
-	owner, ok := rs.snap.OwnerOfHash(h)
-	if ok && owner.Name == n.cfg.Name && !rs.leaving {
-		return n.ownerResult(ctx, rs, checkFromWire(&c), h)
-	}
-	if b, isB := rs.backupOfHash(h); !ok || !isB || b.Name != n.cfg.Name || rs.leaving {
-		return transport.Result{Code: transport.CodeNotOwner, Message: "not the key's backup"}
-	}
-	if res, done := n.toPeers().AskOwner(ctx, owner, c, n.cfg.ForwardTimeout); done {
-		return res
-	}
-	d, ban, err := n.decideAsBackup(ctx, checkFromWire(&c), h)
-	if err != nil {
-		return errorResult(err)
-	}
-	return transport.Result{Decision: d, Route: transport.RouteBackup, Owner: n.cfg.Name, Code: transport.CodeOK, Banned: ban}
+	return n.router.AsBackup(ctx, c)
 }
 
-// toPeers is the peer pool with the per-peer breaker, for the backup routes.
-func (n *Node) toPeers() route.Peers { return route.Peers{Pool: n.peers, Breakers: n.breakers} }
+// The route package's policies are node's.
+var (
+	_ = [1]struct{}{}[route.Policy(Local)-route.Local]
+	_ = [1]struct{}{}[route.Policy(FailOpen)-route.FailOpen]
+	_ = [1]struct{}{}[route.Policy(FailClosed)-route.FailClosed]
+)
 
-// fullAt is the *KeyTableFullError of a check that the peer who (its name and
-// role) refused with CodeResourceExhausted: its Text and RetryAfter.
-func fullAt(who string, res transport.Result) error {
-	return &KeyTableFullError{Who: who, Text: res.Message, RetryAfter: max(res.Decision.RetryAfter, 0)}
+// The routes read a ring state as a route.Ring.
+
+// Hash returns the ring hash of key.
+func (rs *ringState) Hash(key string) uint64 { return rs.snap.Hash(key) }
+
+// Owner returns the owner of the key whose ring hash is h.
+func (rs *ringState) Owner(h uint64) (ring.Member, bool) { return rs.snap.OwnerOfHash(h) }
+
+// Backup returns the backup of the key whose ring hash is h.
+func (rs *ringState) Backup(h uint64) (ring.Member, bool) { return rs.backupOfHash(h) }
+
+// Leaving reports whether this node was leaving in rs.
+func (rs *ringState) Leaving() bool { return rs.leaving }
+
+// Members returns the number of members of rs's ring.
+func (rs *ringState) Members() int { return rs.snap.Len() }
+
+// newRouter returns the node's route.Router; n.log, n.owned, n.fallback,
+// n.bans and n.breakers must be set, n.peers and n.rs are read per check.
+func (n *Node) newRouter() *route.Router {
+	return route.New(route.Config{
+		Self: n.cfg.Name, Owned: n.owned, Fallback: n.fallback, Bans: n.bans, Clock: n.clock,
+		Current: func() route.Ring { return n.rs.Load() },
+		Forward: func(ctx context.Context, addr string, c transport.Check) (transport.Result, error) {
+			return n.peers.Forward(ctx, addr, c)
+		},
+		Breakers: n.breakers, Policy: route.Policy(n.cfg.OwnerUnreachable), Timeout: n.cfg.ForwardTimeout,
+		Observe: func(k algo.Kind, r transport.Route, allowed bool) { n.observe(k, Route(r), allowed) },
+		Refused: refusedByPeer,
+		AsOwner: func(ctx context.Context, rs route.Ring, c transport.Check, h uint64) transport.Result {
+			return n.ownerResult(ctx, rs.(*ringState), checkFromWire(&c), h)
+		},
+		ErrorResult: errorResult,
+	})
 }

@@ -1,9 +1,14 @@
-// Package route holds what of a check's way needs no node: the share of a
-// limit each member takes when the ring falls back on local limiters, the
-// decision of the fail-open and fail-closed policies, and the forwards to a
-// key's backup and, from the backup, to its owner, with the per-peer circuit
-// breaker (Peers). The node resolves owners and backups in its ring and
-// decides.
+// Package route holds a check's way past an owner that could not decide it:
+// the forward to the key's backup, or the backup's own decision on its
+// replica, mapping the backup's answer codes to errors (Router.ViaBackup);
+// the OwnerUnreachable policy (Router.Fallback: this member's share of the
+// limit among the ring's members on a local limiter, Share, or the
+// fail-open and fail-closed decisions, Fail); the answer to a check sent to
+// this member as a key's backup (Router.AsBackup); and the forwards to a
+// backup and, from the backup, to the owner, with the per-peer circuit
+// breaker (Peers). The owner-local path and the forward to the owner stay
+// the node's (its hot path); what the Router needs of the node (stores,
+// clock, ring, peers, metrics) it gets once as a Config of funcs.
 package route
 
 import (
