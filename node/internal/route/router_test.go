@@ -223,7 +223,9 @@ func TestViaBackupAnswers(t *testing.T) {
 func TestViaBackupBreakerAndContext(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, Local, &testRing{owner: other, backup: third, members: 3})
-	h.forward = func(string, transport.Check) (transport.Result, error) { return transport.Result{}, errors.New("timeout") }
+	h.forward = func(string, transport.Check) (transport.Result, error) {
+		return transport.Result{}, errors.New("timeout")
+	}
 	c := transport.Check{Key: "k", Limit: fw10, Hits: 1, AsBackup: true}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -309,7 +311,9 @@ func TestAsBackup(t *testing.T) {
 	if h.cfg.Owned.Len() != 0 {
 		t.Fatalf("the replica decided a check the owner answered")
 	}
-	h.forward = func(string, transport.Check) (transport.Result, error) { return transport.Result{}, errors.New("timeout") }
+	h.forward = func(string, transport.Check) (transport.Result, error) {
+		return transport.Result{}, errors.New("timeout")
+	}
 	res := h.AsBackup(ctx, c)
 	if res.Code != transport.CodeOK || res.Route != transport.RouteBackup || res.Owner != self.Name || !res.Decision.Allowed || res.Decision.Remaining != 9 {
 		t.Fatalf("owner unreachable: %+v, want decided on the replica", res)
