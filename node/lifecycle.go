@@ -66,6 +66,7 @@ func New(cfg Config) (*Node, error) {
 	n.log = n.log.With("node", cfg.Name)
 	n.repl = n.newReplicator()
 	n.router = n.newRouter()
+	n.psvc = n.newPeerService()
 	n.mem = n.newMembers()
 	n.start = time.Now()
 	n.base = n.start.UnixNano()

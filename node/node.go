@@ -36,6 +36,7 @@ import (
 	"github.com/ringlimit/ringlimit/node/internal/membership"
 	"github.com/ringlimit/ringlimit/node/internal/peergate"
 	"github.com/ringlimit/ringlimit/node/internal/peerinput"
+	"github.com/ringlimit/ringlimit/node/internal/peersvc"
 	"github.com/ringlimit/ringlimit/node/internal/persist"
 	"github.com/ringlimit/ringlimit/node/internal/replication"
 	"github.com/ringlimit/ringlimit/node/internal/route"
@@ -225,6 +226,8 @@ type Node struct {
 	// backup or the OwnerUnreachable policy, and answers checks sent here as
 	// a key's backup (route.go).
 	router *route.Router
+	// psvc answers this node's peers (peer.go).
+	psvc *peersvc.Service[*ringState]
 
 	ml       *memberlist.Memberlist
 	secure   bool

@@ -301,6 +301,7 @@ func TestForwardMayWaitOnlyForOpenGatesBeforeTheirDeadline(t *testing.T) {
 	}
 	snap := r.Snapshot()
 	n := &Node{} // ForwardMayWait reads only the published ring state
+	n.psvc = n.newPeerService()
 	p := peerService{n}
 	key := "gated-key"
 	part := snap.PartitionOfHash(snap.Hash(key))

@@ -1,18 +1,17 @@
 // The peer service: what this node answers to its peers (forwards, handoffs,
-// replication sends) and what it needs from the peer transport.
+// replication sends; node/internal/peersvc) and what it needs from the peer
+// transport.
 
 package node
 
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync"
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/node/internal/peerinput"
-	"github.com/ringlimit/ringlimit/node/internal/store"
+	"github.com/ringlimit/ringlimit/node/internal/peersvc"
 	"github.com/ringlimit/ringlimit/transport"
 )
 
@@ -44,88 +43,99 @@ func (n *Node) onBatch(addr string, size int, took time.Duration, err error) {
 }
 
 // peerService is the owner side of the Peer gRPC service. It is a separate type
-// so that Forward and Transfer stay out of Node's public API.
+// so that Forward and Transfer stay out of Node's public API. Forward,
+// ForwardMayWait, Transfer and Replicate are n.psvc's (peersvc.Service, see
+// its docs for what each answers).
 type peerService struct{ n *Node }
 
-// Forward decides a batch of checks this node owns, in order. Keys it does not
-// own in its current ring get CodeNotOwner; it never re-forwards them. Checks
-// sent to this node as the key's backup (AsBackup) are decided concurrently by
-// forwardAsBackup, which may ask the owner once. Under ReplicationSync the
-// batch is answered once the states it changed reached their backups.
+// Forward decides a batch of checks this node owns (peersvc.Service.Forward).
 func (p peerService) Forward(ctx context.Context, checks []transport.Check, out []transport.Result) {
-	n := p.n
-	n.inbound.Add(1)
-	changed := false
-	// Made for the first check sent here as a backup only: a WaitGroup that a
-	// goroutine's closure captures lives on the heap, one allocation per
-	// batch that almost every batch does not need.
-	var backups *sync.WaitGroup
-	// Hash the checks and start loading their slots before deciding the first
-	// (store.prefetch): at a million keys each slot is a cache miss, and
-	// misses started together overlap. Every snapshot hashes with the ring's
-	// one hash function, so these hashes are the ones decided with.
-	var hs [16]uint64
-	for i := range min(len(checks), len(hs)) {
-		if c := &checks[i]; !c.AsBackup {
-			hs[i] = n.owned.Hash(c.Key)
-			n.owned.Prefetch(hs[i], c.Limit.Kind)
-		}
-	}
-	for i, c := range checks {
-		if c.CreatedAt != 0 && !n.cfg.AcceptCallerTimestamps {
-			// This node's config decides, whatever the sender accepted, on
-			// every path: as owner, and as backup (deciding on its replica or
-			// forwarding to the owner).
-			n.refused("timestamp")
-			out[i] = transport.Result{Code: transport.CodeInvalidArgument, Message: callerTimestampError(c.CreatedAt).Error()}
-			continue
-		}
-		if err := n.withinMaxima(c.Limit); err != nil {
-			out[i] = transport.Result{Code: transport.CodeInvalidArgument, Message: err.Error()}
-			continue
-		}
-		if c.AsBackup && !n.stopping.Load() {
-			if backups == nil {
-				backups = new(sync.WaitGroup)
-			}
-			backups.Go(func() { out[i] = n.forwardAsBackup(ctx, c) })
-			continue
-		}
-		if n.stopping.Load() {
-			out[i] = transport.Result{Code: transport.CodeUnavailable, Message: "node is stopping"}
-			continue
-		}
-		rs := n.rs.Load()
-		var h uint64
-		if i < len(hs) {
-			h = hs[i]
-		} else {
-			h = rs.snap.Hash(c.Key)
-		}
-		owner, ok := rs.snap.OwnerOfHash(h)
-		if !ok || owner.Name != n.cfg.Name || rs.leaving || !n.ready.Load() {
-			out[i] = transport.Result{Code: transport.CodeNotOwner, Message: "not owner"}
-			continue
-		}
-		out[i] = n.decideResult(ctx, rs, checkFromWire(&checks[i]), h)
-		if c.LeaseHits > 0 {
-			n.grantLease(ctx, rs, &checks[i], h, &out[i])
-		}
-		changed = changed || c.Hits > 0 && out[i].Code == transport.CodeOK && out[i].Decision.Allowed
-	}
-	if backups != nil {
-		backups.Wait()
-	}
-	if changed {
-		if err := n.awaitReplicated(ctx); err != nil {
-			// Not acknowledged by the backups: not reported as decided.
-			for i := range out {
-				if !checks[i].AsBackup && checks[i].Hits > 0 && out[i].Code == transport.CodeOK && out[i].Decision.Allowed {
-					out[i] = transport.Result{Code: transport.CodeUnavailable, Message: err.Error()}
-				}
-			}
-		}
-	}
+	p.n.psvc.Forward(ctx, checks, out)
+}
+
+// ForwardMayWait implements transport.ForwardWaitHinter
+// (peersvc.Service.ForwardMayWait).
+func (p peerService) ForwardMayWait(checks []transport.Check) bool {
+	return p.n.psvc.ForwardMayWait(checks)
+}
+
+// Transfer installs handed-off states (the more restrictive state wins where the
+// key exists) and records the sender's "handoff complete" marker. Peer input is
+// untrusted. In secure mode From must be the member named by the sender's
+// certificate, else the whole batch is refused with an error wrapping
+// ErrRefusedState. Then each state is judged alone: its Limit must be within
+// this node's maxima (Config.MaxPeriod, Config.MaxLimit), the state plausible
+// under that Limit (algo.State.Plausible with Config.MaxPeerClockSkew) with a
+// LastNow not after now + MaxPeerClockSkew, and a caller-clock state is
+// accepted only with AcceptCallerTimestamps. A refused state is not installed,
+// is counted (Stats.RefusedStates, SecurityMetrics.PeerRefused("state")) and
+// logged at most once a second; the rest of the batch is installed, and
+// Transfer returns nil. A new key counts against MaxKeys (see store.install).
+// A node that is leaving refuses a handoff with an error wrapping
+// ErrStopped: its own handoff has run or is running, so what it installed
+// would end with it; the sender gives the states to the next owner.
+func (p peerService) Transfer(ctx context.Context, b transport.TransferBatch) error {
+	return p.n.psvc.Transfer(ctx, b)
+}
+
+// Replicate implements transport.ReplicaHandler: it validates a replication
+// batch as Transfer does and keeps its states as replicas (see acceptReplica),
+// returning the ring hashes of the states and ban states it did not apply and
+// wants again, whole: log deltas it could not append, and those it cannot
+// place in its ring yet. A refused state is not among them: the owner does not
+// send it again until the key changes.
+func (p peerService) Replicate(ctx context.Context, b transport.TransferBatch) ([]uint64, error) {
+	return p.n.psvc.Replicate(ctx, b)
+}
+
+// newPeerService returns the node's peer service (peersvc.Config); n.owned,
+// n.bans, n.log and n.repl must be set.
+func (n *Node) newPeerService() *peersvc.Service[*ringState] {
+	return peersvc.New(peersvc.Config[*ringState]{
+		Node: peerNode{n}, Owned: n.owned, Bans: n.bans, Secure: n.secure, Clock: n.clock,
+		Bounds: peerinput.StateBounds{MaxPeriod: n.cfg.MaxPeriod, MaxLimit: n.cfg.MaxLimit,
+			MaxPeerClockSkew: n.cfg.MaxPeerClockSkew, AcceptCallerTimestamps: n.cfg.AcceptCallerTimestamps},
+		Stopping: &n.stopping, Leaving: &n.leaving, InstallMu: &n.installMu, Inbound: &n.inbound,
+		Refused: n.refused, RefusedState: n.refusedState, Stopped: ErrStopped,
+		TimestampError: callerTimestampError,
+	})
+}
+
+// peerNode is what the peer service needs of the node (peersvc.Node).
+type peerNode struct{ n *Node }
+
+func (p peerNode) Ring() *ringState                      { return p.n.rs.Load() }
+func (p peerNode) Hash(rs *ringState, key string) uint64 { return rs.snap.Hash(key) }
+func (p peerNode) SyncReplicas(rs *ringState) bool {
+	return p.n.cfg.Replication == ReplicationSync && rs.backups != nil
+}
+func (p peerNode) Gating(rs *ringState) bool {
+	return rs.gates != nil && time.Now().Before(rs.deadline)
+}
+func (p peerNode) Gated(rs *ringState, h uint64) bool        { return rs.gate(h) != nil }
+func (p peerNode) AwaitReplicated(ctx context.Context) error { return p.n.awaitReplicated(ctx) }
+func (p peerNode) NoteStrays(hs []uint64)                    { p.n.noteStrays(p.n.rs.Load(), hs) }
+func (p peerNode) HandoffDone(from string, digest uint64)    { p.n.markHandoffDone(from, digest) }
+
+func (p peerNode) Owns(rs *ringState, h uint64) bool {
+	owner, ok := rs.snap.OwnerOfHash(h)
+	return ok && owner.Name == p.n.cfg.Name && !rs.leaving && p.n.ready.Load()
+}
+
+func (p peerNode) Decide(ctx context.Context, rs *ringState, c *transport.Check, h uint64) transport.Result {
+	return p.n.decideResult(ctx, rs, checkFromWire(c), h)
+}
+
+func (p peerNode) GrantLease(ctx context.Context, rs *ringState, c *transport.Check, h uint64, r *transport.Result) {
+	p.n.grantLease(ctx, rs, c, h, r)
+}
+
+func (p peerNode) AsBackup(ctx context.Context, c transport.Check) transport.Result {
+	return p.n.forwardAsBackup(ctx, c)
+}
+
+func (p peerNode) AcceptReplica(b transport.TransferBatch, cb peerinput.Batch) []uint64 {
+	return p.n.acceptReplica(b, cb)
 }
 
 // decideResult decides c as the owner of its key (hash h) under rs and maps
@@ -175,132 +185,19 @@ func errorResult(err error) transport.Result {
 	return transport.Result{Code: transport.CodeUnavailable, Message: err.Error()}
 }
 
-// ForwardMayWait implements transport.ForwardWaitHinter: it reports whether
-// deciding checks now may wait on a handoff gate, that is whether the key of one
-// of them is in a partition this node gained from a live previous owner whose
-// handoff has not arrived yet and whose deadline has not passed. Without a
-// handoff under way it costs one atomic load. Under ReplicationSync every
-// batch may wait (for its states to reach their backups), as may a batch with
-// a check sent to this node as a key's backup (it may ask the owner).
-func (p peerService) ForwardMayWait(checks []transport.Check) bool {
-	rs := p.n.rs.Load()
-	if p.n.cfg.Replication == ReplicationSync && rs.backups != nil {
-		return true
-	}
-	for i := range checks {
-		if checks[i].AsBackup || checks[i].LeaseHits > 0 {
-			return true // a lease is replicated to the key's backup before it is answered
-		}
-	}
-	if rs.gates == nil || !time.Now().Before(rs.deadline) {
-		return false
-	}
-	for i := range checks {
-		if rs.gate(rs.snap.Hash(checks[i].Key)) != nil {
-			return true
-		}
-	}
-	return false
-}
-
-// Transfer installs handed-off states (the more restrictive state wins where the
-// key exists) and records the sender's "handoff complete" marker. Peer input is
-// untrusted. In secure mode From must be the member named by the sender's
-// certificate, else the whole batch is refused with an error wrapping
-// ErrRefusedState. Then each state is judged alone: its Limit must be within
-// this node's maxima (Config.MaxPeriod, Config.MaxLimit), the state plausible
-// under that Limit (algo.State.Plausible with Config.MaxPeerClockSkew) with a
-// LastNow not after now + MaxPeerClockSkew, and a caller-clock state is
-// accepted only with AcceptCallerTimestamps. A refused state is not installed,
-// is counted (Stats.RefusedStates, SecurityMetrics.PeerRefused("state")) and
-// logged at most once a second; the rest of the batch is installed, and
-// Transfer returns nil. A new key counts against MaxKeys (see store.install).
-// A node that is leaving refuses a handoff with an error wrapping
-// ErrStopped: its own handoff has run or is running, so what it installed
-// would end with it; the sender gives the states to the next owner.
-func (p peerService) Transfer(ctx context.Context, b transport.TransferBatch) error {
-	n := p.n
-	cb, err := n.checkTransfer(b)
-	if err != nil {
-		return err
-	}
-	if b.Replica {
-		n.acceptReplica(b, cb)
-		return nil
-	}
-	n.installMu.RLock()
-	defer n.installMu.RUnlock()
-	if n.leaving.Load() {
-		return fmt.Errorf("%w: leaving: hand these keys to the next owner", ErrStopped)
-	}
-	n.installHandoff(b, cb)
-	return nil
-}
-
-// Replicate implements transport.ReplicaHandler: it validates a replication
-// batch as Transfer does and keeps its states as replicas (see acceptReplica),
-// returning the ring hashes of the states and ban states it did not apply and
-// wants again, whole: log deltas it could not append, and those it cannot
-// place in its ring yet. A refused state is not among them: the owner does not
-// send it again until the key changes.
-func (p peerService) Replicate(ctx context.Context, b transport.TransferBatch) ([]uint64, error) {
-	n := p.n
-	cb, err := n.checkTransfer(b)
-	if err != nil {
-		return nil, err
-	}
-	return n.acceptReplica(b, cb), nil
-}
-
 // checkedBatch is a transfer batch judged by checkTransfer.
 type checkedBatch = peerinput.Batch
 
 // checkTransfer validates a transfer batch as untrusted peer input (see
-// Transfer): an error for a batch whose sender is not who it claims to be,
-// else a verdict per state and ban state (peerinput.CheckBatch).
+// Transfer, peersvc.Service.CheckTransfer).
 func (n *Node) checkTransfer(b transport.TransferBatch) (checkedBatch, error) {
-	if n.secure && b.Sender != b.From {
-		n.refused("sender")
-		return checkedBatch{}, fmt.Errorf("%w: from %q, but the sender's certificate names %q", ErrRefusedState, b.From, b.Sender)
-	}
-	return peerinput.CheckBatch(b, n.clock(), n.stateBounds(), func(key string, err error) {
-		n.refusedState(b.From, key, err)
-	}), nil
+	return n.psvc.CheckTransfer(b)
 }
 
 // installHandoff installs the states of a validated handoff batch that were
-// not refused (see Transfer).
+// not refused (see Transfer, peersvc.Service.InstallHandoff).
 func (n *Node) installHandoff(b transport.TransferBatch, cb checkedBatch) {
-	scanned := false // one scan for idle keys per batch at the MaxKeys bound
-	hs := make([]uint64, 0, len(b.States))
-	for i, ks := range b.States {
-		if cb.RefusedAt(i) {
-			continue
-		}
-		h := ks.KeyHash
-		if ks.Key != "" {
-			h = n.owned.Hash(ks.Key)
-		}
-		n.owned.InstallScan(h, ks.Limit, cb.States[i], ks.LastNow, ks.CallerClock, cb.Wall, true, &scanned)
-		hs = append(hs, h)
-	}
-	n.noteStrays(n.rs.Load(), hs)
-	for i, ps := range b.Penalties {
-		if !cb.PenRefusedAt(i) {
-			n.bans.Install(n.owned.Hash(ps.Key), store.BanState(ps))
-		}
-	}
-	if b.Done {
-		n.markHandoffDone(b.From, b.RingDigest)
-	}
-}
-
-// stateBounds returns the bounds peers' key states are judged by.
-func (n *Node) stateBounds() peerinput.StateBounds {
-	return peerinput.StateBounds{
-		MaxPeriod: n.cfg.MaxPeriod, MaxLimit: n.cfg.MaxLimit,
-		MaxPeerClockSkew: n.cfg.MaxPeerClockSkew, AcceptCallerTimestamps: n.cfg.AcceptCallerTimestamps,
-	}
+	n.psvc.InstallHandoff(b, cb)
 }
 
 func (n *Node) refused(what string) {

@@ -27,6 +27,7 @@ func snapshotNode(b *testing.B, dir string, maxKeys int) *Node {
 	}
 	n := &Node{cfg: cfg, ring: r, bans: &store.Bans{}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), secure: true}
 	n.owned = store.New(maxKeys, r.Snapshot().Hash, nil)
+	n.psvc = n.newPeerService()
 	n.start = time.Now()
 	n.base = n.start.UnixNano()
 	n.persist, _ = persist.Open(dir, cfg.Name)
