@@ -3,16 +3,17 @@ package node
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
 	"github.com/ringlimit/ringlimit/node/internal/keyops"
+	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/transport"
 )
 
 // This file is operating one key: inspect it, reset it, lift its ban. Each
-// operation is routed to the key's owner like a check (the KeyOp peer RPC).
+// operation is routed to the key's owner like a check (the KeyOp peer RPC;
+// the routing and the operations are node/internal/keyops's).
 // A reset or an unban frees capacity early, so the owner then sends an
 // invalidation of the key to every member (the same RPC): each drops its
 // cached denials of the key (see denials.go) and, as the key's backup, its
@@ -58,7 +59,7 @@ func (n *Node) InspectKey(ctx context.Context, key string, l algo.Limit) (KeyInf
 		return KeyInfo{}, err
 	}
 	r := transport.KeyOpRequest{Op: transport.KeyOpInspect, Key: key, Limit: l}
-	res, owner, err := n.routeKeyOp(ctx, r)
+	res, owner, err := n.kops.Route(ctx, r)
 	if err != nil {
 		return KeyInfo{}, err
 	}
@@ -71,7 +72,7 @@ func (n *Node) InspectKey(ctx context.Context, key string, l algo.Limit) (KeyInf
 		r.Op = transport.KeyOpInspectReplica
 		var rr transport.KeyOpResult
 		if b.Self {
-			rr, err = n.keyOpHere(ctx, r)
+			rr, err = n.kops.Here(ctx, r)
 		} else {
 			rr, err = n.peers.KeyOp(ctx, b.Addr, r)
 		}
@@ -91,7 +92,7 @@ func (n *Node) ResetKey(ctx context.Context, key string, l algo.Limit) (bool, er
 	if err := n.validKeyOp(key, l, true); err != nil {
 		return false, err
 	}
-	res, _, err := n.routeKeyOp(ctx, transport.KeyOpRequest{Op: transport.KeyOpReset, Key: key, Limit: l})
+	res, _, err := n.kops.Route(ctx, transport.KeyOpRequest{Op: transport.KeyOpReset, Key: key, Limit: l})
 	return res.Found, err
 }
 
@@ -102,7 +103,7 @@ func (n *Node) DeleteKey(ctx context.Context, key string) (bool, error) {
 	if err := n.validKeyOp(key, algo.Limit{}, false); err != nil {
 		return false, err
 	}
-	res, _, err := n.routeKeyOp(ctx, transport.KeyOpRequest{Op: transport.KeyOpReset, Key: key, All: true})
+	res, _, err := n.kops.Route(ctx, transport.KeyOpRequest{Op: transport.KeyOpReset, Key: key, All: true})
 	return res.Found, err
 }
 
@@ -113,7 +114,7 @@ func (n *Node) UnbanKey(ctx context.Context, key string) (bool, error) {
 	if err := n.validKeyOp(key, algo.Limit{}, false); err != nil {
 		return false, err
 	}
-	res, _, err := n.routeKeyOp(ctx, transport.KeyOpRequest{Op: transport.KeyOpUnban, Key: key})
+	res, _, err := n.kops.Route(ctx, transport.KeyOpRequest{Op: transport.KeyOpUnban, Key: key})
 	return res.Found, err
 }
 
@@ -130,91 +131,37 @@ func (n *Node) validKeyOp(key string, l algo.Limit, withLimit bool) error {
 	return nil
 }
 
-// routeKeyOp runs r on the key's owner, routing again while rings disagree,
-// up to ForwardTimeout.
-func (n *Node) routeKeyOp(ctx context.Context, r transport.KeyOpRequest) (transport.KeyOpResult, string, error) {
-	deadline := time.Now().Add(n.cfg.ForwardTimeout)
-	for {
-		rs := n.rs.Load()
-		owner, ok := rs.snap.Owner(r.Key)
-		var res transport.KeyOpResult
-		var err error
-		if !ok || owner.Name == n.cfg.Name {
-			owner.Name = n.cfg.Name
-			res, err = n.keyOpHere(ctx, r)
-		} else {
-			res, err = n.peers.KeyOp(ctx, owner.Addr, r)
-		}
-		if err != nil && !errors.Is(err, ErrInvalidationIncomplete) {
-			if ctx.Err() != nil {
-				return res, owner.Name, ctx.Err()
-			}
-			return res, owner.Name, fmt.Errorf("%w: key operation on %s: %w", ErrUnavailable, owner.Name, err)
-		}
-		switch res.Code {
-		case transport.CodeOK:
-			if err == nil && res.Message != "" { // a remote owner's incomplete invalidation
-				err = fmt.Errorf("%w: %s", ErrInvalidationIncomplete, res.Message)
-			}
-			return res, owner.Name, err
-		case transport.CodeInvalidArgument:
-			return res, owner.Name, refusedByPeer(owner.Name, res.Message)
-		}
-		if !time.Now().Before(deadline) {
-			return res, owner.Name, fmt.Errorf("%w: key operation: owner %s answered %v: %s", ErrUnavailable, owner.Name, res.Code, res.Message)
-		}
-		if _, changed := n.awaitRingChange(ctx, rs, 2*n.cfg.Gossip.GossipInterval); ctx.Err() != nil {
-			return res, owner.Name, ctx.Err()
-		} else {
-			_ = changed
-		}
-	}
+// newKeyOps returns the node's key operations (keyops.Config); n.owned,
+// n.bans, n.denied and n.leases must be set, n.peers is read per send.
+func (n *Node) newKeyOps() *keyops.Ops[*ringState] {
+	return keyops.NewOps(keyops.Config[*ringState]{
+		Node: keyOpsNode{n}, Self: n.cfg.Name, Clock: n.clock, Stopping: &n.stopping,
+		Stores:  keyops.Stores{Owned: n.owned, Bans: n.bans, Denied: n.denied, Leases: n.leases},
+		Timeout: n.cfg.ForwardTimeout, Retry: 2 * n.cfg.Gossip.GossipInterval,
+		Incomplete: ErrInvalidationIncomplete, Unavailable: ErrUnavailable, RefusedByPeer: refusedByPeer,
+	})
 }
 
-// KeyOp implements transport.KeyOpHandler.
+// keyOpsNode is what the key operations need of the node (keyops.Node).
+type keyOpsNode struct{ n *Node }
+
+func (k keyOpsNode) Ring() *ringState { return k.n.rs.Load() }
+
+func (k keyOpsNode) Snapshot(rs *ringState) (*ring.Snapshot, bool) { return rs.snap, rs.leaving }
+
+func (k keyOpsNode) AwaitRingChange(ctx context.Context, rs *ringState, d time.Duration) {
+	k.n.awaitRingChange(ctx, rs, d)
+}
+
+func (k keyOpsNode) Send(ctx context.Context, addr string, r transport.KeyOpRequest) (transport.KeyOpResult, error) {
+	return k.n.peers.KeyOp(ctx, addr, r)
+}
+
+func (k keyOpsNode) LeaseReset(h uint64, kind algo.Kind, all, complete bool) {
+	k.n.leaseReset(h, kind, all, complete)
+}
+
+// KeyOp implements transport.KeyOpHandler (keyops.Ops.KeyOp).
 func (s peerService) KeyOp(ctx context.Context, r transport.KeyOpRequest) (transport.KeyOpResult, error) {
-	res, err := s.n.keyOpHere(ctx, r)
-	if errors.Is(err, ErrInvalidationIncomplete) {
-		res.Message, err = err.Error(), nil // the operation happened: say so in the answer
-	}
-	return res, err
-}
-
-// keyOpHere runs r on this node (keyops.Stores.Apply), and sends a reset's
-// or unban's invalidation to every other member.
-func (n *Node) keyOpHere(ctx context.Context, r transport.KeyOpRequest) (transport.KeyOpResult, error) {
-	if n.stopping.Load() {
-		return transport.KeyOpResult{Code: transport.CodeUnavailable, Message: "stopping"}, nil
-	}
-	rs := n.rs.Load()
-	h := rs.snap.Hash(r.Key)
-	m, ok := rs.snap.OwnerOfHash(h)
-	owns := ok && m.Name == n.cfg.Name && !rs.leaving
-	res, inv, err := keyops.Stores{Owned: n.owned, Bans: n.bans, Denied: n.denied, Leases: n.leases}.Apply(r, h, owns, n.clock)
-	if err != nil || inv == nil {
-		return res, err
-	}
-	err = n.broadcastInvalidation(ctx, rs, *inv)
-	if r.Op == transport.KeyOpReset {
-		n.leaseReset(h, r.Limit.Kind, r.All, err == nil)
-	}
-	return res, err
-}
-
-// broadcastInvalidation sends inv to every other member of rs and waits for
-// their acknowledgements, up to ForwardTimeout; an error wrapping
-// ErrInvalidationIncomplete names those that did not acknowledge.
-func (n *Node) broadcastInvalidation(ctx context.Context, rs *ringState, inv transport.KeyOpRequest) error {
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.ForwardTimeout)
-	defer cancel()
-	var peers []keyops.Peer
-	for _, m := range rs.snap.Members() {
-		if m.Name != n.cfg.Name {
-			peers = append(peers, keyops.Peer{Name: m.Name, Addr: m.Addr})
-		}
-	}
-	if missed := keyops.Broadcast(ctx, peers, inv, n.peers.KeyOp); len(missed) > 0 {
-		return fmt.Errorf("%w: %v", ErrInvalidationIncomplete, missed)
-	}
-	return nil
+	return s.n.kops.KeyOp(ctx, r)
 }

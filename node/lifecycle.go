@@ -67,6 +67,7 @@ func New(cfg Config) (*Node, error) {
 	n.repl = n.newReplicator()
 	n.router = n.newRouter()
 	n.psvc = n.newPeerService()
+	n.kops = n.newKeyOps()
 	n.mem = n.newMembers()
 	n.start = time.Now()
 	n.base = n.start.UnixNano()

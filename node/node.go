@@ -32,6 +32,7 @@ import (
 	"github.com/ringlimit/ringlimit/internal/breaker"
 	"github.com/ringlimit/ringlimit/node/internal/denycache"
 	"github.com/ringlimit/ringlimit/node/internal/handoff"
+	"github.com/ringlimit/ringlimit/node/internal/keyops"
 	"github.com/ringlimit/ringlimit/node/internal/lease"
 	"github.com/ringlimit/ringlimit/node/internal/membership"
 	"github.com/ringlimit/ringlimit/node/internal/peergate"
@@ -226,8 +227,10 @@ type Node struct {
 	// backup or the OwnerUnreachable policy, and answers checks sent here as
 	// a key's backup (route.go).
 	router *route.Router
-	// psvc answers this node's peers (peer.go).
+	// psvc answers this node's peers (peer.go); kops runs the key
+	// operations (keyops.go).
 	psvc *peersvc.Service[*ringState]
+	kops *keyops.Ops[*ringState]
 
 	ml       *memberlist.Memberlist
 	secure   bool
