@@ -158,7 +158,7 @@ func (k keyOpsNode) Send(ctx context.Context, addr string, r transport.KeyOpRequ
 }
 
 func (k keyOpsNode) LeaseReset(h uint64, kind algo.Kind, all, complete bool) {
-	k.n.leaseReset(h, kind, all, complete)
+	k.n.holds.Reset(h, kind, all, complete)
 }
 
 // KeyOp implements transport.KeyOpHandler (keyops.Ops.KeyOp).

@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
@@ -60,7 +59,7 @@ import (
 // of it: the owner records only the used rest of the slice in the state (at
 // the renewal, after every admission it stands for), carries the hits left
 // into the new lease, and tops them up to what the lessee asked for in all
-// (renewHold says why this never admits more). While a key stays hot, its
+// (lease.Holds.Grant's renewHold says why this never admits more). While a key stays hot, its
 // lessees therefore give back every unused hit, exactly. What a lessee does
 // not use of its last lease (it stopped checking, or its renewal failed) is
 // recorded in full when that lease ends: under-admission, at most one
@@ -126,6 +125,30 @@ type LeaseConfig struct {
 	MaxShare float64
 }
 
+// newLeases builds, in New, the lease table and the holds (both nil when
+// leases are off) with what they need of n.
+func (n *Node) newLeases() {
+	n.leases = lease.New(lease.Config{Size: n.cfg.Lease.Size, Threshold: n.cfg.Lease.Threshold, Period: n.cfg.Lease.Period,
+		Clock: n.clock, Timeout: n.cfg.ForwardTimeout,
+		Owner: func(h uint64) (string, string, bool) {
+			o, ok := n.rs.Load().snap.OwnerOfHash(h)
+			return o.Name, o.Addr, ok && o.Name != n.cfg.Name && !n.stopping.Load() && !n.breakers.Skip(o.Name)
+		},
+		Forward: func(ctx context.Context, addr string, c transport.Check) (transport.Result, error) {
+			return n.peers.Forward(ctx, addr, c)
+		}})
+	if n.leases == nil {
+		return
+	}
+	n.holds = &lease.Holds{Store: n.owned, Clock: n.clock, Period: n.cfg.Lease.Period, MaxShare: n.cfg.Lease.MaxShare, Log: n.log,
+		Owns: func(h uint64) func() bool {
+			if rs := n.rs.Load(); n.owns(rs, h) {
+				return func() bool { return n.owns(rs, h) }
+			}
+			return nil
+		}}
+}
+
 // leasable reports whether c may be admitted from a lease, or ask for one.
 func (c *Check) leasable() bool {
 	return c.cacheable() && c.Penalty.IsZero() && lease.Supports(c.Limit.Kind)
@@ -133,83 +156,20 @@ func (c *Check) leasable() bool {
 
 // answerLease admits c (ring hash h) at now (node clock) from a lease and
 // fills *out, or returns false with the hits to ask for on its forward
-// (0: none) and the lease table's epoch. A check admitted while its key's
-// leases run low starts their renewal in the background (renewLease); one
-// that finds them used up while their renewal is in flight waits for it.
+// (0: none) and the lease table's epoch (lease.Table.Admit). A check
+// admitted while its key's leases run low starts their renewal in the
+// background (lease.Table.Renew).
 func (n *Node) answerLease(c *Check, h uint64, now int64, out *Decision) (ok bool, ask int64, epoch uint64) {
 	var a lease.Answer
-	ok, ask, epoch = n.leases.Decide(h, c.Limit, c.Hits, now, &a)
-	if !ok && ask == 0 {
-		// The leases ran out while their renewal is in flight: wait for it
-		// (at most a lease period) rather than forward too, then decide at
-		// that instant.
-		if ch := n.leases.Pending(h, c.Limit); ch != nil {
-			t := time.NewTimer(n.cfg.Lease.Period)
-			select {
-			case <-ch:
-			case <-t.C:
-			}
-			t.Stop()
-			ok, ask, epoch = n.leases.Decide(h, c.Limit, c.Hits, n.clock(), &a)
-		}
-	}
-	if !ok {
+	if ok, ask, epoch = n.leases.Admit(h, c.Limit, c.Hits, now, &a); !ok {
 		return false, ask, epoch
 	}
 	if ask > 0 {
-		n.renewLease(c, h, ask, epoch, now, &a)
+		n.leases.Renew(h, c.wire(false), ask, epoch, now, &a)
 	}
-	out.Allowed = true
-	out.Limit = lease.Capacity(c.Limit)
-	out.Remaining, out.ResetAfter = a.Remaining, a.ResetAfter
+	a.Fill(&out.Decision, c.Limit)
 	out.Route, out.Owner = RouteLease, a.Owner
 	return true, 0, epoch
-}
-
-// renewLease asks the owner of c's key (ring hash h) for the next lease of
-// ask hits, in the background: a forward of a peek of the key (0 hits,
-// nothing taken) that carries the ask and a's account of the lease it
-// renews (its id and the hits still usable of it; named only to the owner
-// that lent it), whose grant is installed when it returns
-// (lease.Table.Install with epoch and sent, the node clock before the
-// send). The caller's check does not wait for it. Without a reachable owner
-// other than this node, nothing is asked.
-func (n *Node) renewLease(c *Check, h uint64, ask int64, epoch uint64, sent int64, a *lease.Answer) {
-	rs := n.rs.Load()
-	owner, ok := rs.snap.OwnerOfHash(h)
-	if !ok || owner.Name == n.cfg.Name || n.stopping.Load() || n.breakers.Skip(owner.Name) {
-		n.leases.Answered(h, c.Limit, epoch, sent, 0, 0, "")
-		return
-	}
-	w := c.wire(false)
-	w.Hits, w.LeaseHits = 0, ask
-	if a.RenewID != 0 && a.Owner == owner.Name {
-		w.LeaseID, w.LeaseLeft = a.RenewID, a.RenewLeft
-	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ForwardTimeout)
-		defer cancel()
-		res, err := n.peers.Forward(ctx, owner.Addr, w)
-		n.leaseAnswered(h, w.Limit, epoch, sent, w.LeaseID, &res, err, owner.Name)
-	}()
-}
-
-// leaseAnswered installs the lease that res, the answer (or err) of a
-// forward of the key with ring hash h under l that asked for one at epoch
-// and was sent at sent (node clock), carries from owner; named is the id of
-// the lease the forward renewed (0: none), which the new lease replaces
-// when res says the owner renewed it. With an error or without a grant it
-// only ends the request.
-func (n *Node) leaseAnswered(h uint64, l algo.Limit, epoch uint64, sent, named int64, res *transport.Result, err error, owner string) {
-	if err != nil || res.Code != transport.CodeOK {
-		n.leases.Answered(h, l, epoch, sent, 0, 0, "")
-		return
-	}
-	g := lease.Grant{Hits: res.LeaseHits, For: res.LeaseFor, ID: res.LeaseID, Owner: owner}
-	if res.LeaseRenewed {
-		g.Renewed = named
-	}
-	n.leases.Install(h, l, epoch, sent, g)
 }
 
 // useLease admits c (ring hash h) at now from a lease whatever the ask
@@ -221,152 +181,26 @@ func (n *Node) useLease(c *Check, h uint64, now int64, out *Decision) bool {
 		return false
 	}
 	*out = Decision{}
-	out.Allowed = true
-	out.Limit = lease.Capacity(c.Limit)
-	out.Remaining, out.ResetAfter = a.Remaining, a.ResetAfter
+	a.Fill(&out.Decision, c.Limit)
 	out.Route, out.Owner = RouteLease, a.Owner
 	return true
 }
 
-// grantLease is the owner's side: c, a forwarded check of a key this node
-// owns (ring hash h, under rs), asked for a lease and was decided as r. It
-// lends what the key can spare (see the file comment), replicates to the
-// key's backup a state that counts the slice (and every slice still out)
-// as admitted now, and only then sets r's lease fields (and lowers r's
-// Remaining by the slice). Nothing is lent when leases are off here, the
-// check cannot be leased, the key lacks the capacity, or the backup cannot
-// be reached.
+// grantLease is the owner's side (lease.Holds.Grant): c, a forwarded check
+// of a key this node owns (ring hash h, under rs), asked for a lease and
+// was decided as r; a grant reaches the key's backup before r carries it.
 func (n *Node) grantLease(ctx context.Context, rs *ringState, c *transport.Check, h uint64, r *transport.Result) {
-	if n.leases == nil || c.LeaseHits <= 0 || r.Code != transport.CodeOK || !r.Decision.Allowed || r.Banned ||
-		c.Hits < 0 || c.CreatedAt != 0 || c.MaxWait != 0 || c.CancelAt != 0 || !c.Penalty.IsZero() || !lease.Supports(c.Limit.Kind) {
-		return
-	}
-	l := c.Limit
-	others := max(rs.snap.Len()-1, 1)
-	most := int64(float64(lease.Capacity(l)) * n.cfg.Lease.MaxShare / float64(others))
-	want := min(c.LeaseHits, most, r.Decision.Remaining)
-	if want <= 0 && c.LeaseID <= 0 {
-		return
-	}
-	now := n.clock()
-	owns := func() bool { return n.owns(rs, h) }
-	leaseFor := n.cfg.Lease.Period
-	var m store.Moved
-	var id, renewed uint64
-	var carried int64
-	if l.Kind == algo.FixedWindow {
-		if want <= 0 {
-			return
-		}
-		// Taken from the window now: the lease ends with the window.
-		d, probe, err := n.owned.Probe(h, l, want, now, owns)
-		if err != nil || !d.Allowed || d.ResetAfter <= 0 {
-			return
-		}
-		m, leaseFor = probe, min(leaseFor, d.ResetAfter)
-	} else {
-		sh := n.holds.Lock(h)
-		n.recordEnded(sh, h, l.Kind, now, owns)
-		if c.LeaseID > 0 {
-			// A renewal asks for LeaseHits in all: what it still holds of
-			// the lease it renews, topped up.
-			renewed, carried = n.renewHold(sh, h, l, uint64(c.LeaseID), c.LeaseLeft, now, owns)
-			want = max(0, min(want, c.LeaseHits-carried, most-carried))
-		}
-		if want <= 0 && renewed == 0 {
-			sh.Unlock()
-			return
-		}
-		held := sh.Held(h, l.Kind)
-		d, probe, err := n.owned.Probe(h, l, min(want+held, algo.MaxHits), now, owns)
-		if err != nil || !d.Allowed {
-			// Nothing lent; a renewed slice holds what its lessee can
-			// still admit of it, until its own end.
-			sh.Unlock()
-			return
-		}
-		if renewed != 0 {
-			sh.Remove(h, l.Kind, renewed)
-		}
-		id = sh.Add(h, l, carried+want, now+int64(leaseFor))
-		sh.Unlock()
-		m = probe
-	}
-	if err := n.replicateGrant(ctx, rs, h, &m); err != nil {
-		// Not lent: a slice the backup would not count after a crash. The
-		// hits carried from a renewed slice stay held (its lessee still
-		// admits them under the old lease), under the new id until the new
-		// end: longer than needed, never shorter.
-		n.log.Debug("lease not granted: its state did not reach the key's backup", "err", err)
-		if id != 0 {
-			sh := n.holds.Lock(h)
-			if renewed != 0 && carried > 0 {
-				sh.Set(h, l.Kind, id, carried)
-			} else {
-				sh.Remove(h, l.Kind, id)
-			}
-			sh.Unlock()
-		}
-		return
-	}
-	if l.Kind == algo.FixedWindow {
-		d, err := n.owned.Take(h, l, want, now, now, owns)
-		if err != nil || !d.Allowed {
-			return // the window filled meanwhile: nothing lent
-		}
-	}
-	r.LeaseHits, r.LeaseFor = want, leaseFor
-	r.LeaseID, r.LeaseRenewed = int64(id), renewed != 0
-	r.Decision.Remaining = max(0, r.Decision.Remaining-want)
-}
-
-// renewHold is the owner's side of a renewal's account: the lessee of slice
-// id of the key with ring hash h under l (GCRA or token bucket; sh is the
-// key's locked hold shard) can still admit at most left of its hits. It
-// records the rest, which the lessee admitted before now, in the key's
-// state as admitted at now, and holds only left: it returns id and the
-// hits held (0, 0 when the slice is not held any more, or the state cannot
-// take the used hits: then nothing changes).
-//
-// Why this never admits more than one limiter would. The slice was never
-// recorded in the state: it was held, counted in full in every decision of
-// the key since the grant (lease.Holds). Its used hits were all admitted
-// before now, so recording them at now counts them no earlier than they
-// happened; a GCRA TAT or token count that records hits later only admits
-// less (max(a, t) + d grows with t). The lessee admits no more than left
-// of the slice from here on (it counts down from what it reported), and
-// left stays held. A report that arrives after the owner recorded the slice
-// (its lease ended on the owner's clock, a reset, a handoff) finds no
-// slice of that id and changes nothing: nothing recorded is ever given
-// back, so a late report cannot free what the state already counts.
-func (n *Node) renewHold(sh *lease.Shard, h uint64, l algo.Limit, id uint64, left, now int64, owns func() bool) (uint64, int64) {
-	held, ok := sh.Hits(h, l.Kind, id)
-	if !ok {
-		return 0, 0
-	}
-	left = min(max(left, 0), held)
-	if used := held - left; used > 0 {
-		if d, err := n.owned.Take(h, l, used, now, now, owns); err != nil || !d.Allowed {
-			return 0, 0
-		}
-	}
-	sh.Set(h, l.Kind, id, left)
-	return id, left
+	n.holds.Grant(ctx, c, h, r, rs.snap.Len(), func() bool { return n.owns(rs, h) },
+		func(ctx context.Context, m *store.Moved) error { return n.replicateGrant(ctx, rs, h, m) })
 }
 
 // takeOwnedInto decides a check of hits of the key with ring hash h under l
-// on this node as its owner (store.TakeInto), holding back the hits of the
-// GCRA and token-bucket slices lent out and still unrecorded, and recording
-// those whose lease ended.
+// on this node as its owner (store.TakeInto), holding back the slices lent
+// out (lease.Holds.TakeInto) while any is: the owner-local hot path tests
+// that with one atomic load and goes to the store directly.
 func (n *Node) takeOwnedInto(out *algo.Decision, h uint64, l algo.Limit, hits, now, wall int64, owns func() bool) error {
-	if !n.holds.Any() || (l.Kind != algo.GCRA && l.Kind != algo.TokenBucket) {
-		return n.owned.TakeInto(out, h, l, hits, now, wall, owns)
-	}
-	sh := n.holds.Lock(h)
-	defer sh.Unlock()
-	n.recordEnded(sh, h, l.Kind, wall, owns)
-	if held := sh.Held(h, l.Kind); held > 0 {
-		return n.owned.TakeHeldInto(out, h, l, hits, held, int64(n.cfg.Lease.Period), now, wall, owns)
+	if n.holds.Any() {
+		return n.holds.TakeInto(out, h, l, hits, now, wall, owns)
 	}
 	return n.owned.TakeInto(out, h, l, hits, now, wall, owns)
 }
@@ -378,72 +212,18 @@ func (n *Node) takeOwned(h uint64, l algo.Limit, hits, now, wall int64, owns fun
 	return d, err
 }
 
-// recordEnded records in the key's state, as admitted at now (node clock),
-// the slices of the key (ring hash h, algorithm k) whose lease ended; sh is
-// the key's locked hold shard.
-func (n *Node) recordEnded(sh *lease.Shard, h uint64, k algo.Kind, now int64, owns func() bool) {
-	sh.Record(h, k, now, func(hits int64, l algo.Limit) bool {
-		d, err := n.owned.Take(h, l, hits, now, now, owns)
-		return err == nil && d.Allowed
-	})
-}
-
-// sweepHolds records, at now (node clock), the slices whose lease ended of
-// keys no check has touched since (so that the holds do not outlive their
-// keys, and the owner's checks skip them once none is left), and forgets
-// the slices of keys this node no longer owns (their state moved on with
-// the ring). Called every IdleScanInterval.
-func (n *Node) sweepHolds(now int64) {
-	for _, k := range n.holds.Ended(now) {
-		rs := n.rs.Load()
-		sh := n.holds.Lock(k.H)
-		if n.owns(rs, k.H) {
-			n.recordEnded(sh, k.H, k.Kind, now, func() bool { return n.owns(rs, k.H) })
-		} else {
-			sh.Drop(k.H, k.Kind)
-		}
-		sh.Unlock()
-	}
-}
+// sweepHolds records the ended slices of keys no check touched since, and
+// forgets those of keys this node no longer owns (lease.Holds.Sweep).
+func (n *Node) sweepHolds(now int64) { n.holds.Sweep(now) }
 
 // handOffHolds records in the state, as admitted now, every slice still
 // held of a key this node does not own under ns (a ring change or a leave),
-// and forgets the holds: the handoff that follows then carries the slices
-// to the key's new owner, which never saw them lent.
+// and forgets the holds (lease.Holds.HandOff).
 func (n *Node) handOffHolds(ns *ringState) {
-	if !n.holds.Any() {
-		return
-	}
-	now := n.clock()
-	for _, k := range n.holds.Keys() {
-		if o, ok := ns.snap.OwnerOfHash(k.H); ok && o.Name == n.cfg.Name && !ns.leaving {
-			continue
-		}
-		sh := n.holds.Lock(k.H)
-		sh.Record(k.H, k.Kind, math.MaxInt64, func(hits int64, l algo.Limit) bool {
-			d, err := n.owned.Take(k.H, l, hits, now, now, nil)
-			return err == nil && d.Allowed
-		})
-		sh.Drop(k.H, k.Kind)
-		sh.Unlock()
-	}
-}
-
-// leaseReset is a reset of the key with ring hash h under k (all: every
-// algorithm) on its owner: the slices lent of it are forgotten when every
-// member dropped its leases of the key (complete), and otherwise stay held
-// in full against the fresh state.
-func (n *Node) leaseReset(h uint64, k algo.Kind, all, complete bool) {
-	if !complete || !n.holds.Any() {
-		return
-	}
-	sh := n.holds.Lock(h)
-	defer sh.Unlock()
-	for _, kind := range []algo.Kind{algo.GCRA, algo.TokenBucket} {
-		if all || kind == k {
-			sh.Drop(h, kind)
-		}
-	}
+	n.holds.HandOff(func(h uint64) bool {
+		o, ok := ns.snap.OwnerOfHash(h)
+		return ok && o.Name == n.cfg.Name && !ns.leaving
+	})
 }
 
 // replicateGrant sends the key's state m (ring hash h) after a grant to the
@@ -473,9 +253,4 @@ func (n *Node) replicateGrant(ctx context.Context, rs *ringState, h uint64, m *s
 
 // leaseStats returns the checks admitted from leases and the grants
 // installed on this node.
-func (n *Node) leaseStats() (admitted, granted uint64) {
-	if n.leases == nil {
-		return 0, 0
-	}
-	return n.leases.Admitted(), n.leases.Granted()
-}
+func (n *Node) leaseStats() (admitted, granted uint64) { return n.leases.Stats() }

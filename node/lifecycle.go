@@ -18,7 +18,6 @@ import (
 	"github.com/ringlimit/ringlimit/internal/breaker"
 	"github.com/ringlimit/ringlimit/node/internal/denycache"
 	"github.com/ringlimit/ringlimit/node/internal/handoff"
-	"github.com/ringlimit/ringlimit/node/internal/lease"
 	"github.com/ringlimit/ringlimit/node/internal/membership"
 	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/node/internal/topdenied"
@@ -47,16 +46,12 @@ func New(cfg Config) (*Node, error) {
 		ring:    r,
 		bans:    &store.Bans{Track: cfg.Replication != ReplicationOff},
 		denied:  denycache.New(cfg.DeniedCacheSize, cfg.DeniedCacheMaxTTL),
-		leases:  lease.New(lease.Config{Size: cfg.Lease.Size, Threshold: cfg.Lease.Threshold, Period: cfg.Lease.Period}),
 		top:     topdenied.New(cfg.TopDeniedKeys),
 		strays:  handoff.NewStrays(),
 		secure:  !cfg.Insecure,
 		stop:    make(chan struct{}),
 	}
 	n.owned = store.New(cfg.MaxKeys, r.Snapshot().Hash, n.onEvict)
-	if n.leases != nil {
-		n.holds = &lease.Holds{}
-	}
 	n.owned.Track = cfg.Replication != ReplicationOff
 	n.breakers = breaker.NewSet(cfg.BreakerCooldown)
 	n.fallback = store.New(cfg.MaxKeys, r.Snapshot().Hash, n.onEvict)
@@ -66,6 +61,7 @@ func New(cfg Config) (*Node, error) {
 	n.log = n.log.With("node", cfg.Name)
 	n.repl = n.newReplicator()
 	n.router = n.newRouter()
+	n.newLeases()
 	n.psvc = n.newPeerService()
 	n.kops = n.newKeyOps()
 	n.mem = n.newMembers()

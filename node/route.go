@@ -151,7 +151,7 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 			w.LeaseHits = ask
 			res, err = n.peers.Forward(ctx, owner.Addr, w)
 			if ask > 0 {
-				n.leaseAnswered(h, c.Limit, leaseEpoch, leaseSent, 0, &res, err, owner.Name)
+				n.leases.Result(h, c.Limit, leaseEpoch, leaseSent, 0, &res, err, owner.Name)
 				ask = 0
 			}
 			if err != nil && ctx.Err() != nil {

@@ -1,11 +1,14 @@
 package lease
 
 import (
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node/internal/store"
 )
 
 // Holds is the owner's side of GCRA and token-bucket leases: the slices it
@@ -29,8 +32,29 @@ import (
 // recorded in it.
 //
 // The methods of a Shard are called with its lock held (Lock); Holds' own
-// methods lock for themselves.
+// methods lock for themselves. The owner's decisions over the holds (Grant,
+// TakeInto, Sweep, HandOff, Reset; grant.go) need the fields below, set
+// once when the node starts; a zero Holds is only a table of slices.
 type Holds struct {
+	// Store is the owner's key states. A concrete store, not an interface:
+	// TakeInto passes the owner's check's ownership test on to it, which an
+	// interface call would move to the heap (an allocation per check).
+	Store *store.Store
+	// Clock returns the node clock (ns).
+	Clock func() int64
+	// Period is the longest a lease lives (Config.Lease.Period, > 0); a
+	// check denied for held hits is told to retry after it.
+	Period time.Duration
+	// MaxShare bounds one grant to MaxShare × the key's capacity divided by
+	// the number of other members (Config.Lease.MaxShare, in (0, 1]).
+	MaxShare float64
+	// Owns returns, for a sweep, the ownership test of the key with ring
+	// hash h under the node's current ring (see store.Take's owns), nil when
+	// the node does not own the key now.
+	Owns func(h uint64) func() bool
+	// Log receives a DEBUG line for each grant its backup did not take.
+	Log *slog.Logger
+
 	n      atomic.Int64 // slices held, in all shards
 	ids    atomic.Uint64
 	shards [holdShards]Shard

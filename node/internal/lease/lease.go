@@ -17,11 +17,13 @@
 package lease
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/transport"
 )
 
 // Supports reports whether checks under k can be leased: GCRA, TokenBucket
@@ -57,6 +59,19 @@ type Config struct {
 	// Period is the longest a lease lives and the time its slice is sized
 	// for: the member asks for twice its observed rate × Period hits. > 0.
 	Period time.Duration
+
+	// What Admit and Renew need of the node (unset in tests of the table
+	// alone). Clock returns the node clock (ns).
+	Clock func() int64
+	// Owner returns the name and address of the owner of the key with ring
+	// hash h when a renewal may be sent to it (another member, not skipped
+	// by its circuit breaker, while this node is not stopping), else ok
+	// false.
+	Owner func(h uint64) (name, addr string, ok bool)
+	// Forward sends c to the member at addr and returns its answer.
+	Forward func(ctx context.Context, addr string, c transport.Check) (transport.Result, error)
+	// Timeout bounds a renewal's forward (Config.ForwardTimeout).
+	Timeout time.Duration
 }
 
 // Table holds this member's leases. Its methods are safe for concurrent use.
@@ -74,6 +89,8 @@ type Table struct {
 	admitted, granted atomic.Uint64
 	// inFlight counts the requests asked for and not yet Answered.
 	inFlight atomic.Int64
+	// node is the Config's Clock, Owner, Forward and Timeout.
+	node Config
 }
 
 type slot struct {
@@ -136,7 +153,7 @@ func New(c Config) *Table {
 		n <<= 1
 	}
 	return &Table{mask: uint64(n - 1), slots: make([]slot, n), threshold: c.Threshold, period: int64(c.Period),
-		window: min(int64(c.Period), int64(rateWindow))}
+		window: min(int64(c.Period), int64(rateWindow)), node: c}
 }
 
 // Answer is what a lease decided for a check: Remaining is what is left of
