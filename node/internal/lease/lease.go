@@ -14,6 +14,12 @@
 // request in flight). Invalidate drops a key's grants (a reset); the epoch
 // keeps the grant of a forward that was in flight during an invalidation
 // out of the table.
+//
+// Over these, the node's two sides of a lease live here too, given what
+// they need of the node once (Config's Clock, Owner, Forward; Holds'
+// Store, Clock, Owns): the lessee's Admit, Renew and Result on the Table
+// (lessee.go), and the owner's Grant, TakeInto, Sweep, HandOff and Reset on
+// the Holds (grant.go). Node keeps only the glue to its own types.
 package lease
 
 import (
