@@ -156,12 +156,16 @@ func (c *Check) leasable() bool {
 
 // answerLease admits c (ring hash h) at now (node clock) from a lease and
 // fills *out, or returns false with the hits to ask for on its forward
-// (0: none) and the lease table's epoch (lease.Table.Admit). A check
-// admitted while its key's leases run low starts their renewal in the
-// background (lease.Table.Renew).
+// (0: none) and the lease table's epoch. A check that finds the leases used
+// up while their renewal is in flight waits for it (lease.Table.Await); one
+// admitted while they run low starts their renewal in the background
+// (lease.Table.Renew).
 func (n *Node) answerLease(c *Check, h uint64, now int64, out *Decision) (ok bool, ask int64, epoch uint64) {
 	var a lease.Answer
-	if ok, ask, epoch = n.leases.Admit(h, c.Limit, c.Hits, now, &a); !ok {
+	if ok, ask, epoch = n.leases.Decide(h, c.Limit, c.Hits, now, &a); !ok && ask == 0 {
+		ok, ask, epoch = n.leases.Await(h, c.Limit, c.Hits, epoch, &a)
+	}
+	if !ok {
 		return false, ask, epoch
 	}
 	if ask > 0 {

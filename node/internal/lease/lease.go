@@ -17,7 +17,7 @@
 //
 // Over these, the node's two sides of a lease live here too, given what
 // they need of the node once (Config's Clock, Owner, Forward; Holds'
-// Store, Clock, Owns): the lessee's Admit, Renew and Result on the Table
+// Store, Clock, Owns): the lessee's Await, Renew and Result on the Table
 // (lessee.go), and the owner's Grant, TakeInto, Sweep, HandOff and Reset on
 // the Holds (grant.go). Node keeps only the glue to its own types.
 package lease
@@ -66,7 +66,7 @@ type Config struct {
 	// for: the member asks for twice its observed rate × Period hits. > 0.
 	Period time.Duration
 
-	// What Admit and Renew need of the node (unset in tests of the table
+	// What Await and Renew need of the node (unset in tests of the table
 	// alone). Clock returns the node clock (ns).
 	Clock func() int64
 	// Owner returns the name and address of the owner of the key with ring

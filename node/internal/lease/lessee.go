@@ -8,30 +8,29 @@ import (
 	"github.com/ringlimit/ringlimit/transport"
 )
 
-// This file is the lessee's side of leases over the Table: admitting a
-// check (Admit), renewing in the background (Renew), and installing what a
+// This file is the lessee's side of leases over the Table: waiting for a
+// renewal in flight (Await), renewing in the background (Renew), and installing what a
 // forward that asked for a lease brought back (Result).
 
-// Admit is Decide for a check of hits of the key with ring hash h under l
-// at now (node clock) that a lease may admit, filling *a. A check that
-// finds its key's leases used up while their renewal is in flight waits
-// for that renewal (at most a Period), rather than forward too, and is then
-// decided at that instant (Config.Clock). With ok and ask > 0 the caller
-// renews (Renew); with !ok and ask > 0 its forward asks for ask hits.
-func (t *Table) Admit(h uint64, l algo.Limit, hits, now int64, a *Answer) (ok bool, ask int64, epoch uint64) {
-	ok, ask, epoch = t.Decide(h, l, hits, now, a)
-	if !ok && ask == 0 {
-		if ch := t.Pending(h, l); ch != nil {
-			tm := time.NewTimer(time.Duration(t.period))
-			select {
-			case <-ch:
-			case <-tm.C:
-			}
-			tm.Stop()
-			ok, ask, epoch = t.Decide(h, l, hits, t.node.Clock(), a)
-		}
+// Await is for a check of hits of the key with ring hash h under l that
+// Decide (at epoch) neither admitted nor asked for a lease for: when the
+// key's renewal is in flight, the check waits for it (at most a Period),
+// rather than forward too, and is decided again (Decide, filling *a) at
+// that instant (Config.Clock). Without a renewal in flight it returns
+// false, 0 and epoch at once. The node calls Decide itself first, so that
+// a check a lease admits costs no more than Decide.
+func (t *Table) Await(h uint64, l algo.Limit, hits int64, epoch uint64, a *Answer) (ok bool, ask int64, _ uint64) {
+	ch := t.Pending(h, l)
+	if ch == nil {
+		return false, 0, epoch
 	}
-	return ok, ask, epoch
+	tm := time.NewTimer(time.Duration(t.period))
+	select {
+	case <-ch:
+	case <-tm.C:
+	}
+	tm.Stop()
+	return t.Decide(h, l, hits, t.node.Clock(), a)
 }
 
 // Fill writes into d the decision of a check under l that a lease admitted
@@ -46,7 +45,7 @@ func (a *Answer) Fill(d *algo.Decision, l algo.Limit) {
 
 // Renew asks the owner of the key with ring hash h (Config.Owner) for the
 // next lease of ask hits, in the background: a forward of w, the wire form
-// of the check Admit admitted, as a peek (0 hits, nothing taken) that
+// of the check Decide admitted, as a peek (0 hits, nothing taken) that
 // carries the ask and a's account of the lease it renews (its id and the
 // hits still usable of it; named only to the owner that lent it). Its
 // answer is installed (Result, with epoch and sent, the node clock before

@@ -69,7 +69,7 @@ var window = algo.Limit{Kind: algo.FixedWindow, Limit: 1000, Period: time.Hour}
 
 // A check that finds its key's leases used up while a renewal is in flight
 // waits for it and is decided from the renewal's grant.
-func TestAdmitWaitsForTheRenewal(t *testing.T) {
+func TestAwaitWaitsForTheRenewal(t *testing.T) {
 	ls := newLessee(time.Second)
 	_, epoch := asking(t, ls.Table, 5, window, t0)
 	go func() {
@@ -78,7 +78,11 @@ func TestAdmitWaitsForTheRenewal(t *testing.T) {
 	}()
 	var a Answer
 	start := time.Now()
-	ok, ask, _ := ls.Admit(5, window, 1, t0, &a)
+	ok, ask, e := ls.Decide(5, window, 1, t0, &a)
+	if ok || ask != 0 {
+		t.Fatalf("Decide during the renewal: ok %v ask %d, want neither", ok, ask)
+	}
+	ok, ask, _ = ls.Await(5, window, 1, e, &a)
 	if !ok || ask != 0 || a.Remaining != 9 || a.Owner != "b" {
 		t.Fatalf("got ok %v ask %d %+v, want admitted from the renewal's 10 hits", ok, ask, a)
 	}
@@ -88,12 +92,13 @@ func TestAdmitWaitsForTheRenewal(t *testing.T) {
 }
 
 // Without a renewal in flight, a check no lease admits is not held up.
-func TestAdmitWithoutRenewalDoesNotWait(t *testing.T) {
+func TestAwaitWithoutRenewalDoesNotWait(t *testing.T) {
 	ls := newLessee(10 * time.Second)
 	var a Answer
 	start := time.Now()
-	if ok, _, _ := ls.Admit(5, window, 1, t0, &a); ok {
-		t.Fatal("admitted without a lease")
+	_, _, epoch := ls.Decide(5, window, 1, t0, &a)
+	if ok, ask, e := ls.Await(5, window, 1, epoch, &a); ok || ask != 0 || e != epoch {
+		t.Fatalf("got ok %v ask %d epoch %d, want false, 0, %d", ok, ask, e, epoch)
 	}
 	if waited := time.Since(start); waited > time.Second {
 		t.Errorf("waited %v", waited)
