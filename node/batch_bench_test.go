@@ -76,7 +76,7 @@ func BenchmarkReplicaBatchKeys(b *testing.B) {
 	_, nodes := memCluster(b, 2, func(c *Config) { c.MaxKeys = 4_000_000; c.IdleScanInterval = time.Hour })
 	owner, backup := nodes[0], nodes[1]
 	rs := backup.rs.Load()
-	if bk, ok := rs.backupOfHash(0); !ok || bk.Name == "" {
+	if bk, ok := rs.Backup(0); !ok || bk.Name == "" {
 		b.Fatal("the ring has no backups")
 	}
 	l := algo.Limit{Kind: algo.GCRA, Limit: 1 << 20, Period: time.Hour, Burst: 1 << 20}
@@ -95,7 +95,7 @@ func BenchmarkReplicaBatchKeys(b *testing.B) {
 		return z ^ z>>31
 	}
 	ownedHere := func(h uint64) bool {
-		m, ok := rs.snap.OwnerOfHash(h)
+		m, ok := rs.Snap.OwnerOfHash(h)
 		return ok && m.Name == owner.Name()
 	}
 	replicas, i := 0, uint64(0)

@@ -32,7 +32,7 @@ func TestCachedDenialSingleFlight(t *testing.T) {
 	clk.add(den.RetryAfter) // the cached denial expires, the key holds one hit
 	// The test leads the flight of the expired denial itself.
 	c := Check{Key: key, Limit: l, Hits: 1}
-	h := a.rs.Load().snap.Hash(key)
+	h := a.rs.Load().Snap.Hash(key)
 	var out Decision
 	ok, flight := a.answerDenied(ctx, &c, h, clk.now(), true, &out)
 	if ok || flight == nil {

@@ -476,7 +476,7 @@ func ringGaps(nodes []*Node) string {
 			seen[m.Name] = m
 		}
 		in := map[string]bool{}
-		for _, m := range n.rs.Load().snap.Members() {
+		for _, m := range n.rs.Load().Snap.Members() {
 			in[m.Name] = true
 			if !want[m.Name] {
 				why := "absent from its gossip"

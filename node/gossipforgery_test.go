@@ -277,7 +277,7 @@ func TestGossipForgeryCannotMoveMembers(t *testing.T) {
 			case <-tk.C:
 			}
 			for _, n := range nodes {
-				if snap := n.rs.Load().snap; !snap.Has(victim.Name()) || snap.Len() != len(nodes) {
+				if snap := n.rs.Load().Snap; !snap.Has(victim.Name()) || snap.Len() != len(nodes) {
 					if ringMisses.Add(1) == 1 {
 						firstMiss.Store(fmt.Sprintf("%s's ring has %d members, without %s", n.Name(), snap.Len(), victim.Name()))
 					}
@@ -500,7 +500,7 @@ func TestGossipGuardRestartAndLeave(t *testing.T) {
 	eventually(t, 30*time.Second, "every member has the restarted member at its new address in its ring", func() bool {
 		for _, n := range live {
 			found := false
-			for _, m := range n.rs.Load().snap.Members() {
+			for _, m := range n.rs.Load().Snap.Members() {
 				found = found || m.Name == restarted.Name() && m.Addr == restarted.PeerAddr() && m.ID == restarted.id
 			}
 			if !found {
@@ -530,7 +530,7 @@ func TestGossipGuardRestartAndLeave(t *testing.T) {
 	go func() { done <- restarted.Close() }()
 	eventually(t, 5*time.Second, "the leaving member is out of every ring", func() bool {
 		for _, n := range live[:2] {
-			if n.rs.Load().snap.Has(restarted.Name()) {
+			if n.rs.Load().Snap.Has(restarted.Name()) {
 				return false
 			}
 		}

@@ -19,7 +19,7 @@ import (
 // changeFrom returns the ring change from old to ns as this node sees it
 // (restarted: the members restarted since old).
 func (n *Node) changeFrom(old, ns *ringState, restarted map[string]bool) *handoff.Change {
-	return &handoff.Change{Self: n.cfg.Name, Old: old.snap, Cur: ns.snap, OldBackups: old.backups, CurBackups: ns.backups, Leaving: ns.leaving, Restarted: restarted}
+	return &handoff.Change{Self: n.cfg.Name, Old: old.Snap, Cur: ns.Snap, OldBackups: old.Backups, CurBackups: ns.Backups, Leaving: ns.Leaving, Restarted: restarted}
 }
 
 // restartedMembers returns the names of the members of cur that are also in
@@ -50,7 +50,7 @@ func (n *Node) resync(c *handoff.Change) {
 // the replicas of its keys.
 func (n *Node) handoff(ns *ringState, c *handoff.Change) {
 	self := n.cfg.Name
-	snap := ns.snap
+	snap := ns.Snap
 	if n.hellos.Len() > 2*snap.Len()+16 {
 		live := n.Members()
 		names := make([]string, len(live))
@@ -136,10 +136,10 @@ func (n *Node) markHandoffDone(from string, digest uint64) {
 	var rs *ringState
 	opened := n.marks.Done(from, digest, func() (uint64, map[string]chan struct{}) {
 		rs = n.rs.Load()
-		return rs.snap.Digest(), rs.pending
+		return rs.Snap.Digest(), rs.Pending
 	})
 	if opened && n.log.Enabled(context.Background(), slog.LevelDebug) {
-		n.log.Debug("handoff gate opened", "from", from, "after", time.Since(rs.deadline.Add(-n.cfg.HandoffTimeout)))
+		n.log.Debug("handoff gate opened", "from", from, "after", time.Since(rs.Deadline.Add(-n.cfg.HandoffTimeout)))
 	}
 }
 
@@ -152,11 +152,11 @@ func (n *Node) markHandoffDone(from string, digest uint64) {
 // owner, who would decide the key on what it holds (this node may be the
 // key's backup: replication goes from owner to backup only).
 func (n *Node) noteStrays(rs *ringState, hs []uint64) {
-	if rs.snap.Len() == 0 || rs.leaving {
+	if rs.Snap.Len() == 0 || rs.Leaving {
 		return // before the first ring (restore): the first ring's handoff moves them
 	}
 	n.strays.Add(hs, func(h uint64) bool {
-		m, ok := rs.snap.OwnerOfHash(h)
+		m, ok := rs.Snap.OwnerOfHash(h)
 		return ok && m.Name != n.cfg.Name
 	})
 }
@@ -196,7 +196,7 @@ func (n *Node) strayLoop() {
 func (n *Node) passOnStrays() {
 	listed := n.strays.Take()
 	rs := n.rs.Load()
-	if len(listed) == 0 || rs.leaving || n.stopping.Load() || rs.snap.Len() == 0 {
+	if len(listed) == 0 || rs.Leaving || n.stopping.Load() || rs.Snap.Len() == 0 {
 		return
 	}
 	self := n.cfg.Name
@@ -204,7 +204,7 @@ func (n *Node) passOnStrays() {
 		if !listed[h] && !(h == 1 && listed[0]) { // a hash 0 is stored as 1
 			return store.MoveKeep
 		}
-		if m, ok := rs.snap.OwnerOfHash(h); !ok || m.Name == self {
+		if m, ok := rs.Snap.OwnerOfHash(h); !ok || m.Name == self {
 			return store.MoveKeep
 		}
 		// Always a copy: the owner merges it (the more restrictive state
@@ -221,7 +221,7 @@ func (n *Node) passOnStrays() {
 	}
 	bt := handoff.NewBatches()
 	for i := range moved {
-		if m, ok := rs.snap.OwnerOfHash(moved[i].H); ok {
+		if m, ok := rs.Snap.OwnerOfHash(moved[i].H); ok {
 			bt.AddState(m.Name, m.Addr, &moved[i])
 		}
 	}
@@ -232,7 +232,7 @@ func (n *Node) passOnStrays() {
 	// node's next ring change, and that owner, gaining the key from a member
 	// that is gone, decides it at once (keys up to twice their limit when
 	// 10 of 20 members left at once).
-	lost, err := bt.Deliver(ctx, rs.snap.Members(), n.ringOf, n.sendHandoff(rs.snap), n.sendHandoff(rs.snap), func([]string, error) {})
+	lost, err := bt.Deliver(ctx, rs.Snap.Members(), n.ringOf, n.sendHandoff(rs.Snap), n.sendHandoff(rs.Snap), func([]string, error) {})
 	if err != nil || lost > 0 {
 		n.log.Warn("passing handed-off states on to their owner failed", "keys", len(moved), "not_taken", lost, "err", err)
 		return
@@ -247,15 +247,15 @@ func (n *Node) passOnStrays() {
 // after its first ring) returns nil, and the partition is decided on the
 // state at hand.
 func (n *Node) waitHandoff(ctx context.Context, rs *ringState, g chan struct{}) error {
-	deadline := rs.deadline
+	deadline := rs.Deadline
 	from, id := "", ""
-	for name, pg := range rs.pending {
+	for name, pg := range rs.Pending {
 		if pg == g {
 			from = name
 			break
 		}
 	}
-	for _, m := range rs.snap.Members() {
+	for _, m := range rs.Snap.Members() {
 		if m.Name == from {
 			id = m.ID
 		}
@@ -270,7 +270,7 @@ func (n *Node) waitHandoff(ctx context.Context, rs *ringState, g chan struct{}) 
 	if out == handoff.ExpiredHeard {
 		reason = "its previous owner said hello"
 	}
-	if mk, ok := n.marks.Kept(from); ok && mk.Digest != rs.snap.Digest() {
+	if mk, ok := n.marks.Kept(from); ok && mk.Digest != rs.Snap.Digest() {
 		reason += "; its marker came for another ring"
 	}
 	n.log.Debug("handoff gate expired: deciding on the state at hand", "from", from, "reason", reason, "waited", time.Since(deadline.Add(-n.cfg.HandoffTimeout)).Round(time.Millisecond))

@@ -34,7 +34,7 @@ func TestHandoffGateCountsFromThePreviousOwnersHello(t *testing.T) {
 		n := &Node{cfg: Config{HandoffTimeout: ht, ForwardTimeout: 10 * time.Second}, stop: make(chan struct{}),
 			log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 		g := make(chan struct{})
-		return n, &ringState{snap: r.Snapshot(), pending: map[string]chan struct{}{"prev": g}, deadline: time.Now().Add(ht)}, g
+		return n, &ringState{Snap: r.Snapshot(), Pending: map[string]chan struct{}{"prev": g}, Deadline: time.Now().Add(ht)}, g
 	}
 	wait := func(n *Node, rs *ringState, g chan struct{}) chan time.Time {
 		done := make(chan time.Time, 1)
@@ -52,7 +52,7 @@ func TestHandoffGateCountsFromThePreviousOwnersHello(t *testing.T) {
 	n.hellos.Note("prev", "p1") // its previous instance
 	select {
 	case <-done:
-		t.Fatalf("gate given up without a Hello from the previous owner's instance, %v after publication (HandoffTimeout %v)", time.Since(rs.deadline.Add(-ht)), ht)
+		t.Fatalf("gate given up without a Hello from the previous owner's instance, %v after publication (HandoffTimeout %v)", time.Since(rs.Deadline.Add(-ht)), ht)
 	case <-time.After(6 * ht): // bounded: the assertion is that it is still waiting
 	}
 	heard := time.Now()
@@ -68,7 +68,7 @@ func TestHandoffGateCountsFromThePreviousOwnersHello(t *testing.T) {
 
 	n, rs, g = mk()
 	n.cfg.HandoffTimeout = time.Hour
-	rs.deadline = time.Now().Add(time.Hour)
+	rs.Deadline = time.Now().Add(time.Hour)
 	done = wait(n, rs, g)
 	close(g)
 	select {

@@ -147,7 +147,7 @@ type keyOpsNode struct{ n *Node }
 
 func (k keyOpsNode) Ring() *ringState { return k.n.rs.Load() }
 
-func (k keyOpsNode) Snapshot(rs *ringState) (*ring.Snapshot, bool) { return rs.snap, rs.leaving }
+func (k keyOpsNode) Snapshot(rs *ringState) (*ring.Snapshot, bool) { return rs.Snap, rs.Leaving }
 
 func (k keyOpsNode) AwaitRingChange(ctx context.Context, rs *ringState, d time.Duration) {
 	k.n.awaitRingChange(ctx, rs, d)

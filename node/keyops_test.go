@@ -88,7 +88,7 @@ func TestKeyOpsUnban(t *testing.T) {
 	if err != nil || !found {
 		t.Fatalf("UnbanKey: %v, %v", found, err)
 	}
-	if until := backup.bans.BanUntil(backup.rs.Load().snap.Hash(key), key, backup.clock()); until != 0 {
+	if until := backup.bans.BanUntil(backup.rs.Load().Snap.Hash(key), key, backup.clock()); until != 0 {
 		t.Errorf("right after the unban, the backup still holds the ban (until %d)", until)
 	}
 	if d, err := a.AllowPenalized(ctx, key, l, 1, pen); err != nil || d.Banned || d.Route != RouteForwarded {
@@ -97,7 +97,7 @@ func TestKeyOpsUnban(t *testing.T) {
 	if ki, err := a.InspectKey(ctx, key, l); err != nil || ki.BanRemaining != 0 {
 		t.Fatalf("inspect after the unban: %+v, %v", ki, err)
 	}
-	if until := backup.bans.BanUntil(backup.rs.Load().snap.Hash(key), key, backup.clock()); until != 0 {
+	if until := backup.bans.BanUntil(backup.rs.Load().Snap.Hash(key), key, backup.clock()); until != 0 {
 		t.Errorf("the backup still holds the ban (until %d)", until)
 	}
 }

@@ -131,7 +131,7 @@ func (n *Node) newLeases() {
 	n.leases = lease.New(lease.Config{Size: n.cfg.Lease.Size, Threshold: n.cfg.Lease.Threshold, Period: n.cfg.Lease.Period,
 		Clock: n.clock, Timeout: n.cfg.ForwardTimeout,
 		Owner: func(h uint64) (string, string, bool) {
-			o, ok := n.rs.Load().snap.OwnerOfHash(h)
+			o, ok := n.rs.Load().Snap.OwnerOfHash(h)
 			return o.Name, o.Addr, ok && o.Name != n.cfg.Name && !n.stopping.Load() && !n.breakers.Skip(o.Name)
 		},
 		Forward: func(ctx context.Context, addr string, c transport.Check) (transport.Result, error) {
@@ -194,7 +194,7 @@ func (n *Node) useLease(c *Check, h uint64, now int64, out *Decision) bool {
 // of a key this node owns (ring hash h, under rs), asked for a lease and
 // was decided as r; a grant reaches the key's backup before r carries it.
 func (n *Node) grantLease(ctx context.Context, rs *ringState, c *transport.Check, h uint64, r *transport.Result) {
-	n.holds.Grant(ctx, c, h, r, rs.snap.Len(), func() bool { return n.owns(rs, h) },
+	n.holds.Grant(ctx, c, h, r, rs.Snap.Len(), func() bool { return n.owns(rs, h) },
 		func(ctx context.Context, m *store.Moved) error { return n.replicateGrant(ctx, rs, h, m) })
 }
 
@@ -225,8 +225,8 @@ func (n *Node) sweepHolds(now int64) { n.holds.Sweep(now) }
 // and forgets the holds (lease.Holds.HandOff).
 func (n *Node) handOffHolds(ns *ringState) {
 	n.holds.HandOff(func(h uint64) bool {
-		o, ok := ns.snap.OwnerOfHash(h)
-		return ok && o.Name == n.cfg.Name && !ns.leaving
+		o, ok := ns.Snap.OwnerOfHash(h)
+		return ok && o.Name == n.cfg.Name && !ns.Leaving
 	})
 }
 
@@ -234,7 +234,7 @@ func (n *Node) handOffHolds(ns *ringState) {
 // key's backup and waits for its answer, bounded by ForwardTimeout. Without
 // a backup (one member, or ReplicationOff) there is nothing to wait for.
 func (n *Node) replicateGrant(ctx context.Context, rs *ringState, h uint64, m *store.Moved) error {
-	b, ok := rs.backupOfHash(h)
+	b, ok := rs.Backup(h)
 	if !ok {
 		return nil
 	}

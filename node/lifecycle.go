@@ -67,8 +67,8 @@ func New(cfg Config) (*Node, error) {
 	n.mem = n.newMembers()
 	n.start = time.Now()
 	n.base = n.start.UnixNano()
-	rs0 := &ringState{snap: r.Snapshot(), next: make(chan struct{})}
-	rs0.setMine(cfg.Name)
+	rs0 := &ringState{Snap: r.Snapshot(), Next: make(chan struct{})}
+	rs0.SetMine(cfg.Name)
 	n.rs.Store(rs0)
 
 	if sm, ok := cfg.Metrics.(SecurityMetrics); ok {
@@ -195,7 +195,7 @@ func New(cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
-	n.log.Info("node started", "peer", n.grpcAddr, "gossip", n.GossipAddr(), "members", n.rs.Load().snap.Len(), "secure", n.secure)
+	n.log.Info("node started", "peer", n.grpcAddr, "gossip", n.GossipAddr(), "members", n.rs.Load().Snap.Len(), "secure", n.secure)
 	return n, nil
 }
 

@@ -9,69 +9,12 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/ringlimit/ringlimit/node/internal/handoff"
 	"github.com/ringlimit/ringlimit/node/internal/membership"
+	"github.com/ringlimit/ringlimit/node/internal/ringview"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
-// ringState is one published view of the cluster: the ring snapshot, the
-// partitions gained from a live previous owner that still wait for its handoff,
-// and a channel closed when a newer ringState replaces this one.
-type ringState struct {
-	snap    *ring.Snapshot
-	leaving bool // this node is leaving: it owns nothing
-	// gates[p] is closed when the handoff for partition p has arrived; nil (or a
-	// nil slice) means p is open. deadline (wall ns) bounds the wait.
-	gates    []chan struct{}
-	pending  map[string]chan struct{} // previous owner -> its gate
-	deadline time.Time
-	next     chan struct{}
-	// backups[p] is the backup of partition p (see Node.Backup); nil when
-	// the ring has fewer than two members or replication is off.
-	backups *backupTable
-	// mine[p] reports that this node owns partition p (and is not leaving):
-	// the owner-local fast path reads it instead of copying the owner's
-	// Member and comparing names. nil (rings built in tests) means unknown.
-	mine []bool
-}
-
-// setMine fills rs.mine for the node named self.
-func (rs *ringState) setMine(self string) {
-	if rs.snap.Len() == 0 {
-		return
-	}
-	rs.mine = make([]bool, rs.snap.PartitionCount())
-	if rs.leaving {
-		return
-	}
-	for p := range rs.mine {
-		rs.mine[p] = rs.snap.PartitionOwner(p).Name == self
-	}
-}
-
-// gate returns the channel of the partition of a key whose ring hash is h, nil
-// when that partition is open.
-func (rs *ringState) gate(h uint64) chan struct{} {
-	if rs.gates == nil {
-		return nil
-	}
-	return rs.gateOf(rs.snap.PartitionOfHash(h))
-}
-
-// gateOf is gate for partition p.
-func (rs *ringState) gateOf(p int) chan struct{} {
-	if rs.gates == nil {
-		return nil
-	}
-	g := rs.gates[p]
-	if g == nil {
-		return nil
-	}
-	select {
-	case <-g:
-		return nil
-	default:
-		return g
-	}
-}
+// ringState is one published view of the cluster (see ringview.View).
+type ringState = ringview.View
 
 // advertiseHost picks the IP peers use to reach this node (see
 // membership.AdvertiseHost).
@@ -213,15 +156,15 @@ func (n *Node) rebuild() {
 	}
 	snap := n.ring.Snapshot()
 	leaving := n.leaving.Load()
-	restarted := restartedMembers(old.snap, snap)
+	restarted := restartedMembers(old.Snap, snap)
 	for name := range restarted {
 		n.breakers.Reset(name) // a new process: give it a chance at once
 	}
-	if snap == old.snap || (snap.Equal(old.snap) && leaving == old.leaving) {
-		if snap != old.snap { // same table, new addresses or instance ids
-			ns := &ringState{snap: snap, leaving: leaving, gates: old.gates, pending: old.pending, deadline: old.deadline, backups: n.computeBackups(snap)}
+	if snap == old.Snap || (snap.Equal(old.Snap) && leaving == old.Leaving) {
+		if snap != old.Snap { // same table, new addresses or instance ids
+			ns := &ringState{Snap: snap, Leaving: leaving, Gates: old.Gates, Pending: old.Pending, Deadline: old.Deadline, Backups: n.computeBackups(snap)}
 			n.publish(ns, old)
-			n.dropGonePeers(old.snap, snap)
+			n.dropGonePeers(old.Snap, snap)
 			if len(restarted) > 0 && !leaving {
 				// A member restarted under its name before its crash was detected:
 				// the table is the same, but the new process holds nothing. Its
@@ -239,7 +182,7 @@ func (n *Node) rebuild() {
 
 	// The previous owner of each partition: the old ring's, or on the first build
 	// after joining, the ring the others had without us.
-	prev := old.snap
+	prev := old.Snap
 	if prev.Len() == 0 {
 		if others := without(members, self); len(others) > 0 {
 			if r, err := n.ringOf(others); err == nil {
@@ -248,20 +191,20 @@ func (n *Node) rebuild() {
 		}
 	}
 
-	ns := &ringState{snap: snap, leaving: leaving, backups: n.computeBackups(snap)}
+	ns := &ringState{Snap: snap, Leaving: leaving, Backups: n.computeBackups(snap)}
 	n.countRebuild(t0)
 	if leaving {
 		prev = nil // a leaving node owns nothing: no gates
 	}
 	n.marks.Publish(prev, snap, self, n.cfg.HandoffTimeout, func(g handoff.Gated) {
-		ns.gates, ns.pending = g.Gates, g.Pending
-		ns.deadline = time.Now().Add(n.cfg.HandoffTimeout)
+		ns.Gates, ns.Pending = g.Gates, g.Pending
+		ns.Deadline = time.Now().Add(n.cfg.HandoffTimeout)
 		n.publish(ns, old)
 	})
-	n.log.Info("ring changed", "members", snap.Len(), "version", snap.Version(), "digest", snap.Digest(), "waiting_for", len(ns.pending))
+	n.log.Info("ring changed", "members", snap.Len(), "version", snap.Version(), "digest", snap.Digest(), "waiting_for", len(ns.Pending))
 
-	n.dropGonePeers(old.snap, snap)
-	for _, m := range old.snap.Members() {
+	n.dropGonePeers(old.Snap, snap)
+	for _, m := range old.Snap.Members() {
 		if !snap.Has(m.Name) {
 			n.breakers.Reset(m.Name)
 		}
@@ -305,9 +248,9 @@ func without(ms []ring.Member, name string) []ring.Member {
 }
 
 func (n *Node) publish(ns, old *ringState) {
-	ns.setMine(n.cfg.Name)
-	n.owned.Live.Store(ns.backups != nil) // before resync lists the owned keys
-	ns.next = make(chan struct{})
+	ns.SetMine(n.cfg.Name)
+	n.owned.Live.Store(ns.Backups != nil) // before resync lists the owned keys
+	ns.Next = make(chan struct{})
 	n.rs.Store(ns)
-	close(old.next)
+	close(old.Next)
 }

@@ -323,8 +323,8 @@ func (n *Node) Ready() bool {
 		return false
 	}
 	rs := n.rs.Load()
-	if len(rs.pending) > 0 && time.Now().Before(rs.deadline) {
-		for _, g := range rs.pending {
+	if len(rs.Pending) > 0 && time.Now().Before(rs.Deadline) {
+		for _, g := range rs.Pending {
 			select {
 			case <-g:
 			default:
@@ -341,14 +341,14 @@ func (n *Node) Ready() bool {
 func (n *Node) OwnedKeys() int {
 	rs := n.rs.Load()
 	return n.owned.Count(func(h uint64) bool {
-		m, ok := rs.snap.OwnerOfHash(h)
+		m, ok := rs.Snap.OwnerOfHash(h)
 		return ok && m.Name == n.cfg.Name
 	})
 }
 
 // Stats returns the node's key and member counts.
 func (n *Node) Stats() Stats {
-	s := Stats{Keys: n.owned.Len(), FallbackKeys: n.fallback.Len(), Members: n.rs.Load().snap.Len(), Refused: n.mem.RefusedCount(), Insecure: !n.secure,
+	s := Stats{Keys: n.owned.Len(), FallbackKeys: n.fallback.Len(), Members: n.rs.Load().Snap.Len(), Refused: n.mem.RefusedCount(), Insecure: !n.secure,
 		Rebuilds: n.rebuilds.Load(), RebuildTime: time.Duration(n.rebuildNs.Load()), RefusedStates: n.refusedStates.Load(), RefusedKeys: n.refusedKeys.Load(), CachedDenials: n.cachedDenials()}
 	s.LeasedChecks, s.LeasesGranted = n.leaseStats()
 	n.tlsStats(&s)
@@ -358,12 +358,12 @@ func (n *Node) Stats() Stats {
 
 // RingDigest returns a digest of this node's partition table: nodes that agree on
 // the owner of every partition return the same value.
-func (n *Node) RingDigest() uint64 { return n.rs.Load().snap.Digest() }
+func (n *Node) RingDigest() uint64 { return n.rs.Load().Snap.Digest() }
 
 // Owner returns the member that owns key in this node's current ring (false when
 // the ring is empty, which happens only while the node is stopping).
 func (n *Node) Owner(key string) (Member, bool) {
-	m, ok := n.rs.Load().snap.Owner(key)
+	m, ok := n.rs.Load().Snap.Owner(key)
 	if !ok {
 		return Member{}, false
 	}

@@ -317,12 +317,12 @@ func TestForwardMayWaitOnlyForOpenGatesBeforeTheirDeadline(t *testing.T) {
 		return out
 	}
 	withGate := func(g chan struct{}, deadline time.Time) {
-		rs := &ringState{snap: snap, gates: make([]chan struct{}, snap.PartitionCount()), deadline: deadline}
-		rs.gates[part] = g
+		rs := &ringState{Snap: snap, Gates: make([]chan struct{}, snap.PartitionCount()), Deadline: deadline}
+		rs.Gates[part] = g
 		n.rs.Store(rs)
 	}
 
-	n.rs.Store(&ringState{snap: snap})
+	n.rs.Store(&ringState{Snap: snap})
 	if p.ForwardMayWait(checks(key, other)) {
 		t.Error("ForwardMayWait with no gates = true, want false")
 	}

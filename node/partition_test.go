@@ -337,7 +337,7 @@ func TestRestartAtNewAddressOldOneSilent(t *testing.T) {
 	eventually(t, 20*time.Second, "every member holds the restarted member at its new address", func() bool {
 		for _, n := range live[:2] {
 			found := false
-			for _, m := range n.rs.Load().snap.Members() {
+			for _, m := range n.rs.Load().Snap.Members() {
 				found = found || m.Name == again.Name() && m.Addr == again.PeerAddr()
 			}
 			if !found {

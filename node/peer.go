@@ -105,21 +105,21 @@ func (n *Node) newPeerService() *peersvc.Service[*ringState] {
 type peerNode struct{ n *Node }
 
 func (p peerNode) Ring() *ringState                      { return p.n.rs.Load() }
-func (p peerNode) Hash(rs *ringState, key string) uint64 { return rs.snap.Hash(key) }
+func (p peerNode) Hash(rs *ringState, key string) uint64 { return rs.Snap.Hash(key) }
 func (p peerNode) SyncReplicas(rs *ringState) bool {
-	return p.n.cfg.Replication == ReplicationSync && rs.backups != nil
+	return p.n.cfg.Replication == ReplicationSync && rs.Backups != nil
 }
 func (p peerNode) Gating(rs *ringState) bool {
-	return rs.gates != nil && time.Now().Before(rs.deadline)
+	return rs.Gates != nil && time.Now().Before(rs.Deadline)
 }
-func (p peerNode) Gated(rs *ringState, h uint64) bool        { return rs.gate(h) != nil }
+func (p peerNode) Gated(rs *ringState, h uint64) bool        { return rs.Gate(h) != nil }
 func (p peerNode) AwaitReplicated(ctx context.Context) error { return p.n.awaitReplicated(ctx) }
 func (p peerNode) NoteStrays(hs []uint64)                    { p.n.noteStrays(p.n.rs.Load(), hs) }
 func (p peerNode) HandoffDone(from string, digest uint64)    { p.n.markHandoffDone(from, digest) }
 
 func (p peerNode) Owns(rs *ringState, h uint64) bool {
-	owner, ok := rs.snap.OwnerOfHash(h)
-	return ok && owner.Name == p.n.cfg.Name && !rs.leaving && p.n.ready.Load()
+	owner, ok := rs.Snap.OwnerOfHash(h)
+	return ok && owner.Name == p.n.cfg.Name && !rs.Leaving && p.n.ready.Load()
 }
 
 func (p peerNode) Decide(ctx context.Context, rs *ringState, c *transport.Check, h uint64) transport.Result {
@@ -143,14 +143,14 @@ func (p peerNode) AcceptReplica(b transport.TransferBatch, cb peerinput.Batch) [
 func (n *Node) decideResult(ctx context.Context, rs *ringState, c Check, h uint64) transport.Result {
 	if c.booking() {
 		var d Decision
-		ban, err := n.bookOwned(ctx, rs, &c, h, rs.snap.PartitionOfHash(h), &d)
+		ban, err := n.bookOwned(ctx, rs, &c, h, rs.Snap.PartitionOfHash(h), &d)
 		if err != nil {
 			return errorResult(err)
 		}
 		return transport.Result{Decision: d.Decision, Route: transport.RouteOwner, Owner: n.cfg.Name, Code: transport.CodeOK, Banned: ban, Delay: d.Delay, At: d.at}
 	}
 	var d algo.Decision
-	ban, err := n.decideOwned(ctx, rs, &c, h, rs.snap.PartitionOfHash(h), &d)
+	ban, err := n.decideOwned(ctx, rs, &c, h, rs.Snap.PartitionOfHash(h), &d)
 	if err != nil {
 		return errorResult(err)
 	}

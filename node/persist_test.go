@@ -105,10 +105,10 @@ func waitNoStrays(t *testing.T, nodes []*Node) {
 			missing := 0
 			rs := n.rs.Load()
 			n.owned.Count(func(h uint64) bool {
-				if rs.snap.Len() == 0 || n.changeFrom(rs, rs, nil).Move(h, store.MoveSend) != store.MoveSend {
+				if rs.Snap.Len() == 0 || n.changeFrom(rs, rs, nil).Move(h, store.MoveSend) != store.MoveSend {
 					return false
 				}
-				if o, ok := rs.snap.OwnerOfHash(h); ok && byName[o.Name] != nil && !held[o.Name][h] {
+				if o, ok := rs.Snap.OwnerOfHash(h); ok && byName[o.Name] != nil && !held[o.Name][h] {
 					missing++
 				}
 				return false
@@ -634,7 +634,7 @@ func TestSnapshotKeepsBans(t *testing.T) {
 func strays(n *Node) int {
 	rs := n.rs.Load()
 	return n.owned.Count(func(h uint64) bool {
-		return rs.snap.Len() > 0 && n.changeFrom(rs, rs, nil).Move(h, store.MoveSend) == store.MoveSend
+		return rs.Snap.Len() > 0 && n.changeFrom(rs, rs, nil).Move(h, store.MoveSend) == store.MoveSend
 	})
 }
 

@@ -29,15 +29,12 @@ func (n *Node) computeBackups(snap *ring.Snapshot) *backupTable {
 	return replication.NewBackups(snap, n.cfg.Replication != ReplicationOff, n.log)
 }
 
-// backupOfHash returns the backup of the key whose ring hash is h.
-func (rs *ringState) backupOfHash(h uint64) (ring.Member, bool) { return rs.backups.OfHash(h) }
-
 // Backup returns the member that holds key's replica and would own key if its
 // owner disappeared: its owner in the ring without its owner. False when the
 // ring has fewer than two members or Replication is ReplicationOff.
 func (n *Node) Backup(key string) (Member, bool) {
 	rs := n.rs.Load()
-	m, ok := rs.backupOfHash(rs.snap.Hash(key))
+	m, ok := rs.Backup(rs.Snap.Hash(key))
 	if !ok {
 		return Member{}, false
 	}
@@ -53,7 +50,7 @@ func (n *Node) newReplicator() *replication.Replicator {
 		Stop: n.stop, Stopped: ErrStopped,
 		Ring: func() (*ring.Snapshot, *backupTable, bool) {
 			rs := n.rs.Load()
-			return rs.snap, rs.backups, rs.leaving
+			return rs.Snap, rs.Backups, rs.Leaving
 		},
 		Send: func(ctx context.Context, addr string, b transport.TransferBatch) ([]uint64, error) {
 			return n.peers.Replicate(ctx, addr, b)

@@ -43,14 +43,14 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 	var deadline time.Time
 	rs := n.rs.Load()
 	for attempt := 0; ; attempt++ { // attempt bounds re-routing after owner-side "not owner"
-		h := rs.snap.Hash(c.Key) // one hash: owner, handoff gate and shard
-		p := rs.snap.PartitionOfHash(h)
+		h := rs.Snap.Hash(c.Key) // one hash: owner, handoff gate and shard
+		p := rs.Snap.PartitionOfHash(h)
 		var owner ring.Member
-		local := rs.mine != nil && rs.mine[p]
+		local := rs.Mine != nil && rs.Mine[p]
 		if !local {
-			ok := rs.snap.Len() > 0
+			ok := rs.Snap.Len() > 0
 			if ok {
-				owner = rs.snap.PartitionOwner(p)
+				owner = rs.Snap.PartitionOwner(p)
 			}
 			local = !ok || owner.Name == n.cfg.Name
 		}
@@ -188,12 +188,12 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 				return ErrStopped // our own pool is closing: not the owner's fault
 			}
 			switch {
-			case err != nil && rs.backups != nil:
+			case err != nil && rs.Backups != nil:
 				// Unreachable: skip the owner for BreakerCooldown and let the
 				// backup decide, now, instead of waiting for gossip.
 				n.breakers.Fail(owner.Name)
 				viaBackup = true
-			case err == nil && res.Code == transport.CodeUnavailable && rs.backups != nil:
+			case err == nil && res.Code == transport.CodeUnavailable && rs.Backups != nil:
 				// The owner is stopping (it has handed its keys to their new
 				// owners, its backups): the backup decides.
 				viaBackup = true
@@ -258,7 +258,7 @@ func (n *Node) awaitRingChange(ctx context.Context, rs *ringState, d time.Durati
 	if cur := n.rs.Load(); cur != rs {
 		return cur, true
 	}
-	if !route.AwaitChange(ctx, rs.next, n.stop, d) {
+	if !route.AwaitChange(ctx, rs.Next, n.stop, d) {
 		return nil, false
 	}
 	return n.rs.Load(), true
@@ -271,7 +271,7 @@ func (n *Node) awaitRingChange(ctx context.Context, rs *ringState, d time.Durati
 // Penalty is decided with the key's ban state (banned reports that the ban
 // decided it).
 func (n *Node) decideOwned(ctx context.Context, rs *ringState, c *Check, h uint64, p int, out *algo.Decision) (banned bool, err error) {
-	if gate := rs.gateOf(p); gate != nil {
+	if gate := rs.GateOf(p); gate != nil {
 		if err := n.waitHandoff(ctx, rs, gate); err != nil {
 			return false, err
 		}
@@ -301,10 +301,10 @@ func (n *Node) decideOwned(ctx context.Context, rs *ringState, c *Check, h uint6
 func (n *Node) owns(rs *ringState, h uint64) bool {
 	cur := n.rs.Load()
 	if cur == rs {
-		return !cur.leaving
+		return !cur.Leaving
 	}
-	m, ok := cur.snap.OwnerOfHash(h)
-	return ok && m.Name == n.cfg.Name && !cur.leaving
+	m, ok := cur.Snap.OwnerOfHash(h)
+	return ok && m.Name == n.cfg.Name && !cur.Leaving
 }
 
 // fallbackInto applies the OwnerUnreachable policy to c under ring state rs
@@ -335,23 +335,6 @@ var (
 	_ = [1]struct{}{}[route.Policy(FailOpen)-route.FailOpen]
 	_ = [1]struct{}{}[route.Policy(FailClosed)-route.FailClosed]
 )
-
-// The routes read a ring state as a route.Ring.
-
-// Hash returns the ring hash of key.
-func (rs *ringState) Hash(key string) uint64 { return rs.snap.Hash(key) }
-
-// Owner returns the owner of the key whose ring hash is h.
-func (rs *ringState) Owner(h uint64) (ring.Member, bool) { return rs.snap.OwnerOfHash(h) }
-
-// Backup returns the backup of the key whose ring hash is h.
-func (rs *ringState) Backup(h uint64) (ring.Member, bool) { return rs.backupOfHash(h) }
-
-// Leaving reports whether this node was leaving in rs.
-func (rs *ringState) Leaving() bool { return rs.leaving }
-
-// Members returns the number of members of rs's ring.
-func (rs *ringState) Members() int { return rs.snap.Len() }
 
 // newRouter returns the node's route.Router; n.log, n.owned, n.fallback,
 // n.bans and n.breakers must be set, n.peers and n.rs are read per check.

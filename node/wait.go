@@ -213,7 +213,7 @@ func (c *Check) booking() bool { return c.MaxWait != 0 || c.cancelAt != 0 }
 // its key (hash h, partition p) under ring state rs, as decideOwned decides
 // a plain check, and fills *out (Delay and at for a booking).
 func (n *Node) bookOwned(ctx context.Context, rs *ringState, c *Check, h uint64, p int, out *Decision) (banned bool, err error) {
-	if gate := rs.gateOf(p); gate != nil {
+	if gate := rs.GateOf(p); gate != nil {
 		if err := n.waitHandoff(ctx, rs, gate); err != nil {
 			return false, err
 		}

@@ -44,9 +44,9 @@ type Ring interface {
 	// Backup returns the backup of that key; false when it has none (fewer
 	// than two members, or replication off).
 	Backup(h uint64) (ring.Member, bool)
-	// Leaving reports whether the node was leaving in this ring state (it
+	// IsLeaving reports whether the node was leaving in this ring state (it
 	// then owns and backs up nothing).
-	Leaving() bool
+	IsLeaving() bool
 	// Members returns the number of members of the ring.
 	Members() int
 }
@@ -218,7 +218,7 @@ func (r *Router) onReplica(c *transport.Check, h uint64) (d algo.Decision, banne
 	self, current := r.cfg.Self, r.cfg.Current
 	holds := func() bool {
 		rs := current()
-		if rs.Leaving() {
+		if rs.IsLeaving() {
 			return false
 		}
 		if o, ok := rs.Owner(h); ok && o.Name == self {
@@ -257,10 +257,10 @@ func (r *Router) AsBackup(ctx context.Context, c transport.Check) transport.Resu
 	rs := r.cfg.Current()
 	h := rs.Hash(c.Key)
 	owner, ok := rs.Owner(h)
-	if ok && owner.Name == r.cfg.Self && !rs.Leaving() {
+	if ok && owner.Name == r.cfg.Self && !rs.IsLeaving() {
 		return r.cfg.AsOwner(ctx, rs, c, h)
 	}
-	if b, isB := rs.Backup(h); !ok || !isB || b.Name != r.cfg.Self || rs.Leaving() {
+	if b, isB := rs.Backup(h); !ok || !isB || b.Name != r.cfg.Self || rs.IsLeaving() {
 		return transport.Result{Code: transport.CodeNotOwner, Message: "not the key's backup"}
 	}
 	if res, done := r.peers.AskOwner(ctx, owner, c, r.cfg.Timeout); done {

@@ -32,7 +32,7 @@ func (r *testRing) Owner(uint64) (ring.Member, bool) { return r.owner, r.owner.N
 
 func (r *testRing) Backup(uint64) (ring.Member, bool) { return r.backup, r.backup.Name != "" }
 
-func (r *testRing) Leaving() bool { return r.leaving }
+func (r *testRing) IsLeaving() bool { return r.leaving }
 
 func (r *testRing) Members() int { return r.members }
 
