@@ -66,7 +66,7 @@ func BenchmarkForwardBatchKeys(b *testing.B) {
 
 // BenchmarkReplicaBatchKeys is a backup's side of replication: batches of 64
 // GCRA states, each the replica of a key drawn at random from 10k and 1M
-// stored replicas, merged by acceptReplica as a replication send from the
+// stored replicas, merged by replication.Replicator.Accept as a replication send from the
 // keys' owner would be. Two nodes on the in-memory transport: every key owned
 // by one has the other as its backup. It reports ns per state (ns/op is per
 // batch).
@@ -125,7 +125,7 @@ func BenchmarkReplicaBatchKeys(b *testing.B) {
 						j++
 					}
 				}
-				if need := backup.acceptReplica(tb, checkedBatch{States: states, Wall: wall}); len(need) != 0 {
+				if need := backup.repl.Accept(tb, checkedBatch{States: states, Wall: wall}); len(need) != 0 {
 					b.Fatalf("%d states refused", len(need))
 				}
 			}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/node/internal/handoff"
-	"github.com/ringlimit/ringlimit/node/internal/membership"
 	"github.com/ringlimit/ringlimit/node/internal/store"
 	"github.com/ringlimit/ringlimit/ring"
 	"github.com/ringlimit/ringlimit/transport"
@@ -20,12 +19,6 @@ import (
 // (restarted: the members restarted since old).
 func (n *Node) changeFrom(old, ns *ringState, restarted map[string]bool) *handoff.Change {
 	return &handoff.Change{Self: n.cfg.Name, Old: old.Snap, Cur: ns.Snap, OldBackups: old.Backups, CurBackups: ns.Backups, Leaving: ns.Leaving, Restarted: restarted}
-}
-
-// restartedMembers returns the names of the members of cur that are also in
-// old under another instance id: processes restarted under the same name.
-func restartedMembers(old, cur *ring.Snapshot) map[string]bool {
-	return membership.Restarted(old.Members(), cur.Members(), func(m ring.Member) (string, string) { return m.Name, m.ID })
 }
 
 // resync lists as changed the states of the keys this node owns after
@@ -171,25 +164,11 @@ func (n *Node) noteStrays(rs *ringState, hs []uint64) {
 // state (a failed send is logged).
 func (n *Node) strayLoop() {
 	defer n.wg.Done()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-n.strays.Sig():
-		}
-		if d := n.cfg.MembershipDebounce; d > 0 {
-			t := time.NewTimer(d)
-			select {
-			case <-n.stop:
-				t.Stop()
-				return
-			case <-t.C:
-			}
-		}
+	n.strays.Run(n.stop, n.cfg.MembershipDebounce, func() {
 		n.rebuildMu.Lock()
+		defer n.rebuildMu.Unlock()
 		n.passOnStrays()
-		n.rebuildMu.Unlock()
-	}
+	})
 }
 
 // passOnStrays is one pass of strayLoop; rebuildMu is held.

@@ -144,7 +144,7 @@ func heapPerKey(b *testing.B, kind algo.Kind, keys int, boxed bool) (perKey, tot
 // BenchmarkMemoryPerReplica reports the heap growth per key of a backup's
 // store after GC when 1M GCRA states arrive by replication: each was last
 // checked on its owner 5 ms before the backup's clock (a replication send's
-// delay), as store.install receives them from acceptReplica.
+// delay), as store.install receives them from replication.Replicator.Accept.
 //
 //	go test -run '^$' -bench MemoryPerReplica -benchtime=1x ./node/
 func BenchmarkMemoryPerReplica(b *testing.B) {

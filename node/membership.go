@@ -93,11 +93,11 @@ func (n *Node) membershipLoop() {
 }
 
 func (n *Node) rejoinLoop() {
+	defer n.wg.Done()
 	if len(n.cfg.Join) == 0 || n.cfg.RejoinInterval == 0 {
-		n.wg.Done()
 		return
 	}
-	n.every(n.cfg.RejoinInterval, func() bool {
+	membership.Every(n.stop, n.cfg.RejoinInterval, func() bool {
 		if n.leaving.Load() {
 			return false
 		}
@@ -113,31 +113,14 @@ func (n *Node) rejoinLoop() {
 // idleLoop drops idle keys from the owner and fallback stores every
 // IdleScanInterval.
 func (n *Node) idleLoop() {
-	n.every(n.cfg.IdleScanInterval, func() bool {
+	defer n.wg.Done()
+	membership.Every(n.stop, n.cfg.IdleScanInterval, func() bool {
 		wall := n.clock()
 		n.owned.DropIdle(wall)
 		n.fallback.DropIdle(wall)
 		n.sweepHolds(wall)
 		return true
 	})
-}
-
-// every calls f every interval until the node stops or f returns false, then
-// marks its goroutine done (n.wg).
-func (n *Node) every(interval time.Duration, f func() bool) {
-	defer n.wg.Done()
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-t.C:
-			if !f() {
-				return
-			}
-		}
-	}
 }
 
 // rebuild recomputes the ring from the gossip members, publishes it, gates the
@@ -156,7 +139,9 @@ func (n *Node) rebuild() {
 	}
 	snap := n.ring.Snapshot()
 	leaving := n.leaving.Load()
-	restarted := restartedMembers(old.Snap, snap)
+	// Members of the new ring also in the old one under another instance id:
+	// processes restarted under the same name.
+	restarted := membership.Restarted(old.Snap.Members(), snap.Members(), func(m ring.Member) (string, string) { return m.Name, m.ID })
 	for name := range restarted {
 		n.breakers.Reset(name) // a new process: give it a chance at once
 	}

@@ -79,7 +79,7 @@ func (p peerService) Transfer(ctx context.Context, b transport.TransferBatch) er
 }
 
 // Replicate implements transport.ReplicaHandler: it validates a replication
-// batch as Transfer does and keeps its states as replicas (see acceptReplica),
+// batch as Transfer does and keeps its states as replicas (see replication.Replicator.Accept),
 // returning the ring hashes of the states and ban states it did not apply and
 // wants again, whole: log deltas it could not append, and those it cannot
 // place in its ring yet. A refused state is not among them: the owner does not
@@ -131,11 +131,11 @@ func (p peerNode) GrantLease(ctx context.Context, rs *ringState, c *transport.Ch
 }
 
 func (p peerNode) AsBackup(ctx context.Context, c transport.Check) transport.Result {
-	return p.n.forwardAsBackup(ctx, c)
+	return p.n.router.AsBackup(ctx, c)
 }
 
 func (p peerNode) AcceptReplica(b transport.TransferBatch, cb peerinput.Batch) []uint64 {
-	return p.n.acceptReplica(b, cb)
+	return p.n.repl.Accept(b, cb)
 }
 
 // decideResult decides c as the owner of its key (hash h) under rs and maps
@@ -185,20 +185,8 @@ func errorResult(err error) transport.Result {
 	return transport.Result{Code: transport.CodeUnavailable, Message: err.Error()}
 }
 
-// checkedBatch is a transfer batch judged by checkTransfer.
+// checkedBatch is a transfer batch judged by peersvc.Service.CheckTransfer.
 type checkedBatch = peerinput.Batch
-
-// checkTransfer validates a transfer batch as untrusted peer input (see
-// Transfer, peersvc.Service.CheckTransfer).
-func (n *Node) checkTransfer(b transport.TransferBatch) (checkedBatch, error) {
-	return n.psvc.CheckTransfer(b)
-}
-
-// installHandoff installs the states of a validated handoff batch that were
-// not refused (see Transfer, peersvc.Service.InstallHandoff).
-func (n *Node) installHandoff(b transport.TransferBatch, cb checkedBatch) {
-	n.psvc.InstallHandoff(b, cb)
-}
 
 func (n *Node) refused(what string) {
 	if n.smetrics != nil {

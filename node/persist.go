@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/algo"
+	"github.com/ringlimit/ringlimit/node/internal/membership"
 	"github.com/ringlimit/ringlimit/node/internal/persist"
 	"github.com/ringlimit/ringlimit/node/internal/snapshot"
 	"github.com/ringlimit/ringlimit/transport"
@@ -44,8 +45,8 @@ func (n *Node) openStateDir() error {
 // MaxPeriod and MaxLimit, plausible, not later than now + MaxPeerClockSkew,
 // caller clocks only with AcceptCallerTimestamps), refused ones are counted
 // in Stats.RefusedStates and logged, the rest are merged into the store as
-// installHandoff does (a key held already keeps the more restrictive state;
-// new keys count against MaxKeys). Ban states (AllowPenalized) are judged
+// a handoff's are (peersvc.Service.InstallHandoff: a key held already keeps
+// the more restrictive state; new keys count against MaxKeys). Ban states (AllowPenalized) are judged
 // and merged as a handoff's too (a key of at most MaxKeyLen bytes, no denial
 // after now + MaxPeerClockSkew; the later ban wins). A file that is missing,
 // torn, altered, of another format version or of another ClusterLabel
@@ -67,8 +68,8 @@ func (n *Node) restore() {
 		return true
 	}
 	n.persist.Restore(n.cfg.ClusterLabel, n.log, banOK, func(b transport.TransferBatch) (ok, refused int) {
-		cb, _ := n.checkTransfer(b) // Sender is From: no error
-		n.installHandoff(b, cb)
+		cb, _ := n.psvc.CheckTransfer(b) // Sender is From: no error
+		n.psvc.InstallHandoff(b, cb)
 		for i := range b.States {
 			if cb.RefusedAt(i) {
 				refused++
@@ -103,7 +104,8 @@ func (n *Node) writeSnapshot(why string, final bool) error {
 // snapshotLoop writes a snapshot every Config.SnapshotInterval until the node
 // stops.
 func (n *Node) snapshotLoop() {
-	n.every(n.cfg.SnapshotInterval, func() bool {
+	defer n.wg.Done()
+	membership.Every(n.stop, n.cfg.SnapshotInterval, func() bool {
 		_ = n.writeSnapshot("periodic", false)
 		return true
 	})

@@ -77,10 +77,3 @@ type ReplicationMetrics interface {
 // ErrStopped if the node stops first, or ctx's error: the decision then must
 // not be reported as made (the backup may never learn of it).
 func (n *Node) awaitReplicated(ctx context.Context) error { return n.repl.Await(ctx) }
-
-// acceptReplica installs the replicated states of a checked batch (see
-// checkTransfer) that were not refused, and returns the ring hashes it wants
-// again, whole (replication.Replicator.Accept).
-func (n *Node) acceptReplica(b transport.TransferBatch, cb checkedBatch) (needFull []uint64) {
-	return n.repl.Accept(b, cb)
-}

@@ -322,13 +322,6 @@ func fromRoute(d *route.Decision) Decision {
 	return Decision{Decision: d.Decision, Route: Route(d.Route), Owner: d.Owner, Banned: d.Banned}
 }
 
-// forwardAsBackup answers a check sent to this node as the key's backup
-// (route.Router.AsBackup): as owner if it owns the key now, else after asking
-// the owner, else on its replica.
-func (n *Node) forwardAsBackup(ctx context.Context, c transport.Check) transport.Result {
-	return n.router.AsBackup(ctx, c)
-}
-
 // The route package's policies are node's.
 var (
 	_ = [1]struct{}{}[route.Policy(Local)-route.Local]

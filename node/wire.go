@@ -36,7 +36,7 @@ func checkFromWire(w *transport.Check) Check {
 	return Check{Key: w.Key, Limit: w.Limit, Hits: w.Hits, CreatedAt: w.CreatedAt, Penalty: Penalty(w.Penalty), MaxWait: w.MaxWait, cancelAt: w.CancelAt}
 }
 
-// ownerResult is the Result a peer answers for a Decision it made.
+// resultToWire is the Result a peer answers for a Decision it made.
 func resultToWire(d *Decision) transport.Result {
 	return transport.Result{Decision: d.Decision, Route: transport.Route(d.Route), Owner: d.Owner, Banned: d.Banned, Code: transport.CodeOK, Delay: d.Delay, At: d.At()}
 }

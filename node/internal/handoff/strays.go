@@ -1,6 +1,9 @@
 package handoff
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // Strays lists the ring hashes of handed-off states this node installed for
 // keys it does not own (the sender's ring was older than this node's), for
@@ -56,4 +59,27 @@ func (s *Strays) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.set)
+}
+
+// Run calls pass once per signal (Sig), debounce after it (rings that
+// disagree settle first, so a state is not sent back and forth), until
+// stop is closed.
+func (s *Strays) Run(stop <-chan struct{}, debounce time.Duration, pass func()) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-s.sig:
+		}
+		if debounce > 0 {
+			t := time.NewTimer(debounce)
+			select {
+			case <-stop:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		pass()
+	}
 }

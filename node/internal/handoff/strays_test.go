@@ -153,3 +153,30 @@ func TestReplaceMovesOnlyTheFailedOwnersStates(t *testing.T) {
 		t.Fatalf("Lost = %d, want 1 (the state no member takes)", nb.Lost)
 	}
 }
+
+func TestStraysRunPassesOncePerSignalAfterTheDebounce(t *testing.T) {
+	s := NewStrays()
+	stop := make(chan struct{})
+	passed := make(chan time.Time, 4)
+	done := make(chan struct{})
+	go func() { s.Run(stop, 20*time.Millisecond, func() { passed <- time.Now() }); close(done) }()
+	start := time.Now()
+	s.Add([]uint64{1}, func(uint64) bool { return true })
+	select {
+	case at := <-passed:
+		if d := at.Sub(start); d < 20*time.Millisecond {
+			t.Fatalf("passed %v after the signal, before the 20 ms debounce", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no pass 5 s after a signal")
+	}
+	close(stop)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run still running 5 s after stop")
+	}
+	if len(passed) != 0 {
+		t.Fatalf("%d extra passes for one signal", len(passed))
+	}
+}

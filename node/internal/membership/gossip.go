@@ -101,3 +101,19 @@ func Leave(ml *memberlist.Memberlist, self string, interval, timeout time.Durati
 		}
 	}
 }
+
+// Every calls f every interval until stop is closed or f returns false.
+func Every(stop <-chan struct{}, interval time.Duration, f func() bool) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			if !f() {
+				return
+			}
+		}
+	}
+}
