@@ -36,11 +36,13 @@ func (n *Node) resync(c *handoff.Change) {
 }
 
 // handoff moves the states of keys this node no longer owns after change c
-// (to ring state ns) to their new owners, then tells every member that gained partitions in this change
-// (from this node or another) that its handoff for this ring is complete. This
-// node keeps a copy of what it hands off where it is the key's new backup,
-// keeps the replicas it is still the backup of, and hands a restarted member
-// the replicas of its keys.
+// (to ring state ns) to their new owners, then tells every member that
+// gained partitions in this change (from this node or another) that its
+// handoff for this ring is complete. This node keeps a copy of what it hands
+// off where it is the key's new backup, keeps the replicas it is still the
+// backup of, and hands a restarted member the replicas of its keys. States a
+// member refuses (it is leaving too) go to their owners in the ring without
+// it (handoff.Batches.Deliver).
 func (n *Node) handoff(ns *ringState, c *handoff.Change) {
 	self := n.cfg.Name
 	snap := ns.Snap
