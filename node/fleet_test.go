@@ -84,6 +84,10 @@ type fleetResult struct {
 	// burst is the members joining at once, then leaving at once, instead
 	// of the roll (RINGLIMIT_FLEET_BURST); 0: the roll.
 	burst int
+	// grow: the fleet forms under load instead of rolling: it starts with 2
+	// members, and once the keys are exhausted the others join one at a
+	// time (RINGLIMIT_FLEET_GROW=1).
+	grow bool
 }
 
 // countingHandler counts the log lines of every member by level and message.
@@ -197,16 +201,20 @@ func (r fleetResult) String() string {
 	if r.rebuilds > 0 {
 		perChange = time.Duration(r.rebuildNs / int64(r.rebuilds))
 	}
-	return fmt.Sprintf("members=%d burst=%d callers=%d spin=%v seed=%d formed=%v roll=%v rebuilds=%d (%.1f per member per change) rebuild=%v/change "+
+	return fmt.Sprintf("members=%d burst=%d grow=%v callers=%d spin=%v seed=%d formed=%v roll=%v rebuilds=%d (%.1f per member per change) rebuild=%v/change "+
 		"goroutines/member=%.0f heap/member=%.1fMiB checks=%d over=%d (max +%d) fallback-admissions=%d slowest=%v errors=%d stuck=%q excess=%v logs=%v spread=%v join=%v heard=%v",
-		r.members, r.burst, r.callers, r.spin, r.seed, r.formed.Round(time.Millisecond), r.rolled.Round(time.Millisecond), r.rebuilds,
+		r.members, r.burst, r.grow, r.callers, r.spin, r.seed, r.formed.Round(time.Millisecond), r.rolled.Round(time.Millisecond), r.rebuilds,
 		float64(r.rebuilds)/float64(r.members)/float64(max(r.changes, 1)), perChange.Round(time.Microsecond),
 		r.goroutine, r.heapBytes/(1<<20), r.checks, r.over, r.overMax, r.fallbacks, r.slowest.Round(time.Millisecond), r.errs, r.stuck, r.excess, r.logs, r.spread, r.join.Round(time.Millisecond), r.heard.Round(time.Millisecond))
 }
 
 // runFleet runs the harness once with size members.
-func runFleet(t *testing.T, size, callers int, seed uint64, spin bool, burst int) fleetResult {
-	res := fleetResult{members: size, callers: callers, seed: seed, spin: spin, burst: burst}
+func runFleet(t *testing.T, size, callers int, seed uint64, spin bool, burst int, grow bool) fleetResult {
+	res := fleetResult{members: size, callers: callers, seed: seed, spin: spin, burst: burst, grow: grow}
+	first := size
+	if grow {
+		first = 2
+	}
 	runtime.GC()
 	g0 := runtime.NumGoroutine()
 	var ms0 runtime.MemStats
@@ -224,10 +232,10 @@ func runFleet(t *testing.T, size, callers int, seed uint64, spin bool, burst int
 	base.Logger = slog.New(logs)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(size)*6*time.Second)
-	c, err := startCluster(ctx, size, base)
+	c, err := startCluster(ctx, first, base)
 	cancel()
 	if err != nil {
-		t.Fatalf("startCluster(%d): %v", size, err)
+		t.Fatalf("startCluster(%d): %v", first, err)
 	}
 	res.formed = time.Since(start)
 	var allMu sync.Mutex
@@ -242,8 +250,8 @@ func runFleet(t *testing.T, size, callers int, seed uint64, spin bool, burst int
 	runtime.GC()
 	var ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms1)
-	res.goroutine = float64(runtime.NumGoroutine()-g0) / float64(size)
-	res.heapBytes = float64(int64(ms1.HeapInuse)-int64(ms0.HeapInuse)) / float64(size)
+	res.goroutine = float64(runtime.NumGoroutine()-g0) / float64(first)
+	res.heapBytes = float64(int64(ms1.HeapInuse)-int64(ms0.HeapInuse)) / float64(first)
 
 	// live holds the members callers may use; a member is taken out before it
 	// closes and put back once it is in every ring again.
@@ -321,6 +329,15 @@ func runFleet(t *testing.T, size, callers int, seed uint64, spin bool, burst int
 	}
 
 	rollStart := time.Now()
+	if grow {
+		res.stuck = growFleet(base, size, &live, &phase, func(n *Node) {
+			allMu.Lock()
+			all = append(all, n)
+			allMu.Unlock()
+		})
+		res.changes = size - first
+		size = 0 // no roll
+	}
 	if burst > 0 {
 		res.stuck = burstFleet(base, burst, &live, &phase, func(n *Node) {
 			allMu.Lock()
@@ -399,6 +416,38 @@ func runFleet(t *testing.T, size, callers int, seed uint64, spin bool, burst int
 		}
 	}
 	return res
+}
+
+// growFleet is the harness's formation under load instead of its roll: the
+// members join one at a time (named grow-2, grow-3, ...), each once every
+// live member agrees on the last, until there are size (phase "join"), as
+// a fleet forms while its first instances already serve. added is called
+// with each member started. It returns why it stopped early, "" when every
+// member joined.
+func growFleet(base Config, size int, live *atomic.Pointer[[]*Node], phase *atomic.Pointer[string], added func(*Node)) string {
+	join, idle := "join", "idle"
+	phase.Store(&join)
+	for i := len(*live.Load()); i < size; i++ {
+		cur := *live.Load()
+		cfg := base
+		cfg.Name = fmt.Sprintf("grow-%d", i)
+		cfg.Join = []string{cur[i%len(cur)].GossipAddr()}
+		n, err := New(cfg)
+		if err != nil {
+			return fmt.Sprintf("start %s: %v", cfg.Name, err)
+		}
+		added(n)
+		next := append(append([]*Node(nil), cur...), n)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = waitConverged(ctx, next...)
+		cancel()
+		if err != nil {
+			return fmt.Sprintf("after %s joined (%d of %d): %v; %s", cfg.Name, i+1, size, err, ringGaps(next))
+		}
+		live.Store(&next)
+	}
+	phase.Store(&idle)
+	return ""
 }
 
 // burstFleet is the harness's burst instead of its roll: burst new members
@@ -539,7 +588,8 @@ func fleetSizes(t *testing.T, def []int) []int {
 // RINGLIMIT_FLEET_SEEDS (default 1) and RINGLIMIT_FLEET_CALLERS choose the
 // sizes, the seeds per size and the callers (make fleet).
 // RINGLIMIT_FLEET_BURST=k replaces the roll by k members joining at once,
-// then k leaving at once (see burstFleet), with the same checks.
+// then k leaving at once (see burstFleet), with the same checks;
+// RINGLIMIT_FLEET_GROW=1 by the fleet forming under load (see growFleet).
 func TestFleetRollingRestart(t *testing.T) {
 	seeds, callers := envCount(t, "RINGLIMIT_FLEET_SEEDS", 1), envCount(t, "RINGLIMIT_FLEET_CALLERS", 8)
 	strict := os.Getenv("RINGLIMIT_FLEET_STRICT") == "1"
@@ -548,10 +598,11 @@ func TestFleetRollingRestart(t *testing.T) {
 	if os.Getenv("RINGLIMIT_FLEET_BURST") != "" {
 		burst = envCount(t, "RINGLIMIT_FLEET_BURST", 0)
 	}
+	grow := os.Getenv("RINGLIMIT_FLEET_GROW") == "1"
 	for _, size := range fleetSizes(t, []int{10}) {
 		for seed := range uint64(seeds) {
 			t.Run(fmt.Sprintf("members=%d/seed=%d", size, seed+1), func(t *testing.T) {
-				res := runFleet(t, size, callers, seed+1, spin, burst)
+				res := runFleet(t, size, callers, seed+1, spin, burst, grow)
 				t.Log(res)
 				fmt.Println("fleet:", res)
 				switch deaths := res.logs[falseDeath]; {
