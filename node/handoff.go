@@ -77,7 +77,7 @@ func (n *Node) handoff(ns *ringState, c *handoff.Change) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.HandoffTimeout)
 	defer cancel()
-	more, err := bt.Deliver(ctx, snap.Members(), n.ringOf, func(ctx context.Context, _, addr string, states []transport.KeyState, bans []transport.PenaltyState) error {
+	more, err := bt.Deliver(ctx, snap.Members(), n.cfg.Ring, func(ctx context.Context, _, addr string, states []transport.KeyState, bans []transport.PenaltyState) error {
 		return n.peers.Handoff(ctx, addr, transport.TransferBatch{From: self, RingDigest: snap.Digest(), States: states, Done: true, Penalties: bans})
 	}, n.sendHandoff(snap), func(failed []string, err error) {
 		n.log.Info("handoff: sending again the keys of members that did not take them", "members", failed, "err", err)
@@ -110,18 +110,6 @@ func (n *Node) sendHandoff(snap *ring.Snapshot) handoff.SendFunc {
 		}
 		return n.peers.Handoff(ctx, addr, b)
 	}
-}
-
-// ringOf returns the snapshot of a ring of members (see handoff.Deliver).
-func (n *Node) ringOf(members []ring.Member) (*ring.Snapshot, error) {
-	r, err := ring.New(n.cfg.Ring)
-	if err == nil {
-		err = r.SetMembers(members)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return r.Snapshot(), nil
 }
 
 // markHandoffDone records that from finished handing off for the ring with
@@ -213,7 +201,7 @@ func (n *Node) passOnStrays() {
 	// node's next ring change, and that owner, gaining the key from a member
 	// that is gone, decides it at once (keys up to twice their limit when
 	// 10 of 20 members left at once).
-	lost, err := bt.Deliver(ctx, rs.Snap.Members(), n.ringOf, n.sendHandoff(rs.Snap), n.sendHandoff(rs.Snap), func([]string, error) {})
+	lost, err := bt.Deliver(ctx, rs.Snap.Members(), n.cfg.Ring, n.sendHandoff(rs.Snap), n.sendHandoff(rs.Snap), func([]string, error) {})
 	if err != nil || lost > 0 {
 		n.log.Warn("passing handed-off states on to their owner failed", "keys", len(moved), "not_taken", lost, "err", err)
 		return

@@ -170,7 +170,7 @@ func (n *Node) rebuild() {
 	prev := old.Snap
 	if prev.Len() == 0 {
 		if others := without(members, self); len(others) > 0 {
-			if r, err := n.ringOf(others); err == nil {
+			if r, err := ring.SnapshotOf(n.cfg.Ring, others); err == nil {
 				prev = r
 			}
 		}

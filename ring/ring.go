@@ -81,6 +81,20 @@ func New(cfg Config) (*Ring, error) {
 	return r, nil
 }
 
+// SnapshotOf returns the table of a ring with cfg and members, built once:
+// New followed by SetMembers, for a ring nobody will change (a node's
+// "what if these members were gone" rings, tests). Its errors are theirs.
+func SnapshotOf(cfg Config, members []Member) (*Snapshot, error) {
+	r, err := New(cfg)
+	if err == nil {
+		err = r.SetMembers(members)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return r.Snapshot(), nil
+}
+
 // Snapshot returns the current table. It is never nil and never changes; a later
 // SetMembers publishes a new Snapshot rather than modifying this one.
 func (r *Ring) Snapshot() *Snapshot {

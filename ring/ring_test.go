@@ -563,3 +563,22 @@ func TestHashLookupsAgreeWithKeyLookups(t *testing.T) {
 		}
 	}
 }
+
+func TestSnapshotOf(t *testing.T) {
+	s, err := SnapshotOf(DefaultConfig(), []Member{{Name: "a", Addr: "a:1"}, {Name: "b", Addr: "b:1"}})
+	if err != nil || s.Len() != 2 || !s.Has("a") || !s.Has("b") {
+		t.Fatalf("SnapshotOf(a, b) = %v members, err %v", s, err)
+	}
+	r, _ := New(DefaultConfig())
+	_ = r.SetMembers([]Member{{Name: "a", Addr: "a:1"}, {Name: "b", Addr: "b:1"}})
+	for p := range s.PartitionCount() {
+		if s.PartitionOwner(p).Name != r.Snapshot().PartitionOwner(p).Name {
+			t.Fatalf("partition %d: SnapshotOf gives %s, New+SetMembers %s", p, s.PartitionOwner(p).Name, r.Snapshot().PartitionOwner(p).Name)
+		}
+	}
+	bad := DefaultConfig()
+	bad.PartitionCount = 0
+	if _, err := SnapshotOf(bad, nil); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("invalid config: err %v, want ErrInvalidConfig", err)
+	}
+}

@@ -9,18 +9,15 @@ import (
 
 func snapOf(t *testing.T, names ...string) *ring.Snapshot {
 	t.Helper()
-	r, err := ring.New(ring.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
 	ms := make([]ring.Member, len(names))
 	for i, n := range names {
 		ms[i] = ring.Member{Name: n, Addr: n + ":1"}
 	}
-	if err := r.SetMembers(ms); err != nil {
+	s, err := ring.SnapshotOf(ring.DefaultConfig(), ms)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return r.Snapshot()
+	return s
 }
 
 // The partitions "c" gains when it joins a and b are gated on their previous

@@ -53,8 +53,8 @@ func Plan(c *Change, moved []store.Moved, bans []store.BanState) *Batches {
 
 // Deliver sends b's batches with first and, while sends fail, gives the
 // states of the owners whose send failed to the owners of their keys under
-// the ring of members without every owner that failed so far (build makes
-// that ring), sending those batches with again; retry is called before
+// the ring (of configuration cfg) of members without every owner that
+// failed so far, sending those batches with again; retry is called before
 // each such round with the owners that failed and their errors. A member
 // refuses a handoff once it is leaving: members leaving at once each hand
 // their keys off under a ring that still holds the others, and a state
@@ -62,7 +62,7 @@ func Plan(c *Change, moved []store.Moved, bans []store.BanState) *Batches {
 // the states no member took (not counting b.Lost) and the errors of the
 // sends that still failed, wrapped in ErrNoneLeft when every member failed
 // (the whole cluster is stopping).
-func (b *Batches) Deliver(ctx context.Context, members []ring.Member, build func([]ring.Member) (*ring.Snapshot, error),
+func (b *Batches) Deliver(ctx context.Context, members []ring.Member, cfg ring.Config,
 	first, again SendFunc, retry func(failed []string, err error)) (lost int, err error) {
 	failed, err := b.Send(ctx, first)
 	gone := make(map[string]bool)
@@ -80,7 +80,7 @@ func (b *Batches) Deliver(ctx context.Context, members []ring.Member, build func
 			err = fmt.Errorf("%w: %w", ErrNoneLeft, err)
 			break
 		}
-		r, berr := build(keep)
+		r, berr := ring.SnapshotOf(cfg, keep)
 		if berr != nil {
 			break
 		}

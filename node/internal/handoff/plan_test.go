@@ -11,17 +11,6 @@ import (
 	"github.com/ringlimit/ringlimit/transport"
 )
 
-func buildRing(ms []ring.Member) (*ring.Snapshot, error) {
-	r, err := ring.New(ring.DefaultConfig())
-	if err != nil {
-		return nil, err
-	}
-	if err := r.SetMembers(ms); err != nil {
-		return nil, err
-	}
-	return r.Snapshot(), nil
-}
-
 // "a" leaves a, b, c: its states go to their owners under the ring of b and
 // c, and each of them, having gained partitions, gets a marker.
 func TestPlanSendsStatesToTheirOwnersAndMarksGainers(t *testing.T) {
@@ -59,7 +48,7 @@ func TestPlanSendsStatesToTheirOwnersAndMarksGainers(t *testing.T) {
 // left out of the next; what no member takes is counted.
 func TestDeliverGivesRefusedStatesToTheNextOwner(t *testing.T) {
 	members := snapOf(t, "b", "c", "d").Members()
-	cur, _ := buildRing(members)
+	cur, _ := ring.SnapshotOf(ring.DefaultConfig(), members)
 	b := NewBatches()
 	for h := range uint64(200) {
 		h *= 0x9e3779b97f4a7c15
@@ -79,7 +68,7 @@ func TestDeliverGivesRefusedStatesToTheNextOwner(t *testing.T) {
 		return nil
 	}
 	retries := 0
-	lost, err := b.Deliver(context.Background(), members, buildRing, send, send, func(failed []string, err error) {
+	lost, err := b.Deliver(context.Background(), members, ring.DefaultConfig(), send, send, func(failed []string, err error) {
 		retries++
 		if retries == 1 && (len(failed) != 1 || failed[0] != "b") {
 			t.Errorf("first retry for %v, want [b]", failed)
@@ -93,7 +82,7 @@ func TestDeliverGivesRefusedStatesToTheNextOwner(t *testing.T) {
 	}
 	// Everyone refuses: every state is counted lost, with the errors.
 	refuse = map[string]bool{"b": true, "c": true, "d": true}
-	lost, err = b.Deliver(context.Background(), members, buildRing, send, send, func([]string, error) {})
+	lost, err = b.Deliver(context.Background(), members, ring.DefaultConfig(), send, send, func([]string, error) {})
 	if lost != 200 || !errors.Is(err, ErrNoneLeft) {
 		t.Fatalf("all refusing: lost %d, err %v; want 200 and ErrNoneLeft", lost, err)
 	}

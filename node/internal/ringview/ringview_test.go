@@ -7,14 +7,11 @@ import (
 )
 
 func TestGatesAndMine(t *testing.T) {
-	r, err := ring.New(ring.DefaultConfig())
+	snap, err := ring.SnapshotOf(ring.DefaultConfig(), []ring.Member{{Name: "a", Addr: "a:1"}, {Name: "b", Addr: "b:1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.SetMembers([]ring.Member{{Name: "a", Addr: "a:1"}, {Name: "b", Addr: "b:1"}}); err != nil {
-		t.Fatal(err)
-	}
-	v := &View{Snap: r.Snapshot()}
+	v := &View{Snap: snap}
 	v.SetMine("a")
 	for p := range v.Mine {
 		if v.Mine[p] != (v.Snap.PartitionOwner(p).Name == "a") {
@@ -35,7 +32,7 @@ func TestGatesAndMine(t *testing.T) {
 	if v.Gate(h) != nil {
 		t.Fatal("an opened gate still gates")
 	}
-	left := &View{Snap: r.Snapshot(), Leaving: true}
+	left := &View{Snap: snap, Leaving: true}
 	left.SetMine("a")
 	for p := range left.Mine {
 		if left.Mine[p] {
