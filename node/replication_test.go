@@ -570,3 +570,101 @@ func TestReplicaNotPlacedIsAskedAgain(t *testing.T) {
 		t.Error("a ban state z cannot place was installed")
 	}
 }
+
+// A sender that can reach neither a key's owner nor its backup waits for its
+// ring to change before the fallback decides: when members leave together
+// (an autoscaler's scale-down), a sender's ring can still hold an owner and
+// a backup that have both stopped, and the key's state is with the member
+// that owns it once both are gone. Deciding by the fallback at once admitted
+// exhausted keys again (1 to 4 admissions over per run with 10 of 20 members
+// leaving at once, see docs/fleet-size.md).
+func TestOwnerAndBackupDownWaitsForTheRing(t *testing.T) {
+	t.Parallel()
+	mn, nodes := memCluster(t, 4, func(c *Config) {
+		// Rings here change only when the test publishes one: a gossip round
+		// long enough that the sender's wait (two rounds) outlasts the
+		// test's reaction under -race on a loaded machine.
+		c.Gossip.GossipInterval = 500 * time.Millisecond
+		c.ForwardTimeout = 5 * time.Second
+	})
+	sender := nodes[0]
+	var owner, backup, next *Node
+	var key string
+	for i := 0; i < 100_000 && key == ""; i++ {
+		k := fmt.Sprintf("key-%d", i)
+		o, _ := sender.Owner(k)
+		b, _ := sender.Backup(k)
+		if o.Name == sender.Name() || b.Name == sender.Name() {
+			continue
+		}
+		for _, n := range nodes[1:] {
+			switch n.Name() {
+			case o.Name:
+				owner = n
+			case b.Name:
+				backup = n
+			default:
+				next = n
+			}
+		}
+		rest, err := ring.SnapshotOf(sender.cfg.Ring, []ring.Member{member(sender), member(next)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, _ := rest.Owner(k); m.Name == next.Name() {
+			key = k
+		}
+	}
+	if key == "" {
+		t.Fatal("no key whose owner and backup are not the sender and whose owner without them is the fourth member")
+	}
+	mn.setCut(sender, owner, true)
+	mn.setCut(sender, backup, true)
+	l := algo.Limit{Kind: algo.FixedWindow, Limit: 10, Period: time.Hour}
+	type result struct {
+		d   Decision
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		d, err := sender.Allow(context.Background(), key, l)
+		done <- result{d, err}
+	}()
+	// Once the backup has failed too, the ring moves on without both, as
+	// when their leave reaches the sender.
+	deadline := time.Now().Add(10 * time.Second)
+	for !sender.breakers.Refusing(backup.Name()) {
+		select {
+		case r := <-done:
+			t.Fatalf("with the owner and the backup unreachable and the ring unchanged: %+v, %v; want the check to wait for the ring", r.d, r.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sender never tried the backup")
+		}
+		time.Sleep(time.Millisecond) // poll, bounded by deadline
+	}
+	snap, err := ring.SnapshotOf(sender.cfg.Ring, []ring.Member{member(sender), member(next)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*Node{next, sender} { // the key's new owner first
+		n.rebuildMu.Lock()
+		n.publish(&ringState{Snap: snap, Backups: n.computeBackups(snap)}, n.rs.Load())
+		n.rebuildMu.Unlock()
+	}
+	r := <-done
+	if r.err != nil || r.d.Route != RouteForwarded || r.d.Owner != next.Name() {
+		t.Fatalf("got %+v, %v; want the decision of %s, the key's owner without the two members", r.d, r.err, next.Name())
+	}
+}
+
+// member is n as a ring member.
+func member(n *Node) ring.Member {
+	for _, m := range n.rs.Load().Snap.Members() {
+		if m.Name == n.Name() {
+			return m
+		}
+	}
+	return ring.Member{Name: n.Name(), Addr: n.GRPCAddr()}
+}

@@ -210,7 +210,14 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 				*out = fromRoute(&d)
 				return nil
 			case errors.Is(err, route.ErrNoBackup):
-				return n.fallbackInto(c, rs, out)
+				if b, ok := rs.Backup(h); !ok || b.Name == n.cfg.Name {
+					return n.fallbackInto(c, rs, out)
+				}
+				// The owner and the backup both failed: members leaving
+				// together, or crashing together. The state went (or will
+				// go, on a crash: nowhere) to a member a later ring names;
+				// wait for that ring as after the owner's failure alone.
+				res = transport.Result{}
 			case errors.Is(err, errNotOwner):
 				res = transport.Result{Code: transport.CodeNotOwner} // rings disagree: route again below
 			default:
@@ -225,7 +232,7 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 		// rounds (at once when our ring moves on) until the deadline. After a failure,
 		// route again if our ring moves on within a few gossip rounds (a leave or a
 		// crash being detected); otherwise the owner is unreachable.
-		notOwner := err == nil && res.Code == transport.CodeNotOwner
+		notOwner := res.Code == transport.CodeNotOwner // the owner, or the backup, answered so
 		wait := min(time.Until(deadline), n.rerouteGrace())
 		if notOwner {
 			wait = min(time.Until(deadline), 2*n.cfg.Gossip.GossipInterval)
