@@ -65,6 +65,7 @@ func (n *Node) handoff(ns *ringState, c *handoff.Change) {
 		return c.Move(snap.Hash(key), store.MoveDrop)
 	})
 	bt := handoff.Plan(c, moved, movedBans)
+	n.recent.Extend(bt, snap.Members(), n.cfg.HandoffTimeout+n.cfg.ForwardTimeout)
 	lost := bt.Lost
 	if len(bt.States) == 0 {
 		if lost > 0 {
@@ -209,13 +210,36 @@ func (n *Node) passOnStrays() {
 	n.log.Info("passed handed-off states on to their owners", "keys", len(moved), "to", len(bt.States))
 }
 
-// waitHandoff waits until gate g of ring state rs opens (its previous
-// owner's handoff arrived), ctx ends (its error) or the node stops
+// waitHandoff waits until gate g of partition p in ring state rs opens (its
+// previous owner's handoff arrived), ctx ends (its error) or the node stops
 // (ErrStopped); a gate given up (see handoff.Hellos.Wait for when: a member
 // joining a large fleet under load is heard of by the last members seconds
 // after its first ring) returns nil, and the partition is decided on the
-// state at hand.
-func (n *Node) waitHandoff(ctx context.Context, rs *ringState, g chan struct{}) error {
+// state at hand. When rs is replaced meanwhile, the wait goes on on p's gate
+// in the new ring, if it has one; errNotOwner when the new ring gives p to
+// another member (the caller routes again).
+func (n *Node) waitHandoff(ctx context.Context, rs *ringState, p int, g chan struct{}) error {
+	for {
+		err := n.waitGate(ctx, rs, g)
+		if !errors.Is(err, errRingMoved) {
+			return err
+		}
+		rs = n.rs.Load()
+		if m := rs.Snap.PartitionOwner(p); rs.Leaving || m.Name != n.cfg.Name {
+			return errNotOwner
+		}
+		if g = rs.GateOf(p); g == nil {
+			return nil // open in the new ring
+		}
+	}
+}
+
+// errRingMoved is waitGate's error when the gate's ring was replaced.
+var errRingMoved = errors.New("node: ring replaced while waiting for a handoff")
+
+// waitGate is one ring's part of waitHandoff: errRingMoved when rs is
+// replaced before g opens or is given up.
+func (n *Node) waitGate(ctx context.Context, rs *ringState, g chan struct{}) error {
 	deadline := rs.Deadline
 	from, id := "", ""
 	for name, pg := range rs.Pending {
@@ -231,9 +255,13 @@ func (n *Node) waitHandoff(ctx context.Context, rs *ringState, g chan struct{}) 
 	}
 	out, err := n.hellos.Wait(ctx, handoff.Gate{
 		C: g, From: from, ID: id, Deadline: deadline, HandoffTimeout: n.cfg.HandoffTimeout, ForwardTimeout: n.cfg.ForwardTimeout,
+		Moved: rs.Next,
 	}, n.stop, ErrStopped, n.log)
 	if err != nil || out == handoff.Opened {
 		return err
+	}
+	if out == handoff.Moved {
+		return errRingMoved
 	}
 	reason := "its previous owner never said hello"
 	if out == handoff.ExpiredHeard {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -39,7 +40,7 @@ func TestHandoffGateCountsFromThePreviousOwnersHello(t *testing.T) {
 	wait := func(n *Node, rs *ringState, g chan struct{}) chan time.Time {
 		done := make(chan time.Time, 1)
 		go func() {
-			if err := n.waitHandoff(context.Background(), rs, g); err != nil {
+			if err := n.waitHandoff(context.Background(), rs, 0, g); err != nil {
 				t.Errorf("waitHandoff: %v", err)
 			}
 			done <- time.Now()
@@ -88,5 +89,95 @@ func TestHandoffGateCountsFromThePreviousOwnersHello(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatalf("gate of a previous owner heard before the ring changed still closed after 5 s (HandoffTimeout %v)", ht)
+	}
+}
+
+// A check waiting on a handoff gate follows the ring when it is replaced:
+// members joining one after another publish one ring after another, and a
+// partition gained in the first is not gained again in the next. It goes on
+// waiting on the partition's gate carried into the new ring, decides at once
+// when the new ring has none, and routes again (errNotOwner) when the new
+// ring gives the partition to another member. (It used to wait on the first
+// ring's gate, which no marker opens once its ring is gone, until
+// HandoffTimeout: hundreds of checks held about 1 s when 10 of 20 members
+// joined at once.)
+func TestHandoffWaitFollowsTheRing(t *testing.T) {
+	t.Parallel()
+	r, err := ring.New(DefaultConfig().Ring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetMembers([]ring.Member{{Name: "self", Addr: "a:1", ID: "s1"}, {Name: "prev", Addr: "a:2", ID: "p2"}}); err != nil {
+		t.Fatal(err)
+	}
+	snap := r.Snapshot()
+	var mine, theirs int = -1, -1
+	for p := range snap.PartitionCount() {
+		switch snap.PartitionOwner(p).Name {
+		case "self":
+			mine = p
+		case "prev":
+			theirs = p
+		}
+	}
+	n := &Node{cfg: Config{Name: "self", HandoffTimeout: time.Hour, ForwardTimeout: time.Hour}, stop: make(chan struct{}),
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	n.hellos.Note("prev", "p2")
+	gated := func(p int, g chan struct{}) *ringState {
+		rs := &ringState{Snap: snap, Pending: map[string]chan struct{}{"prev": g}, Deadline: time.Now().Add(time.Hour), Next: make(chan struct{})}
+		if g != nil {
+			rs.Gates = make([]chan struct{}, snap.PartitionCount())
+			rs.Gates[p] = g
+		}
+		return rs
+	}
+	wait := func(p int) (*ringState, chan struct{}, chan error) {
+		g := make(chan struct{})
+		rs := gated(p, g)
+		n.rs.Store(rs)
+		done := make(chan error, 1)
+		go func() { done <- n.waitHandoff(context.Background(), rs, p, g) }()
+		return rs, g, done
+	}
+	replace := func(old, rs *ringState) {
+		n.rs.Store(rs)
+		close(old.Next)
+	}
+
+	// Carried: still waiting after the ring moved, done once the gate opens.
+	rs, g, done := wait(mine)
+	replace(rs, gated(mine, g))
+	select {
+	case err := <-done:
+		t.Fatalf("the wait ended (%v) while the new ring's gate was still closed", err)
+	case <-time.After(50 * time.Millisecond): // bounded: the assertion is that it is still waiting
+	}
+	close(g)
+	if err := <-done; err != nil {
+		t.Fatalf("carried gate opened: %v", err)
+	}
+
+	// Open in the new ring: decided at once.
+	rs, _, done = wait(mine)
+	replace(rs, gated(mine, nil))
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("no gate in the new ring: %v, want nil", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("still waiting 5 s after a ring without the gate was published")
+	}
+
+	// Another member's in the new ring: routed again.
+	rs, _, done = wait(theirs)
+	replace(rs, gated(theirs, nil))
+	select {
+	case err := <-done:
+		if !errors.Is(err, errNotOwner) {
+			t.Fatalf("the partition is another member's in the new ring: %v, want errNotOwner", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("still waiting 5 s after a ring giving the partition away was published")
 	}
 }

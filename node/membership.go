@@ -181,7 +181,13 @@ func (n *Node) rebuild() {
 	if leaving {
 		prev = nil // a leaving node owns nothing: no gates
 	}
-	n.marks.Publish(prev, snap, self, n.cfg.HandoffTimeout, func(g handoff.Gated) {
+	// The gates still closed in the ring before are carried over while a
+	// check could still be waiting on them (handoff.Hellos.Wait's longest).
+	var carry handoff.Gated
+	if old.Pending != nil && time.Now().Before(old.Deadline.Add(n.cfg.ForwardTimeout)) {
+		carry = handoff.Gated{Gates: old.Gates, Pending: old.Pending}
+	}
+	n.marks.Publish(prev, snap, self, n.cfg.HandoffTimeout, carry, func(g handoff.Gated) {
 		ns.Gates, ns.Pending = g.Gates, g.Pending
 		ns.Deadline = time.Now().Add(n.cfg.HandoffTimeout)
 		n.publish(ns, old)

@@ -261,6 +261,7 @@ type Node struct {
 	rebuildNs  atomic.Int64   // Stats.RebuildTime
 	marks      handoff.Marks  // handoff gates and the markers that came early (handoff.go)
 	hellos     handoff.Hellos // the members' first Hello to this instance (handoff.go)
+	recent     handoff.Recent // the members marked lately, marked again (handoff.go)
 	inbound    atomic.Int64   // Forward RPCs received, for the drain on Close
 	joinedPeer atomic.Bool    // has ever seen another member
 	ready      atomic.Bool

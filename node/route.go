@@ -279,7 +279,7 @@ func (n *Node) awaitRingChange(ctx context.Context, rs *ringState, d time.Durati
 // decided it).
 func (n *Node) decideOwned(ctx context.Context, rs *ringState, c *Check, h uint64, p int, out *algo.Decision) (banned bool, err error) {
 	if gate := rs.GateOf(p); gate != nil {
-		if err := n.waitHandoff(ctx, rs, gate); err != nil {
+		if err := n.waitHandoff(ctx, rs, p, gate); err != nil {
 			return false, err
 		}
 	}

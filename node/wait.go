@@ -214,7 +214,7 @@ func (c *Check) booking() bool { return c.MaxWait != 0 || c.cancelAt != 0 }
 // a plain check, and fills *out (Delay and at for a booking).
 func (n *Node) bookOwned(ctx context.Context, rs *ringState, c *Check, h uint64, p int, out *Decision) (banned bool, err error) {
 	if gate := rs.GateOf(p); gate != nil {
-		if err := n.waitHandoff(ctx, rs, gate); err != nil {
+		if err := n.waitHandoff(ctx, rs, p, gate); err != nil {
 			return false, err
 		}
 	}

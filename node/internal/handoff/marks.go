@@ -35,33 +35,60 @@ type Gated struct {
 // Publish computes the gates of cur for the member self: a partition self
 // owns in cur and prev's owner of it (still a member of cur) does not, waits
 // for that owner's marker, unless a marker for cur came from it within
-// timeout. A nil or empty prev gates nothing. publish is called with the result
-// while the markers are locked, so that a marker arriving meanwhile (Done)
-// is either seen here or opens a published gate. The markers for cur are
-// used up: used here, or too old to be for this change.
-func (m *Marks) Publish(prev, cur *ring.Snapshot, self string, timeout time.Duration, publish func(Gated)) {
+// timeout. A nil or empty prev gates nothing. A gate of the ring before
+// (carry, the gates prev was published with; a zero Gated when none or when
+// they are too old to honour) that is still closed on a partition self
+// still owns in cur stays closed, on the same channel, until the same
+// member's marker for cur: members joining at once make one ring after
+// another, and a partition gained in the first is not gained again in the
+// next, so without it the next ring decided the partition on a state whose
+// handoff had not arrived. publish is called with the result while the
+// markers are locked, so that a marker arriving meanwhile (Done) is either
+// seen here or opens a published gate. The markers for cur are used up:
+// used here, or too old to be for this change.
+func (m *Marks) Publish(prev, cur *ring.Snapshot, self string, timeout time.Duration, carry Gated, publish func(Gated)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	digest := cur.Digest()
 	var g Gated
+	arrived := func(from string) bool {
+		mk, ok := m.m[from]
+		return ok && mk.Digest == digest && time.Since(mk.At) < timeout
+	}
+	gate := func(p int, from string, c chan struct{}) {
+		if g.Gates == nil {
+			g.Gates = make([]chan struct{}, cur.PartitionCount())
+			g.Pending = make(map[string]chan struct{})
+		}
+		if have := g.Pending[from]; have != nil {
+			c = have
+		} else if c == nil {
+			c = make(chan struct{})
+		}
+		g.Pending[from] = c
+		g.Gates[p] = c
+	}
+	// The still-closed gates first, so that a new gate on the same member
+	// shares their channel and its marker opens both.
+	for from, c := range carry.Pending {
+		if !cur.Has(from) || arrived(from) || isClosed(c) {
+			continue
+		}
+		for p, pc := range carry.Gates {
+			if pc == c && p < cur.PartitionCount() && cur.PartitionOwner(p).Name == self {
+				gate(p, from, c)
+			}
+		}
+	}
 	for p := 0; prev != nil && prev.Len() > 0 && p < cur.PartitionCount(); p++ {
 		from := prev.PartitionOwner(p).Name
 		if cur.PartitionOwner(p).Name != self || from == self || from == "" || !cur.Has(from) {
 			continue // not gained, or gained from a member that is gone: nothing to wait for
 		}
-		if mk, ok := m.m[from]; ok && mk.Digest == digest && time.Since(mk.At) < timeout {
+		if arrived(from) {
 			continue // its handoff for this ring already arrived
 		}
-		if g.Gates == nil {
-			g.Gates = make([]chan struct{}, cur.PartitionCount())
-			g.Pending = make(map[string]chan struct{})
-		}
-		c := g.Pending[from]
-		if c == nil {
-			c = make(chan struct{})
-			g.Pending[from] = c
-		}
-		g.Gates[p] = c
+		gate(p, from, nil)
 	}
 	for from, mk := range m.m {
 		if mk.Digest == digest {
@@ -108,4 +135,14 @@ func (m *Marks) Kept(from string) (Mark, bool) {
 	defer m.mu.Unlock()
 	mk, ok := m.m[from]
 	return mk, ok
+}
+
+// isClosed reports whether c is closed.
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }

@@ -28,7 +28,7 @@ func TestMarksGateGainedPartitions(t *testing.T) {
 	prev, cur := snapOf(t, "a", "b"), snapOf(t, "a", "b", "c")
 	var m Marks
 	var g Gated
-	m.Publish(prev, cur, "c", time.Minute, func(x Gated) { g = x })
+	m.Publish(prev, cur, "c", time.Minute, Gated{}, func(x Gated) { g = x })
 	gated := 0
 	for p := range cur.PartitionCount() {
 		gainedFrom := prev.PartitionOwner(p).Name
@@ -70,7 +70,7 @@ func TestMarksGateGainedPartitions(t *testing.T) {
 		t.Fatalf("marker for the next ring: %+v kept %v", mk, kept)
 	}
 	var g2 Gated
-	m.Publish(cur, next, "d", time.Minute, func(x Gated) { g2 = x })
+	m.Publish(cur, next, "d", time.Minute, Gated{}, func(x Gated) { g2 = x })
 	if g2.Pending["b"] != nil {
 		t.Fatal("d waits for b, whose marker for this ring came first")
 	}
@@ -78,8 +78,76 @@ func TestMarksGateGainedPartitions(t *testing.T) {
 		t.Fatal("a used marker was kept")
 	}
 	var g3 Gated
-	m.Publish(nil, next, "d", time.Minute, func(x Gated) { g3 = x })
+	m.Publish(nil, next, "d", time.Minute, Gated{}, func(x Gated) { g3 = x })
 	if g3.Gates != nil {
 		t.Fatal("a nil previous ring gated partitions")
+	}
+}
+
+// Members joining one after another: "c" gains partitions in its first ring
+// and still owns some of them in the next, where it gains them from nobody.
+// Their gates, still closed, stay closed on the same channel until the same
+// member's marker for the new ring; a gate already open, or one on a member
+// gone from the new ring, is not carried, nor is anything without carry.
+func TestMarksCarryClosedGatesIntoTheNextRing(t *testing.T) {
+	prev, cur, next := snapOf(t, "a", "b"), snapOf(t, "a", "b", "c"), snapOf(t, "a", "b", "c", "d")
+	var m Marks
+	var g Gated
+	m.Publish(prev, cur, "c", time.Minute, Gated{}, func(x Gated) { g = x })
+	// b's handoff for cur arrived: its gate is open and not carried.
+	if !m.Done("b", cur.Digest(), func() (uint64, map[string]chan struct{}) { return cur.Digest(), g.Pending }) {
+		t.Fatal("b's marker did not open its gate")
+	}
+	var g2 Gated
+	m.Publish(cur, next, "c", time.Minute, g, func(x Gated) { g2 = x })
+	carried, open := 0, 0
+	for p := range next.PartitionCount() {
+		stillMine := next.PartitionOwner(p).Name == "c"
+		switch {
+		case g.Gates[p] == nil || !stillMine:
+			if g2.Gates != nil && g2.Gates[p] != nil {
+				t.Fatalf("partition %d gated in the next ring: it was not gated before or is not c's", p)
+			}
+		case g.Gates[p] == g.Pending["a"]:
+			if g2.Gates[p] != g.Gates[p] {
+				t.Fatalf("partition %d: its closed gate on a was not carried on the same channel", p)
+			}
+			carried++
+		default: // b's, open
+			if g2.Gates != nil && g2.Gates[p] != nil {
+				t.Fatalf("partition %d: b's open gate was carried", p)
+			}
+			open++
+		}
+	}
+	if carried == 0 || open == 0 {
+		t.Fatalf("carried %d gates on a, dropped %d open ones on b: want some of each", carried, open)
+	}
+	if !m.Done("a", next.Digest(), func() (uint64, map[string]chan struct{}) { return next.Digest(), g2.Pending }) {
+		t.Fatal("a's marker for the next ring did not open the carried gate")
+	}
+	select {
+	case <-g.Pending["a"]:
+	default:
+		t.Fatal("waiters on the first ring's gate were not released by the marker that opened the carried one")
+	}
+	var g3 Gated
+	m.Publish(cur, next, "c", time.Minute, Gated{}, func(x Gated) { g3 = x })
+	for p := range next.PartitionCount() {
+		if g3.Gates != nil && g3.Gates[p] != nil && cur.PartitionOwner(p).Name == "c" {
+			t.Fatalf("partition %d gated in the next ring without a carry", p)
+		}
+	}
+	// A member gone from the new ring leaves no gate behind.
+	without := snapOf(t, "b", "c", "d")
+	var c2 Gated
+	var m2 Marks
+	m2.Publish(prev, cur, "c", time.Minute, Gated{}, func(x Gated) { c2 = x })
+	var g4 Gated
+	m2.Publish(cur, without, "c", time.Minute, c2, func(x Gated) { g4 = x })
+	for p := range without.PartitionCount() {
+		if g4.Gates != nil && g4.Gates[p] != nil && g4.Gates[p] == c2.Pending["a"] {
+			t.Fatalf("partition %d still waits on a, which left", p)
+		}
 	}
 }

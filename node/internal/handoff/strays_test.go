@@ -98,6 +98,13 @@ func TestWaitEndsEachWay(t *testing.T) {
 	if _, err := h.Wait(ctx, g, nil, stopped, log); !errors.Is(err, context.Canceled) {
 		t.Fatalf("canceled: err %v", err)
 	}
+	g, _ = gate(time.Hour)
+	moved := make(chan struct{})
+	close(moved)
+	g.Moved = moved
+	if out, err := h.Wait(context.Background(), g, nil, stopped, log); out != Moved || err != nil {
+		t.Fatalf("ring replaced: %v, %v, want Moved", out, err)
+	}
 	g, _ = gate(10 * time.Millisecond)
 	if out, err := h.Wait(context.Background(), g, nil, stopped, log); out != ExpiredUnheard || err != nil {
 		t.Fatalf("never heard: %v, %v, want ExpiredUnheard", out, err)

@@ -19,6 +19,11 @@ type Gate struct {
 	// ForwardTimeout bounds the wait past Deadline for a previous owner
 	// that never says Hello.
 	ForwardTimeout time.Duration
+	// Moved, when not nil, is closed when the ring the gate belongs to is
+	// replaced: the wait ends with Moved, and the waiter looks for the
+	// partition's gate in the new ring (a gate still closed there is
+	// carried over, see Marks.Publish; one that is not will never open).
+	Moved <-chan struct{}
 }
 
 // Outcome is how Hellos.Wait ended without an error.
@@ -31,10 +36,12 @@ const (
 	ExpiredHeard
 	// ExpiredUnheard: given up ForwardTimeout past Deadline, no Hello heard.
 	ExpiredUnheard
+	// Moved: the gate's ring was replaced (Gate.Moved closed) first.
+	Moved
 )
 
 // Wait waits until g opens (Opened), is given up (ExpiredHeard or
-// ExpiredUnheard), ctx ends (its error) or stop is closed (stopped). A gate
+// ExpiredUnheard), its ring is replaced (Moved), ctx ends (its error) or stop is closed (stopped). A gate
 // is given up HandoffTimeout after the later of Deadline−HandoffTimeout
 // (the ring's publication) and the previous owner's first Hello to this
 // instance: until that Hello the previous owner has not heard of this node,
@@ -60,6 +67,9 @@ func (h *Hellos) Wait(ctx context.Context, g Gate, stop <-chan struct{}, stopped
 		case <-g.C:
 			t.Stop()
 			return Opened, nil
+		case <-g.Moved:
+			t.Stop()
+			return Moved, nil
 		case <-sig:
 			t.Stop()
 			if !heard && time.Now().After(g.Deadline) {
