@@ -36,9 +36,10 @@ func (n *Node) resync(c *handoff.Change) {
 }
 
 // handoff moves the states of keys this node no longer owns after change c
-// (to ring state ns) to their new owners, then tells every member that
-// gained partitions in this change (from this node or another) that its
-// handoff for this ring is complete. This node keeps a copy of what it hands
+// (to ring state ns) to their new owners, then tells every other member of
+// the new ring that its handoff for this ring is complete, naming the
+// members its recent changes passed their partitions to (handoff.Plan,
+// handoff.Successors). This node keeps a copy of what it hands
 // off where it is the key's new backup, keeps the replicas it is still the
 // backup of, and hands a restarted member the replicas of its keys. States a
 // member refuses (it is leaving too) go to their owners in the ring without
@@ -65,7 +66,8 @@ func (n *Node) handoff(ns *ringState, c *handoff.Change) {
 		return c.Move(snap.Hash(key), store.MoveDrop)
 	})
 	bt := handoff.Plan(c, moved, movedBans)
-	n.recent.Extend(bt, snap.Members(), n.cfg.HandoffTimeout+n.cfg.ForwardTimeout)
+	n.successors.Note(c)
+	after := n.successors.After(snap, self, n.cfg.HandoffTimeout+n.cfg.ForwardTimeout)
 	lost := bt.Lost
 	if len(bt.States) == 0 {
 		if lost > 0 {
@@ -78,8 +80,8 @@ func (n *Node) handoff(ns *ringState, c *handoff.Change) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.HandoffTimeout)
 	defer cancel()
-	more, err := bt.Deliver(ctx, snap.Members(), n.cfg.Ring, func(ctx context.Context, _, addr string, states []transport.KeyState, bans []transport.PenaltyState) error {
-		return n.peers.Handoff(ctx, addr, transport.TransferBatch{From: self, RingDigest: snap.Digest(), States: states, Done: true, Penalties: bans})
+	more, err := bt.Deliver(ctx, snap.Members(), n.cfg.Ring, func(ctx context.Context, name, addr string, states []transport.KeyState, bans []transport.PenaltyState) error {
+		return n.peers.Handoff(ctx, addr, transport.TransferBatch{From: self, RingDigest: snap.Digest(), States: states, Done: true, Penalties: bans, After: after[name]})
 	}, n.sendHandoff(snap), func(failed []string, err error) {
 		n.log.Info("handoff: sending again the keys of members that did not take them", "members", failed, "err", err)
 	})
@@ -114,13 +116,14 @@ func (n *Node) sendHandoff(snap *ring.Snapshot) handoff.SendFunc {
 }
 
 // markHandoffDone records that from finished handing off for the ring with
-// the given digest (see handoff.Marks.Done), and opens the partitions of the
-// current ring waiting for it.
-func (n *Node) markHandoffDone(from string, digest uint64) {
+// the given digest, naming in after the members that may still hold states
+// of the partitions it passed on (see handoff.Marks.Done), and opens the
+// partitions of the current ring waiting for it.
+func (n *Node) markHandoffDone(from string, digest uint64, after []string) {
 	var rs *ringState
-	opened := n.marks.Done(from, digest, func() (uint64, map[string]chan struct{}) {
+	opened := n.marks.Done(from, digest, after, func() (*ring.Snapshot, map[string]chan struct{}) {
 		rs = n.rs.Load()
-		return rs.Snap.Digest(), rs.Pending
+		return rs.Snap, rs.Pending
 	})
 	if opened && n.log.Enabled(context.Background(), slog.LevelDebug) {
 		n.log.Debug("handoff gate opened", "from", from, "after", time.Since(rs.Deadline.Add(-n.cfg.HandoffTimeout)))

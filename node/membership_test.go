@@ -14,12 +14,12 @@ func TestHandoffMarkerForCurrentRingIsNotKept(t *testing.T) {
 	_, nodes := memCluster(t, 2, nil)
 	n, from := nodes[0], nodes[1].Name()
 	cur := n.RingDigest()
-	n.markHandoffDone(from, cur)
+	n.markHandoffDone(from, cur, nil)
 	_, kept := n.marks.Kept(from)
 	if kept {
 		t.Errorf("marker for the current ring %x: kept, want used and dropped", cur)
 	}
-	n.markHandoffDone(from, cur+1)
+	n.markHandoffDone(from, cur+1, nil)
 	mk, kept := n.marks.Kept(from)
 	if !kept || mk.Digest != cur+1 || mk.At.IsZero() {
 		t.Errorf("marker for another ring: %+v (kept %v), want it kept with its time", mk, kept)

@@ -223,7 +223,9 @@ func TestNotOwnerIsNeverReforwarded(t *testing.T) {
 	if n := mn.delivered(a, b); n < 2 {
 		t.Errorf("%s sent %d forwards for the key, want the first and at least one retry", a.Name(), n)
 	}
-	if n := mn.delivered(c, b) + mn.delivered(c, a); n != 0 {
+	// Forwards only: every member's handoff marker for its last ring goes to
+	// every other member, and c's may be sent while this runs.
+	if n := mn.forwarded(c, b) + mn.forwarded(c, a); n != 0 {
 		t.Errorf("%s forwarded %d checks on, want 0: a receiver never re-forwards", c.Name(), n)
 	}
 	if got := c.Stats().Keys; got != 0 {

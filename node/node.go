@@ -256,14 +256,14 @@ type Node struct {
 	grpcSrv    *transport.Server
 	grpcLis    net.Listener
 	grpcAddr   string
-	rebuildMu  sync.Mutex     // one rebuild at a time (membership loop, Close)
-	rebuilds   atomic.Uint64  // Stats.Rebuilds
-	rebuildNs  atomic.Int64   // Stats.RebuildTime
-	marks      handoff.Marks  // handoff gates and the markers that came early (handoff.go)
-	hellos     handoff.Hellos // the members' first Hello to this instance (handoff.go)
-	recent     handoff.Recent // the members marked lately, marked again (handoff.go)
-	inbound    atomic.Int64   // Forward RPCs received, for the drain on Close
-	joinedPeer atomic.Bool    // has ever seen another member
+	rebuildMu  sync.Mutex         // one rebuild at a time (membership loop, Close)
+	rebuilds   atomic.Uint64      // Stats.Rebuilds
+	rebuildNs  atomic.Int64       // Stats.RebuildTime
+	marks      handoff.Marks      // handoff gates and the markers that came early (handoff.go)
+	hellos     handoff.Hellos     // the members' first Hello to this instance (handoff.go)
+	successors handoff.Successors // whom each partition was passed to lately (handoff.go)
+	inbound    atomic.Int64       // Forward RPCs received, for the drain on Close
+	joinedPeer atomic.Bool        // has ever seen another member
 	ready      atomic.Bool
 
 	leaving atomic.Bool

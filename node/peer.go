@@ -115,7 +115,9 @@ func (p peerNode) Gating(rs *ringState) bool {
 func (p peerNode) Gated(rs *ringState, h uint64) bool        { return rs.Gate(h) != nil }
 func (p peerNode) AwaitReplicated(ctx context.Context) error { return p.n.awaitReplicated(ctx) }
 func (p peerNode) NoteStrays(hs []uint64)                    { p.n.noteStrays(p.n.rs.Load(), hs) }
-func (p peerNode) HandoffDone(from string, digest uint64)    { p.n.markHandoffDone(from, digest) }
+func (p peerNode) HandoffDone(from string, digest uint64, after []string) {
+	p.n.markHandoffDone(from, digest, after)
+}
 
 func (p peerNode) Owns(rs *ringState, h uint64) bool {
 	owner, ok := rs.Snap.OwnerOfHash(h)

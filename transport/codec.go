@@ -44,6 +44,11 @@ func (c wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 		if !utf8.ValidString(m.batch.From) {
 			return nil, errFromNotUTF8 // as protobuf refuses a proto3 string
 		}
+		for _, name := range m.batch.After {
+			if !utf8.ValidString(name) {
+				return nil, errAfterNotUTF8
+			}
+		}
 		return c.encodeWith(m.size(), m.append), nil
 	case *xferResponse:
 		return c.encodeWith(m.size(), m.append), nil

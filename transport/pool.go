@@ -401,6 +401,9 @@ func (p *Pool) transfer(ctx context.Context, addr string, b TransferBatch) (need
 			break
 		}
 		req.batch = TransferBatch{States: states[:n], From: b.From, RingDigest: b.RingDigest, Done: b.Done && n == len(states), Replica: b.Replica}
+		if req.batch.Done {
+			req.batch.After = b.After
+		}
 		if needFull, err = send(ctx, req, needFull); err != nil {
 			return needFull, err
 		}

@@ -27,6 +27,7 @@ import (
 var (
 	errMalformedTransfer = errors.New("transport: malformed Transfer message")
 	errFromNotUTF8       = errors.New("transport: TransferRequest.from is not valid UTF-8")
+	errAfterNotUTF8      = errors.New("transport: a name in TransferRequest.after is not valid UTF-8")
 )
 
 // xferRequest is one TransferRequest: one chunk of a TransferBatch.
@@ -81,6 +82,9 @@ func (m *xferRequest) size() int {
 	for i := range b.Penalties {
 		n += 1 + protowire.SizeBytes(penaltyStateSize(&b.Penalties[i]))
 	}
+	for _, name := range b.After {
+		n += 1 + protowire.SizeBytes(len(name))
+	}
 	return n
 }
 
@@ -103,7 +107,12 @@ func (m *xferRequest) append(buf []byte) []byte {
 		buf = protowire.AppendVarint(buf, uint64(penaltyStateSize(p)))
 		buf = appendPenaltyState(buf, p)
 	}
-	return appendBool(buf, 6, b.Replica)
+	buf = appendBool(buf, 6, b.Replica)
+	for _, name := range b.After {
+		buf = protowire.AppendTag(buf, 7, protowire.BytesType)
+		buf = protowire.AppendString(buf, name)
+	}
+	return buf
 }
 
 func appendBool(b []byte, num protowire.Number, v bool) []byte {
@@ -258,7 +267,7 @@ func (m *xferRequest) decode(b []byte) error {
 		}
 		b = b[n:]
 		switch {
-		case (num == 1 || num == 2 || num == 5) && typ == protowire.BytesType:
+		case (num == 1 || num == 2 || num == 5 || num == 7) && typ == protowire.BytesType:
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 {
 				return errMalformedTransfer
@@ -290,6 +299,11 @@ func (m *xferRequest) decode(b []byte) error {
 					m.lastFrom = string(v)
 				}
 				m.batch.From = m.lastFrom
+			case 7:
+				if !utf8.Valid(v) {
+					return errMalformedTransfer
+				}
+				m.batch.After = append(m.batch.After, string(v))
 			case 5:
 				var p PenaltyState
 				keep := keepPens && m.badPen.err == nil
@@ -332,8 +346,8 @@ func (m *xferRequest) decode(b []byte) error {
 // check returns the status error the Transfer RPC has always answered a
 // decoded request with, in the same order: a batch of states above the
 // maximum, the first invalid state, a batch of penalties above the maximum,
-// the first invalid penalty (each codes.InvalidArgument); nil when the
-// request may go to the handler.
+// the first invalid penalty, more than MaxAfter names in after (each
+// codes.InvalidArgument); nil when the request may go to the handler.
 func (m *xferRequest) check() error {
 	if m.nStates > m.maxBatch {
 		return batchTooLarge("states", m.nStates, m.maxBatch)
@@ -348,6 +362,9 @@ func (m *xferRequest) check() error {
 		if it := m.badPen; it.err != nil {
 			return status.Errorf(codes.InvalidArgument, "penalties[%d]: %v", it.index, it.err)
 		}
+	}
+	if len(m.batch.After) > MaxAfter {
+		return batchTooLarge("after", len(m.batch.After), MaxAfter)
 	}
 	return nil
 }

@@ -52,12 +52,15 @@ func transferFromProto(req *pb.TransferRequest, maxKeyLen, maxBatch int) (Transf
 			}
 		}
 	}
-	return TransferBatch{From: req.GetFrom(), RingDigest: req.GetRingDigest(), States: states, Done: req.GetDone(), Penalties: pens, Replica: req.GetReplica()}, nil
+	if len(req.GetAfter()) > MaxAfter {
+		return TransferBatch{}, batchTooLarge("after", len(req.GetAfter()), MaxAfter)
+	}
+	return TransferBatch{From: req.GetFrom(), RingDigest: req.GetRingDigest(), States: states, Done: req.GetDone(), Penalties: pens, Replica: req.GetReplica(), After: req.GetAfter()}, nil
 }
 
 // transferToProto is the sender's message before wireCodec took it over.
 func transferToProto(b TransferBatch) *pb.TransferRequest {
-	req := &pb.TransferRequest{From: b.From, RingDigest: b.RingDigest, Done: b.Done, Replica: b.Replica}
+	req := &pb.TransferRequest{From: b.From, RingDigest: b.RingDigest, Done: b.Done, Replica: b.Replica, After: b.After}
 	for _, s := range b.States {
 		var m pb.KeyState
 		keyStateToWire(s, &m)
@@ -73,6 +76,9 @@ func transferToProto(b TransferBatch) *pb.TransferRequest {
 func sameBatch(a, b TransferBatch) error {
 	if a.From != b.From || a.RingDigest != b.RingDigest || a.Done != b.Done || a.Replica != b.Replica || a.Sender != b.Sender {
 		return fmt.Errorf("header %+v, want %+v", [5]any{a.From, a.RingDigest, a.Done, a.Replica, a.Sender}, [5]any{b.From, b.RingDigest, b.Done, b.Replica, b.Sender})
+	}
+	if !slices.Equal(a.After, b.After) {
+		return fmt.Errorf("after %q, want %q", a.After, b.After)
 	}
 	if len(a.States) != len(b.States) || len(a.Penalties) != len(b.Penalties) {
 		return fmt.Errorf("%d states and %d penalties, want %d and %d", len(a.States), len(a.Penalties), len(b.States), len(b.Penalties))
@@ -118,6 +124,9 @@ func randTransferBatch(r *rand.Rand, n int) TransferBatch {
 	kinds := []algo.Kind{0, algo.SlidingWindowLog, algo.SlidingWindowCounter, algo.FixedWindow, algo.GCRA, algo.TokenBucket, algo.BucketedSlidingWindow, 42}
 	froms := []string{"", "node-a", "nœud-β"}
 	b := TransferBatch{From: froms[r.IntN(len(froms))], RingDigest: r.Uint64() >> uint(r.IntN(64)), Done: r.IntN(2) == 0, Replica: r.IntN(2) == 0}
+	if b.RingDigest%3 == 0 { // from the digest: no draw of r, whose sequence the tests' outcomes depend on
+		b.After = froms[int(b.RingDigest/3%3):]
+	}
 	b.States = make([]KeyState, r.IntN(n+1))
 	for i := range b.States {
 		s := KeyState{
@@ -247,9 +256,9 @@ func junk(r *rand.Rand) []byte {
 		b = protowire.AppendTag(b, protowire.Number(1+r.IntN(14)), protowire.Fixed64Type)
 		b = protowire.AppendFixed64(b, r.Uint64())
 	case 3:
-		// Not 1, 3, 5 or 6: in one of the messages they hold a message,
-		// packed denials or state bytes.
-		b = protowire.AppendTag(b, protowire.Number(7+r.IntN(8)), protowire.BytesType)
+		// Not 1, 3, 5, 6 or 7: in one of the messages they hold a message,
+		// packed denials, state bytes or a string.
+		b = protowire.AppendTag(b, protowire.Number(8+r.IntN(7)), protowire.BytesType)
 		b = protowire.AppendBytes(b, randBytes(r, 8))
 	case 4:
 		b = protowire.AppendTag(b, 100, protowire.StartGroupType)
@@ -314,7 +323,12 @@ func withJunk(r *rand.Rand, b TransferBatch) []byte {
 		out = protowire.AppendTag(out, 5, protowire.BytesType)
 		out = protowire.AppendBytes(out, sprinkle(inner))
 	}
-	return sprinkle(appendBool(out, 6, b.Replica))
+	out = sprinkle(appendBool(out, 6, b.Replica))
+	for _, name := range b.After {
+		out = protowire.AppendTag(out, 7, protowire.BytesType)
+		out = sprinkle(protowire.AppendString(out, name))
+	}
+	return out
 }
 
 // TestTransferDecodeSkipsUnknownFields reads requests with unknown fields,
@@ -360,6 +374,7 @@ func TestTransferDecodeRejectsMalformed(t *testing.T) {
 		"truncated":              good[:len(good)-1],
 		"truncated state":        msgOf(1, state[:len(state)-1]),
 		"from not UTF-8":         msgOf(2, []byte{0xff, 0xfe}),
+		"after not UTF-8":        msgOf(7, []byte{0xff, 0xfe}),
 		"field 0":                {0x00, 0x01},
 		"field above max":        protowire.AppendVarint(protowire.AppendTag(nil, protowire.MaxValidNumber+1, protowire.VarintType), 1),
 		"field above max inside": msgOf(1, protowire.AppendVarint(protowire.AppendTag(nil, protowire.MaxValidNumber+1, protowire.VarintType), 1)),
@@ -387,6 +402,14 @@ func TestTransferDecodeRejectsMalformed(t *testing.T) {
 		if err := new(xferResponse).decode(msg); err == nil {
 			t.Errorf("%s: response decode accepts % x, protobuf does not", name, msg)
 		}
+	}
+	// More names in after than MaxAfter: decoded, refused as invalid.
+	many := &xferRequest{maxKeyLen: 16, maxBatch: 10}
+	if err := many.decode((&xferRequest{batch: TransferBatch{From: "n", Done: true, After: make([]string, MaxAfter+1)}}).append(nil)); err != nil {
+		t.Fatalf("decode of %d names in after: %v", MaxAfter+1, err)
+	}
+	if err := many.check(); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("check of %d names in after: %v, want InvalidArgument", MaxAfter+1, err)
 	}
 	// The sender refuses a from protobuf would refuse to marshal.
 	if _, err := newWireCodec().Marshal(&xferRequest{batch: TransferBatch{From: "\xff"}}); err == nil {

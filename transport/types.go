@@ -187,11 +187,22 @@ type TransferBatch struct {
 	// its keys to their backup, which keeps them as replicas (RingDigest and
 	// Done are unused). Not a handoff.
 	Replica bool
+	// After, with Done, names the members whose own Done for RingDigest the
+	// receiver must also have before it stops holding the partitions it
+	// gained from From: members that From's earlier ring changes passed some
+	// of those partitions to, and that may hold their states still (members
+	// joining at once make each member's rings differ). At most MaxAfter
+	// names, each a valid member name; sent on the request with Done.
+	After []string
 	// Sender is set by the server, never sent: the member named by the
 	// sender's verified TLS certificate, "" over plaintext. A receiver in
 	// secure mode refuses a batch whose From is not Sender.
 	Sender string
 }
+
+// MaxAfter is the most names a TransferBatch's After may hold (1024); a
+// Transfer request with more is refused (codes.InvalidArgument).
+const MaxAfter = 1024
 
 // PeerHandler is the owner side of the internal Peer service, implemented by node.
 // Its methods may be called concurrently.

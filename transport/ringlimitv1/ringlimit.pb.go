@@ -1541,7 +1541,13 @@ type TransferRequest struct {
 	// replica marks states an owner sends to the keys' backup (replication),
 	// not a handoff: the receiver keeps them as replicas; done and ring_digest
 	// are unused.
-	Replica       bool `protobuf:"varint,6,opt,name=replica,proto3" json:"replica,omitempty"`
+	Replica bool `protobuf:"varint,6,opt,name=replica,proto3" json:"replica,omitempty"`
+	// after, on the request with done, names members whose own done for the
+	// same ring the receiver must also have before it stops holding the
+	// partitions it gained from `from`: members the sender's earlier ring
+	// changes passed those partitions to, which may still hold their states.
+	// At most 1024 names.
+	After         []string `protobuf:"bytes,7,rep,name=after,proto3" json:"after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1616,6 +1622,13 @@ func (x *TransferRequest) GetReplica() bool {
 		return x.Replica
 	}
 	return false
+}
+
+func (x *TransferRequest) GetAfter() []string {
+	if x != nil {
+		return x.After
+	}
+	return nil
 }
 
 // PenaltyState is the ban state of one key handed from its old owner to its new owner.
@@ -2215,7 +2228,7 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\tlog_delta\x18\n" +
 	" \x01(\bR\blogDelta\x12)\n" +
 	"\x11log_after_unix_ns\x18\v \x01(\x03R\x0elogAfterUnixNs\x12&\n" +
-	"\x0flog_after_count\x18\f \x01(\x03R\rlogAfterCount\"\xde\x01\n" +
+	"\x0flog_after_count\x18\f \x01(\x03R\rlogAfterCount\"\xf4\x01\n" +
 	"\x0fTransferRequest\x12.\n" +
 	"\x06states\x18\x01 \x03(\v2\x16.ringlimit.v1.KeyStateR\x06states\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x1f\n" +
@@ -2223,7 +2236,8 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"ringDigest\x12\x12\n" +
 	"\x04done\x18\x04 \x01(\bR\x04done\x128\n" +
 	"\tpenalties\x18\x05 \x03(\v2\x1a.ringlimit.v1.PenaltyStateR\tpenalties\x12\x18\n" +
-	"\areplica\x18\x06 \x01(\bR\areplica\"\x99\x01\n" +
+	"\areplica\x18\x06 \x01(\bR\areplica\x12\x14\n" +
+	"\x05after\x18\a \x03(\tR\x05after\"\x99\x01\n" +
 	"\fPenaltyState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12)\n" +
 	"\x11ban_until_unix_ns\x18\x02 \x01(\x03R\x0ebanUntilUnixNs\x12&\n" +

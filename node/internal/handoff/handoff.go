@@ -1,7 +1,8 @@
 // Package handoff assembles the batches a ring change hands off: per new
 // owner, the key states and ban states this node no longer owns, and an
-// empty batch (the handoff-complete marker alone) for every member that
-// gained partitions; sends them (Batches.Send); lists the handed-off states
+// empty batch (the handoff-complete marker alone) for every other member of
+// the new ring, naming the members its recent changes passed partitions to
+// (Successors); sends them (Batches.Send); lists the handed-off states
 // that arrived for keys this node does not own, to pass them on (Strays);
 // and holds a closed partition's gate until its previous owner's marker, or
 // until it is given up (Hellos.Wait). It knows the store's moved states and

@@ -10,17 +10,25 @@ import (
 // Marks gates the partitions a ring change gives this node until their
 // previous owners' handoff-complete markers arrive, and keeps the markers
 // that come before this node published the ring they are for (their sender
-// rebuilt first). The zero Marks is ready; it is safe for concurrent use.
+// rebuilt first). A marker may name members (its After) whose own markers
+// for the same ring must also have come before its sender's gate opens. The
+// zero Marks is ready; it is safe for concurrent use.
 type Marks struct {
 	mu sync.Mutex
-	m  map[string]Mark // by sender
+	m  map[string]Mark // kept, by sender: markers for a ring not published yet
+	// got holds, by sender, the After of each marker for the published ring
+	// (digest cur) that has come; self is the member this node is.
+	cur  uint64
+	got  map[string][]string
+	self string
 }
 
 // Mark is a kept handoff-complete marker: the digest of the ring it is for,
-// and when it came.
+// when it came, and the members it names in After.
 type Mark struct {
 	Digest uint64
 	At     time.Time
+	After  []string
 }
 
 // Gated is what Publish gives a new ring: Gates[p] is the channel of
@@ -35,26 +43,32 @@ type Gated struct {
 // Publish computes the gates of cur for the member self: a partition self
 // owns in cur and prev's owner of it (still a member of cur) does not, waits
 // for that owner's marker, unless a marker for cur came from it within
-// timeout. A nil or empty prev gates nothing. A gate of the ring before
-// (carry, the gates prev was published with; a zero Gated when none or when
-// they are too old to honour) that is still closed on a partition self
-// still owns in cur stays closed, on the same channel, until the same
-// member's marker for cur: members joining at once make one ring after
-// another, and a partition gained in the first is not gained again in the
-// next, so without it the next ring decided the partition on a state whose
-// handoff had not arrived. publish is called with the result while the
-// markers are locked, so that a marker arriving meanwhile (Done) is either
-// seen here or opens a published gate. The markers for cur are used up:
-// used here, or too old to be for this change.
+// timeout (and from every member it names in After, see Done). A nil or
+// empty prev gates nothing. A gate of the ring before (carry, the gates prev
+// was published with; a zero Gated when none or when they are too old to
+// honour) that is still closed on a partition self still owns in cur stays
+// closed, on the same channel, until the same member's marker for cur:
+// members joining at once make one ring after another, and a partition
+// gained in the first is not gained again in the next, so without it the
+// next ring decided the partition on a state whose handoff had not arrived.
+// publish is called with the result while the markers are locked, so that a
+// marker arriving meanwhile (Done) is either seen here or opens a published
+// gate. The markers for cur are used up: used here, or too old to be for
+// this change.
 func (m *Marks) Publish(prev, cur *ring.Snapshot, self string, timeout time.Duration, carry Gated, publish func(Gated)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	digest := cur.Digest()
-	var g Gated
-	arrived := func(from string) bool {
-		mk, ok := m.m[from]
-		return ok && mk.Digest == digest && time.Since(mk.At) < timeout
+	m.self, m.cur, m.got = self, digest, make(map[string][]string)
+	for from, mk := range m.m {
+		if mk.Digest == digest {
+			if time.Since(mk.At) < timeout {
+				m.got[from] = mk.After
+			}
+			delete(m.m, from)
+		}
 	}
+	var g Gated
 	gate := func(p int, from string, c chan struct{}) {
 		if g.Gates == nil {
 			g.Gates = make([]chan struct{}, cur.PartitionCount())
@@ -71,7 +85,7 @@ func (m *Marks) Publish(prev, cur *ring.Snapshot, self string, timeout time.Dura
 	// The still-closed gates first, so that a new gate on the same member
 	// shares their channel and its marker opens both.
 	for from, c := range carry.Pending {
-		if !cur.Has(from) || arrived(from) || isClosed(c) {
+		if !cur.Has(from) || m.satisfied(from, cur, nil) || isClosed(c) {
 			continue
 		}
 		for p, pc := range carry.Gates {
@@ -85,48 +99,81 @@ func (m *Marks) Publish(prev, cur *ring.Snapshot, self string, timeout time.Dura
 		if cur.PartitionOwner(p).Name != self || from == self || from == "" || !cur.Has(from) {
 			continue // not gained, or gained from a member that is gone: nothing to wait for
 		}
-		if arrived(from) {
+		if m.satisfied(from, cur, nil) {
 			continue // its handoff for this ring already arrived
 		}
 		gate(p, from, nil)
 	}
-	for from, mk := range m.m {
-		if mk.Digest == digest {
-			delete(m.m, from)
-		}
-	}
 	publish(g)
 }
 
+// satisfied reports whether the gate on from may open in the published ring
+// cur: from's marker for it came, and so did the marker of every member its
+// After names that is still in cur (this node and members gone from cur
+// excepted; a cycle counts as satisfied). m.mu is held; seen is nil on the
+// first call.
+func (m *Marks) satisfied(from string, cur *ring.Snapshot, seen map[string]bool) bool {
+	after, ok := m.got[from]
+	if !ok {
+		return false
+	}
+	if len(after) == 0 {
+		return true
+	}
+	if seen == nil {
+		seen = make(map[string]bool)
+	}
+	seen[from] = true
+	for _, a := range after {
+		if a == m.self || seen[a] || !cur.Has(a) {
+			continue // seen: satisfied, or on the path (a cycle)
+		}
+		if !m.satisfied(a, cur, seen) {
+			return false
+		}
+	}
+	return true
+}
+
 // Done records that from finished handing off for the ring with the given
-// digest. cur returns the published ring's digest and its pending gates. A
-// marker for the published ring closes from's gate (and reports true if it
-// was open until then) and is not kept; one for another ring is kept, with
-// its time, for the Publish of that ring. A ring's digest is a function of
-// the member names alone, so the same digest comes back whenever a member
-// restarts under its name: a marker kept for good would open the gate of a
-// later change whose handoff has not arrived.
-func (m *Marks) Done(from string, digest uint64, cur func() (uint64, map[string]chan struct{})) (opened bool) {
+// digest, and that the members named in after may still hold states of the
+// partitions it passed on (see transport.TransferBatch.After). cur returns
+// the published ring and its pending gates. A marker for the published ring
+// opens every pending gate it completes: from's when after is empty or
+// every member it names has sent its own marker for this ring, and any
+// gate that was waiting for from's marker through another member's After;
+// opened reports that from's gate opened now. A marker for another ring is
+// kept, with its time, for the Publish of that ring. A ring's digest is a
+// function of the member names alone, so the same digest comes back
+// whenever a member restarts under its name: a marker kept for good would
+// open the gate of a later change whose handoff has not arrived.
+func (m *Marks) Done(from string, digest uint64, after []string, cur func() (*ring.Snapshot, map[string]chan struct{})) (opened bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	d, pending := cur()
+	snap, pending := cur()
+	d := snap.Digest()
 	if d != digest {
 		if m.m == nil {
 			m.m = make(map[string]Mark)
 		}
-		m.m[from] = Mark{Digest: digest, At: time.Now()}
+		m.m[from] = Mark{Digest: digest, At: time.Now(), After: after}
 		return false
 	}
 	delete(m.m, from)
-	if c := pending[from]; c != nil {
-		select {
-		case <-c:
-		default:
-			close(c)
-			return true
+	if m.cur != d || m.got == nil {
+		m.cur, m.got = d, make(map[string][]string)
+	}
+	m.got[from] = after
+	for name, c := range pending {
+		if isClosed(c) || !m.satisfied(name, snap, nil) {
+			continue
+		}
+		close(c)
+		if name == from {
+			opened = true
 		}
 	}
-	return false
+	return opened
 }
 
 // Kept returns the marker kept from from, if any.

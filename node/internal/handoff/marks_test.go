@@ -46,11 +46,11 @@ func TestMarksGateGainedPartitions(t *testing.T) {
 	if gated == 0 || len(g.Pending) != 2 {
 		t.Fatalf("%d partitions gated on %d owners, want some on a and b", gated, len(g.Pending))
 	}
-	cur2 := func() (uint64, map[string]chan struct{}) { return cur.Digest(), g.Pending }
-	if !m.Done("a", cur.Digest(), cur2) {
+	cur2 := func() (*ring.Snapshot, map[string]chan struct{}) { return cur, g.Pending }
+	if !m.Done("a", cur.Digest(), nil, cur2) {
 		t.Fatal("a's marker for the published ring did not open its gate")
 	}
-	if m.Done("a", cur.Digest(), cur2) {
+	if m.Done("a", cur.Digest(), nil, cur2) {
 		t.Fatal("a gate opened twice")
 	}
 	select {
@@ -63,7 +63,7 @@ func TestMarksGateGainedPartitions(t *testing.T) {
 	}
 	// b's marker comes for a ring not published yet: kept, then used.
 	next := snapOf(t, "a", "b", "c", "d")
-	if m.Done("b", next.Digest(), cur2) {
+	if m.Done("b", next.Digest(), nil, cur2) {
 		t.Fatal("a marker for another ring opened a gate")
 	}
 	if mk, kept := m.Kept("b"); !kept || mk.Digest != next.Digest() {
@@ -95,7 +95,7 @@ func TestMarksCarryClosedGatesIntoTheNextRing(t *testing.T) {
 	var g Gated
 	m.Publish(prev, cur, "c", time.Minute, Gated{}, func(x Gated) { g = x })
 	// b's handoff for cur arrived: its gate is open and not carried.
-	if !m.Done("b", cur.Digest(), func() (uint64, map[string]chan struct{}) { return cur.Digest(), g.Pending }) {
+	if !m.Done("b", cur.Digest(), nil, func() (*ring.Snapshot, map[string]chan struct{}) { return cur, g.Pending }) {
 		t.Fatal("b's marker did not open its gate")
 	}
 	var g2 Gated
@@ -123,7 +123,7 @@ func TestMarksCarryClosedGatesIntoTheNextRing(t *testing.T) {
 	if carried == 0 || open == 0 {
 		t.Fatalf("carried %d gates on a, dropped %d open ones on b: want some of each", carried, open)
 	}
-	if !m.Done("a", next.Digest(), func() (uint64, map[string]chan struct{}) { return next.Digest(), g2.Pending }) {
+	if !m.Done("a", next.Digest(), nil, func() (*ring.Snapshot, map[string]chan struct{}) { return next, g2.Pending }) {
 		t.Fatal("a's marker for the next ring did not open the carried gate")
 	}
 	select {
@@ -149,5 +149,43 @@ func TestMarksCarryClosedGatesIntoTheNextRing(t *testing.T) {
 		if g4.Gates != nil && g4.Gates[p] != nil && g4.Gates[p] == c2.Pending["a"] {
 			t.Fatalf("partition %d still waits on a, which left", p)
 		}
+	}
+}
+
+// A marker naming members in After opens its sender's gate only once each
+// of them (still in the ring, not this node) has sent its own marker for the
+// same ring; the last of those opens it, and a kept marker's After counts
+// at Publish too.
+func TestMarksAfterWaitsForTheNamedMembers(t *testing.T) {
+	prev, cur := snapOf(t, "a", "b"), snapOf(t, "a", "b", "c", "x")
+	var m Marks
+	var g Gated
+	m.Publish(prev, cur, "c", time.Minute, Gated{}, func(x Gated) { g = x })
+	if g.Pending["a"] == nil {
+		t.Fatal("c gained nothing from a; the test needs it to")
+	}
+	now := func() (*ring.Snapshot, map[string]chan struct{}) { return cur, g.Pending }
+	if m.Done("a", cur.Digest(), []string{"x", "c", "gone"}, now) {
+		t.Fatal("a's gate opened before x's marker: x may still hold the states a passed it")
+	}
+	if isClosed(g.Pending["a"]) {
+		t.Fatal("a's gate is open")
+	}
+	m.Done("x", cur.Digest(), nil, now)
+	if !isClosed(g.Pending["a"]) {
+		t.Fatal("x's marker did not open a's gate, which waited only for it")
+	}
+	// Kept before the ring: the same rule at Publish.
+	next := snapOf(t, "a", "b", "c", "x", "y")
+	var m2 Marks
+	m2.Done("a", next.Digest(), []string{"y"}, func() (*ring.Snapshot, map[string]chan struct{}) { return cur, nil })
+	var g2 Gated
+	m2.Publish(prev, next, "c", time.Minute, Gated{}, func(x Gated) { g2 = x })
+	if g2.Pending["a"] == nil {
+		t.Fatal("a's early marker named y, whose marker has not come, yet a's partitions are open")
+	}
+	m2.Done("y", next.Digest(), []string{"a"}, func() (*ring.Snapshot, map[string]chan struct{}) { return next, g2.Pending })
+	if !isClosed(g2.Pending["a"]) {
+		t.Fatal("y's marker (naming a back: a cycle) did not open a's gate")
 	}
 }

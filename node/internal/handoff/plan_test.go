@@ -11,10 +11,11 @@ import (
 	"github.com/ringlimit/ringlimit/transport"
 )
 
-// "a" leaves a, b, c: its states go to their owners under the ring of b and
-// c, and each of them, having gained partitions, gets a marker.
+// "a" leaves a, b, c, d: its states go to their owners under the ring of the
+// others, and each of them gets a marker, whether it gained partitions from
+// a or not.
 func TestPlanSendsStatesToTheirOwnersAndMarksGainers(t *testing.T) {
-	old, cur := snapOf(t, "a", "b", "c"), snapOf(t, "b", "c")
+	old, cur := snapOf(t, "a", "b", "c", "d"), snapOf(t, "b", "c", "d")
 	var moved []store.Moved
 	for h := range uint64(50) {
 		moved = append(moved, store.Moved{H: h * 0x9e3779b97f4a7c15})
@@ -37,6 +38,18 @@ func TestPlanSendsStatesToTheirOwnersAndMarksGainers(t *testing.T) {
 	}
 	if _, ok := b.States["c"]; !ok {
 		t.Fatal("c gained partitions and got no batch (no marker)")
+	}
+	if len(b.States) != 3 {
+		t.Fatalf("batches for %d members, want one for each of b, c and d", len(b.States))
+	}
+	// A change in which "c" gains nothing as "b" sees it: c still gets
+	// b's marker, and b none of its own.
+	nb := Plan(&Change{Self: "b", Old: snapOf(t, "b", "c"), Cur: snapOf(t, "b", "c", "d")}, nil, nil)
+	if _, ok := nb.States["c"]; !ok {
+		t.Fatal("c, gaining nothing from b's change, got no marker")
+	}
+	if _, ok := nb.States["b"]; ok {
+		t.Fatal("b marked itself")
 	}
 	if m, _ := cur.Owner("k"); len(b.Bans[m.Name]) != 1 {
 		t.Fatalf("the ban state did not go to its owner %s: %v", m.Name, b.Bans)

@@ -75,8 +75,9 @@ type Node[R any] interface {
 	// installed (the node passes on those of keys it does not own).
 	NoteStrays(hs []uint64)
 	// HandoffDone records the "handoff complete" marker of the member named
-	// from for the ring of digest.
-	HandoffDone(from string, digest uint64)
+	// from for the ring of digest, and the members it names in after
+	// (transport.TransferBatch.After).
+	HandoffDone(from string, digest uint64, after []string)
 }
 
 // Config is what a Service needs of its node besides Node, built once when
@@ -334,6 +335,6 @@ func (s *Service[R]) InstallHandoff(b transport.TransferBatch, cb peerinput.Batc
 		}
 	}
 	if b.Done {
-		s.cfg.Node.HandoffDone(b.From, b.RingDigest)
+		s.cfg.Node.HandoffDone(b.From, b.RingDigest, b.After)
 	}
 }

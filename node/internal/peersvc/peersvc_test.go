@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -61,8 +62,8 @@ func (f *fakeNode) Hash(rs *ringView, key string) uint64 {
 func (f *fakeNode) SyncReplicas(rs *ringView) bool { f.checkRing(rs); return f.sync }
 func (f *fakeNode) Gating(rs *ringView) bool       { return f.gating }
 func (f *fakeNode) NoteStrays(hs []uint64)         { f.strays = append(f.strays, hs...) }
-func (f *fakeNode) HandoffDone(from string, digest uint64) {
-	f.done = append(f.done, from+"@"+strconv.FormatUint(digest, 10))
+func (f *fakeNode) HandoffDone(from string, digest uint64, after []string) {
+	f.done = append(f.done, from+"@"+strconv.FormatUint(digest, 10)+strings.Join(after, "+"))
 }
 func (f *fakeNode) AwaitReplicated(ctx context.Context) error { f.awaits++; return f.awaitErr }
 
@@ -312,7 +313,7 @@ func TestTransferInstalls(t *testing.T) {
 	t.Parallel()
 	f := newFixture(true, false)
 	st := encoded(t)
-	b := transport.TransferBatch{From: "p", Sender: "p", Done: true, RingDigest: 9,
+	b := transport.TransferBatch{From: "p", Sender: "p", Done: true, RingDigest: 9, After: []string{"x", "y"},
 		States:    []transport.KeyState{{Key: "ok", Limit: gcra, State: st, LastNow: now}, {Key: "caller", Limit: gcra, State: st, LastNow: now, CallerClock: true}},
 		Penalties: []transport.PenaltyState{{Key: "banned", BanUntil: now + int64(time.Minute)}, {Key: "future", Denials: []int64{now + int64(time.Hour)}}},
 	}
@@ -332,8 +333,8 @@ func TestTransferInstalls(t *testing.T) {
 	if !slices.Equal(f.refusedStates, []string{"p:caller", "p:future"}) {
 		t.Errorf("refused states %v, want [p:caller p:future]", f.refusedStates)
 	}
-	if !slices.Equal(f.n.strays, []uint64{ok}) || !slices.Equal(f.n.done, []string{"p@9"}) {
-		t.Errorf("strays %x, markers %v; want [ok] and [p@9]", f.n.strays, f.n.done)
+	if !slices.Equal(f.n.strays, []uint64{ok}) || !slices.Equal(f.n.done, []string{"p@9x+y"}) {
+		t.Errorf("strays %x, markers %v; want [ok] and [p@9x+y] (the marker with its After)", f.n.strays, f.n.done)
 	}
 	if len(f.n.accepted) != 0 {
 		t.Error("a handoff went to AcceptReplica")
