@@ -219,11 +219,13 @@ func (n *Node) passOnStrays() {
 // joining a large fleet under load is heard of by the last members seconds
 // after its first ring) returns nil, and the partition is decided on the
 // state at hand. When rs is replaced meanwhile, the wait goes on on p's gate
-// in the new ring, if it has one; errNotOwner when the new ring gives p to
-// another member (the caller routes again).
+// in the new ring, if it has one, still bounded by rs's deadline (a check
+// does not wait HandoffTimeout again for each ring of a burst); errNotOwner
+// when the new ring gives p to another member (the caller routes again).
 func (n *Node) waitHandoff(ctx context.Context, rs *ringState, p int, g chan struct{}) error {
+	deadline := rs.Deadline
 	for {
-		err := n.waitGate(ctx, rs, g)
+		err := n.waitGate(ctx, rs, g, deadline)
 		if !errors.Is(err, errRingMoved) {
 			return err
 		}
@@ -240,10 +242,13 @@ func (n *Node) waitHandoff(ctx context.Context, rs *ringState, p int, g chan str
 // errRingMoved is waitGate's error when the gate's ring was replaced.
 var errRingMoved = errors.New("node: ring replaced while waiting for a handoff")
 
-// waitGate is one ring's part of waitHandoff: errRingMoved when rs is
-// replaced before g opens or is given up.
-func (n *Node) waitGate(ctx context.Context, rs *ringState, g chan struct{}) error {
-	deadline := rs.Deadline
+// waitGate is one ring's part of waitHandoff, with the deadline of the
+// first ring's gate: errRingMoved when rs is replaced before g opens or is
+// given up.
+func (n *Node) waitGate(ctx context.Context, rs *ringState, g chan struct{}, deadline time.Time) error {
+	if rs.Deadline.Before(deadline) {
+		deadline = rs.Deadline
+	}
 	from, id := "", ""
 	for name, pg := range rs.Pending {
 		if pg == g {

@@ -131,9 +131,10 @@ func TestHandoffWaitFollowsTheRing(t *testing.T) {
 		}
 		return rs
 	}
-	wait := func(p int) (*ringState, chan struct{}, chan error) {
+	wait := func(p int, deadline time.Duration) (*ringState, chan struct{}, chan error) {
 		g := make(chan struct{})
 		rs := gated(p, g)
+		rs.Deadline = time.Now().Add(deadline)
 		n.rs.Store(rs)
 		done := make(chan error, 1)
 		go func() { done <- n.waitHandoff(context.Background(), rs, p, g) }()
@@ -145,7 +146,7 @@ func TestHandoffWaitFollowsTheRing(t *testing.T) {
 	}
 
 	// Carried: still waiting after the ring moved, done once the gate opens.
-	rs, g, done := wait(mine)
+	rs, g, done := wait(mine, time.Hour)
 	replace(rs, gated(mine, g))
 	select {
 	case err := <-done:
@@ -157,8 +158,23 @@ func TestHandoffWaitFollowsTheRing(t *testing.T) {
 		t.Fatalf("carried gate opened: %v", err)
 	}
 
+	// Carried into a ring published later: still given up at the first
+	// ring's deadline (the previous owner said hello long ago), not the
+	// new ring's.
+	n.cfg.HandoffTimeout = 50 * time.Millisecond // prev's Hello is older than that
+	rs, g, done = wait(mine, 50*time.Millisecond)
+	replace(rs, gated(mine, g)) // its Deadline is an hour away
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("carried gate given up: %v, want nil", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a carried gate still waited 5 s past the first ring's deadline: each ring of a burst gave it HandoffTimeout again")
+	}
+
 	// Open in the new ring: decided at once.
-	rs, _, done = wait(mine)
+	rs, _, done = wait(mine, time.Hour)
 	replace(rs, gated(mine, nil))
 	select {
 	case err := <-done:
@@ -170,7 +186,7 @@ func TestHandoffWaitFollowsTheRing(t *testing.T) {
 	}
 
 	// Another member's in the new ring: routed again.
-	rs, _, done = wait(theirs)
+	rs, _, done = wait(theirs, time.Hour)
 	replace(rs, gated(theirs, nil))
 	select {
 	case err := <-done:
