@@ -185,7 +185,9 @@ func TestBreakerSkipsUnreachableMember(t *testing.T) {
 // the limit, so the members together admit about the limit, not N times it.
 func TestLocalFallbackAdmitsShare(t *testing.T) {
 	t.Parallel()
-	mn, nodes := memCluster(t, 3, nil)
+	// Each check waits ForwardTimeout for a ring without the two before the
+	// fallback decides (see TestOwnerAndBackupDownWaitsForTheRing).
+	mn, nodes := memCluster(t, 3, func(c *Config) { c.ForwardTimeout = 50 * time.Millisecond })
 	sender, owner, backup := nodes[0], nodes[1], nodes[2]
 	key := keyWith(t, sender, owner, backup)
 	l := algo.Limit{Kind: algo.GCRA, Burst: 8, Limit: 9, Period: 24 * time.Hour} // capacity 9
@@ -572,7 +574,8 @@ func TestReplicaNotPlacedIsAskedAgain(t *testing.T) {
 }
 
 // A sender that can reach neither a key's owner nor its backup waits for its
-// ring to change before the fallback decides: when members leave together
+// ring to change (up to ForwardTimeout) before the fallback decides: when
+// members leave together
 // (an autoscaler's scale-down), a sender's ring can still hold an owner and
 // a backup that have both stopped, and the key's state is with the member
 // that owns it once both are gone. Deciding by the fallback at once admitted

@@ -203,6 +203,7 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 			n.leases.Answered(h, c.Limit, leaseEpoch, leaseSent, 0, 0, "")
 			ask = 0
 		}
+		bothDown := false
 		if viaBackup {
 			d, err := n.router.ViaBackup(ctx, rs, c.wire(true), h)
 			switch {
@@ -214,10 +215,14 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 					return n.fallbackInto(c, rs, out)
 				}
 				// The owner and the backup both failed: members leaving
-				// together, or crashing together. The state went (or will
-				// go, on a crash: nowhere) to a member a later ring names;
-				// wait for that ring as after the owner's failure alone.
-				res = transport.Result{}
+				// together (a scale-down), or crashing or cut off together.
+				// After a leave the state is with a member a later ring
+				// names, and in a large fleet that ring comes after a few
+				// gossip rounds more than one member's leave takes: wait
+				// for it, as for "not owner", until ForwardTimeout, and only
+				// then let the policy decide (what a double crash or a cut
+				// from both costs a check).
+				res, bothDown = transport.Result{}, true
 			case errors.Is(err, errNotOwner):
 				res = transport.Result{Code: transport.CodeNotOwner} // rings disagree: route again below
 			default:
@@ -234,14 +239,14 @@ func (n *Node) decideInto(ctx context.Context, c *Check, out *Decision) error {
 		// crash being detected); otherwise the owner is unreachable.
 		notOwner := res.Code == transport.CodeNotOwner // the owner, or the backup, answered so
 		wait := min(time.Until(deadline), n.rerouteGrace())
-		if notOwner {
+		if notOwner || bothDown {
 			wait = min(time.Until(deadline), 2*n.cfg.Gossip.GossipInterval)
 		}
 		next, changed := n.awaitRingChange(ctx, rs, wait)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if (!changed && !notOwner) || !time.Now().Before(deadline) {
+		if (!changed && !notOwner && !bothDown) || !time.Now().Before(deadline) {
 			n.log.Debug("owner unreachable", "owner", owner.Name, "err", err, "code", res.Code)
 			return n.fallbackInto(c, rs, out)
 		}
