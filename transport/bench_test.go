@@ -295,8 +295,10 @@ func benchStates(b testing.TB, n int, withKeys bool) []KeyState {
 // BenchmarkTransferReplica sends one batch of n states per op through a Pool
 // to a loopback server whose handler keeps nothing: mode=replica as node's
 // replication sends them (Pool.Replicate, key hashes only), mode=handoff as
-// a handoff with keys (Pool.Handoff). Allocations and CPU count both ends;
-// the per-state metrics divide them by n.
+// a handoff with keys (Pool.Handoff), mode=marker the handoff-complete
+// marker alone (no states, Done and two names in After), which a member
+// sends to every other member on each ring change. Allocations and CPU
+// count both ends; the per-state metrics divide them by n.
 func BenchmarkTransferReplica(b *testing.B) {
 	for _, tc := range []struct {
 		mode string
@@ -305,13 +307,17 @@ func BenchmarkTransferReplica(b *testing.B) {
 		{"replica", 100},
 		{"replica", 1000},
 		{"handoff", 1000},
+		{"marker", 0},
 	} {
 		b.Run(fmt.Sprintf("mode=%s/states=%d", tc.mode, tc.n), func(b *testing.B) {
 			addr, _ := startServer(b, ServerConfig{}, replicaPeer{}, nil)
 			p := newPool(b, ClientConfig{})
 			batch := TransferBatch{From: "node-a", States: benchStates(b, tc.n, tc.mode == "handoff")}
+			if tc.mode == "marker" {
+				batch.Done, batch.RingDigest, batch.After = true, 0x9e3779b97f4a7c15, []string{"node-b", "node-c"}
+			}
 			send := func() error {
-				if tc.mode == "handoff" {
+				if tc.mode != "replica" {
 					return p.Handoff(context.Background(), addr, batch)
 				}
 				_, err := p.Replicate(context.Background(), addr, batch)
@@ -333,6 +339,9 @@ func BenchmarkTransferReplica(b *testing.B) {
 			b.StopTimer()
 			reportCPU(b, cpu0)
 			runtime.ReadMemStats(&m1)
+			if tc.n == 0 {
+				return
+			}
 			states := float64(b.N) * float64(tc.n)
 			b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/states, "allocs/state")
 			b.ReportMetric(float64(m1.TotalAlloc-m0.TotalAlloc)/states, "B/state")
