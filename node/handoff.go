@@ -261,8 +261,12 @@ func (n *Node) waitGate(ctx context.Context, rs *ringState, g chan struct{}, dea
 			id = m.ID
 		}
 	}
+	ft := n.cfg.ForwardTimeout
+	if from == handoff.Everyone {
+		ft = 0 // no one member to hear from: given up at the deadline
+	}
 	out, err := n.hellos.Wait(ctx, handoff.Gate{
-		C: g, From: from, ID: id, Deadline: deadline, HandoffTimeout: n.cfg.HandoffTimeout, ForwardTimeout: n.cfg.ForwardTimeout,
+		C: g, From: from, ID: id, Deadline: deadline, HandoffTimeout: n.cfg.HandoffTimeout, ForwardTimeout: ft,
 		Moved: rs.Next,
 	}, n.stop, ErrStopped, n.log)
 	if err != nil || out == handoff.Opened {

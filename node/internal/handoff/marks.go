@@ -21,6 +21,8 @@ type Marks struct {
 	cur  uint64
 	got  map[string][]string
 	self string
+	// last holds when each member's latest marker came, for any ring.
+	last map[string]time.Time
 }
 
 // Mark is a kept handoff-complete marker: the digest of the ring it is for,
@@ -30,6 +32,11 @@ type Mark struct {
 	At     time.Time
 	After  []string
 }
+
+// Everyone is the Pending name of the gate on partitions gained from a
+// member gone from the ring: it opens once every other member has sent its
+// marker for the ring.
+const Everyone = "*"
 
 // Gated is what Publish gives a new ring: Gates[p] is the channel of
 // partition p, closed when its handoff arrives (a nil Gates, or a nil
@@ -51,6 +58,13 @@ type Gated struct {
 // members joining at once make one ring after another, and a partition
 // gained in the first is not gained again in the next, so without it the
 // next ring decided the partition on a state whose handoff had not arrived.
+// A partition gained from a member gone from cur that left (a marker of its
+// came within timeout, its leave's handoff) waits for every other member's
+// marker for cur (the gate Everyone): members leaving at once hand their
+// states to members whose rings still hold other leavers, which pass them on
+// again, and the new owner cannot tell which of them still holds one. One
+// gone without a marker crashed and handed nothing: its partitions open at
+// once (the backup decides on its replica).
 // publish is called with the result while the markers are locked, so that a
 // marker arriving meanwhile (Done) is either seen here or opens a published
 // gate. The markers for cur are used up: used here, or too old to be for
@@ -85,7 +99,7 @@ func (m *Marks) Publish(prev, cur *ring.Snapshot, self string, timeout time.Dura
 	// The still-closed gates first, so that a new gate on the same member
 	// shares their channel and its marker opens both.
 	for from, c := range carry.Pending {
-		if !cur.Has(from) || m.satisfied(from, cur, nil) || isClosed(c) {
+		if from == Everyone || !cur.Has(from) || m.satisfied(from, cur, nil) || isClosed(c) {
 			continue
 		}
 		for p, pc := range carry.Gates {
@@ -96,8 +110,18 @@ func (m *Marks) Publish(prev, cur *ring.Snapshot, self string, timeout time.Dura
 	}
 	for p := 0; prev != nil && prev.Len() > 0 && p < cur.PartitionCount(); p++ {
 		from := prev.PartitionOwner(p).Name
-		if cur.PartitionOwner(p).Name != self || from == self || from == "" || !cur.Has(from) {
-			continue // not gained, or gained from a member that is gone: nothing to wait for
+		if cur.PartitionOwner(p).Name != self || from == self || from == "" {
+			continue // not gained
+		}
+		if !cur.Has(from) {
+			// Gone. One that left (its leave's handoff sent a marker
+			// lately) may have handed states to members that passed them
+			// on; one that crashed handed nothing, and its backup decides
+			// at once.
+			if at, ok := m.last[from]; ok && time.Since(at) < timeout && !m.everyone(cur) {
+				gate(p, Everyone, nil)
+			}
+			continue
 		}
 		if m.satisfied(from, cur, nil) {
 			continue // its handoff for this ring already arrived
@@ -105,6 +129,17 @@ func (m *Marks) Publish(prev, cur *ring.Snapshot, self string, timeout time.Dura
 		gate(p, from, nil)
 	}
 	publish(g)
+}
+
+// everyone reports whether every member of cur but this node has sent its
+// marker for cur (m.mu held).
+func (m *Marks) everyone(cur *ring.Snapshot) bool {
+	for _, mb := range cur.Members() {
+		if mb.Name != m.self && !m.satisfied(mb.Name, cur, nil) {
+			return false
+		}
+	}
+	return true
 }
 
 // satisfied reports whether the gate on from may open in the published ring
@@ -152,6 +187,17 @@ func (m *Marks) Done(from string, digest uint64, after []string, cur func() (*ri
 	defer m.mu.Unlock()
 	snap, pending := cur()
 	d := snap.Digest()
+	if m.last == nil {
+		m.last = make(map[string]time.Time)
+	}
+	m.last[from] = time.Now()
+	if len(m.last) > 2*snap.Len()+64 { // members that took new names
+		for name, at := range m.last {
+			if time.Since(at) > time.Hour {
+				delete(m.last, name)
+			}
+		}
+	}
 	if d != digest {
 		if m.m == nil {
 			m.m = make(map[string]Mark)
@@ -165,7 +211,16 @@ func (m *Marks) Done(from string, digest uint64, after []string, cur func() (*ri
 	}
 	m.got[from] = after
 	for name, c := range pending {
-		if isClosed(c) || !m.satisfied(name, snap, nil) {
+		if isClosed(c) {
+			continue
+		}
+		if name == Everyone {
+			if m.everyone(snap) {
+				close(c)
+			}
+			continue
+		}
+		if !m.satisfied(name, snap, nil) {
 			continue
 		}
 		close(c)

@@ -189,3 +189,53 @@ func TestMarksAfterWaitsForTheNamedMembers(t *testing.T) {
 		t.Fatal("y's marker (naming a back: a cycle) did not open a's gate")
 	}
 }
+
+// Partitions gained from a member gone from the ring (members leaving at
+// once) wait for every other member's marker for the ring: the gone
+// member's states may still be on their way through any of them, passed on
+// by a member whose ring named another leaver. The last marker opens them.
+func TestMarksGainedFromAGoneMemberWaitForEveryone(t *testing.T) {
+	prev, cur := snapOf(t, "a", "b", "c", "d"), snapOf(t, "b", "c", "d")
+	var crashed Marks
+	var gc Gated
+	crashed.Publish(prev, cur, "c", time.Minute, Gated{}, func(x Gated) { gc = x })
+	if gc.Pending[Everyone] != nil {
+		t.Fatal("a sent no marker (it crashed), yet the partitions gained from it wait: its backup must decide at once")
+	}
+	var m Marks
+	// a's leave: its handoff's marker, for its ring without itself.
+	m.Done("a", cur.Digest()+1, nil, func() (*ring.Snapshot, map[string]chan struct{}) { return prev, nil })
+	var g Gated
+	m.Publish(prev, cur, "c", time.Minute, Gated{}, func(x Gated) { g = x })
+	gone := 0
+	for p := range cur.PartitionCount() {
+		if prev.PartitionOwner(p).Name == "a" && cur.PartitionOwner(p).Name == "c" {
+			gone++
+			if g.Gates[p] == nil || g.Gates[p] != g.Pending[Everyone] {
+				t.Fatalf("partition %d, gained from a (gone), is not gated on everyone's markers", p)
+			}
+		}
+	}
+	if gone == 0 {
+		t.Fatal("c gained nothing from a; the test needs it to")
+	}
+	now := func() (*ring.Snapshot, map[string]chan struct{}) { return cur, g.Pending }
+	m.Done("b", cur.Digest(), nil, now)
+	if isClosed(g.Pending[Everyone]) {
+		t.Fatal("opened with d's marker still to come")
+	}
+	m.Done("d", cur.Digest(), nil, now)
+	if !isClosed(g.Pending[Everyone]) {
+		t.Fatal("every other member's marker came, and the partitions gained from a are still closed")
+	}
+	// Every marker in before the ring: no gate at all.
+	m2 := Marks{}
+	m2.Done("a", cur.Digest()+1, nil, func() (*ring.Snapshot, map[string]chan struct{}) { return prev, nil })
+	m2.Done("b", cur.Digest(), nil, func() (*ring.Snapshot, map[string]chan struct{}) { return prev, nil })
+	m2.Done("d", cur.Digest(), nil, func() (*ring.Snapshot, map[string]chan struct{}) { return prev, nil })
+	var g3 Gated
+	m2.Publish(prev, cur, "c", time.Minute, Gated{}, func(x Gated) { g3 = x })
+	if g3.Pending[Everyone] != nil {
+		t.Fatal("every marker came before the ring, and partitions gained from a are gated")
+	}
+}
