@@ -82,6 +82,25 @@ func (m *Marks) Publish(prev, cur *ring.Snapshot, self string, timeout time.Dura
 			delete(m.m, from)
 		}
 	}
+	// Whether each member's gate may open, and the wait for everyone's,
+	// worked out once per member, not once per partition.
+	open := make(map[string]bool)
+	satisfied := func(from string) bool {
+		ok, seen := open[from]
+		if !seen {
+			ok = m.satisfied(from, cur, nil)
+			open[from] = ok
+		}
+		return ok
+	}
+	everyone := func() bool {
+		ok, seen := open[Everyone]
+		if !seen {
+			ok = m.everyone(cur)
+			open[Everyone] = ok
+		}
+		return ok
+	}
 	var g Gated
 	gate := func(p int, from string, c chan struct{}) {
 		if g.Gates == nil {
@@ -99,7 +118,7 @@ func (m *Marks) Publish(prev, cur *ring.Snapshot, self string, timeout time.Dura
 	// The still-closed gates first, so that a new gate on the same member
 	// shares their channel and its marker opens both.
 	for from, c := range carry.Pending {
-		if from == Everyone || !cur.Has(from) || m.satisfied(from, cur, nil) || isClosed(c) {
+		if from == Everyone || !cur.Has(from) || satisfied(from) || isClosed(c) {
 			continue
 		}
 		for p, pc := range carry.Gates {
@@ -118,12 +137,12 @@ func (m *Marks) Publish(prev, cur *ring.Snapshot, self string, timeout time.Dura
 			// lately) may have handed states to members that passed them
 			// on; one that crashed handed nothing, and its backup decides
 			// at once.
-			if at, ok := m.last[from]; ok && time.Since(at) < timeout && !m.everyone(cur) {
+			if at, ok := m.last[from]; ok && time.Since(at) < timeout && !everyone() {
 				gate(p, Everyone, nil)
 			}
 			continue
 		}
-		if m.satisfied(from, cur, nil) {
+		if satisfied(from) {
 			continue // its handoff for this ring already arrived
 		}
 		gate(p, from, nil)
