@@ -72,14 +72,10 @@ type opsFixture struct {
 
 func newOps(t *testing.T) *opsFixture {
 	t.Helper()
-	rg, err := ring.New(ring.DefaultConfig())
+	snap, err := ring.SnapshotOf(ring.DefaultConfig(), []ring.Member{{Name: "a", Addr: "addr-a"}, {Name: "b", Addr: "addr-b"}, {Name: "c", Addr: "addr-c"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rg.SetMembers([]ring.Member{{Name: "a", Addr: "addr-a"}, {Name: "b", Addr: "addr-b"}, {Name: "c", Addr: "addr-c"}}); err != nil {
-		t.Fatal(err)
-	}
-	snap := rg.Snapshot()
 	f := &opsFixture{n: &fakeNode{rs: &ringView{snap: snap}}, owned: store.New(10, snap.Hash, nil)}
 	for i := 0; f.mine == "" || f.theirs == ""; i++ {
 		k := fmt.Sprint("key-", i)

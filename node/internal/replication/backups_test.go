@@ -17,14 +17,11 @@ func TestBackupsAreTheOwnerWithoutTheOwner(t *testing.T) {
 	members := []ring.Member{{Name: "a", Addr: "addr-a"}, {Name: "b", Addr: "addr-b"}, {Name: "c", Addr: "addr-c"}}
 	snapOf := func(ms []ring.Member) *ring.Snapshot {
 		t.Helper()
-		r, err := ring.New(ring.DefaultConfig())
+		s, err := ring.SnapshotOf(ring.DefaultConfig(), ms)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := r.SetMembers(ms); err != nil {
-			t.Fatal(err)
-		}
-		return r.Snapshot()
+		return s
 	}
 	if NewBackups(snapOf(members[:1]), true, log) != nil {
 		t.Fatal("a table for one member")

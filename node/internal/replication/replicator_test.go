@@ -71,14 +71,11 @@ var (
 
 func newFixture(t *testing.T, sync bool) *fixture {
 	t.Helper()
-	rg, err := ring.New(ring.DefaultConfig())
+	snap, err := ring.SnapshotOf(ring.DefaultConfig(), []ring.Member{{Name: "a", Addr: "addr-a"}, {Name: "b", Addr: "addr-b"}, {Name: "c", Addr: "addr-c"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rg.SetMembers([]ring.Member{{Name: "a", Addr: "addr-a"}, {Name: "b", Addr: "addr-b"}, {Name: "c", Addr: "addr-c"}}); err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{snap: rg.Snapshot(), peers: &fakePeers{}, brk: &fakeBreakers{refusing: map[string]bool{}}, stop: make(chan struct{})}
+	f := &fixture{snap: snap, peers: &fakePeers{}, brk: &fakeBreakers{refusing: map[string]bool{}}, stop: make(chan struct{})}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	f.backups = NewBackups(f.snap, true, log)
 	if f.backups == nil {
