@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlimit/ringlimit/node/internal/handoff"
 	"github.com/ringlimit/ringlimit/ring"
 )
 
@@ -195,5 +196,25 @@ func TestHandoffWaitFollowsTheRing(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("still waiting 5 s after a ring giving the partition away was published")
+	}
+}
+
+// Ready does not wait for the gate on every member's marker (a member left:
+// every member sees it for a moment at each leave of a rolling restart), and
+// still waits for a gate on a previous owner's handoff.
+func TestReadyIgnoresTheWaitForEveryone(t *testing.T) {
+	t.Parallel()
+	n := &Node{}
+	n.ready.Store(true)
+	closed := func(name string) *ringState {
+		return &ringState{Pending: map[string]chan struct{}{name: make(chan struct{})}, Deadline: time.Now().Add(time.Hour)}
+	}
+	n.rs.Store(closed(handoff.Everyone))
+	if !n.Ready() {
+		t.Fatal("not ready while only the wait for every member's marker is closed")
+	}
+	n.rs.Store(closed("prev"))
+	if n.Ready() {
+		t.Fatal("ready while a previous owner's handoff gate is closed")
 	}
 }
