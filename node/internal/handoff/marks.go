@@ -62,7 +62,10 @@ type Gated struct {
 // came within timeout, its leave's handoff) waits for every other member's
 // marker for cur (the gate Everyone): members leaving at once hand their
 // states to members whose rings still hold other leavers, which pass them on
-// again, and the new owner cannot tell which of them still holds one. One
+// again, and the new owner cannot tell which of them still holds one. That
+// wait, still closed, is carried as the others are, and then waits for
+// everyone's markers for cur (their handoffs for it passed on what they
+// held). One
 // gone without a marker crashed and handed nothing: its partitions open at
 // once (the backup decides on its replica).
 // publish is called with the result while the markers are locked, so that a
@@ -118,7 +121,16 @@ func (m *Marks) Publish(prev, cur *ring.Snapshot, self string, timeout time.Dura
 	// The still-closed gates first, so that a new gate on the same member
 	// shares their channel and its marker opens both.
 	for from, c := range carry.Pending {
-		if from == Everyone || !cur.Has(from) || satisfied(from) || isClosed(c) {
+		if isClosed(c) {
+			continue
+		}
+		if from == Everyone {
+			// Leavers' states may still be on their way through other
+			// members: the wait goes on for everyone's markers for cur.
+			if everyone() {
+				continue
+			}
+		} else if !cur.Has(from) || satisfied(from) {
 			continue
 		}
 		for p, pc := range carry.Gates {

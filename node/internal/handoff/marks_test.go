@@ -239,3 +239,43 @@ func TestMarksGainedFromAGoneMemberWaitForEveryone(t *testing.T) {
 		t.Fatal("every marker came before the ring, and partitions gained from a are gated")
 	}
 }
+
+// Members leaving at once make one ring after another: the wait for
+// everyone's markers on partitions gained from a leaver is carried into the
+// next ring while it is still closed, and opens with everyone's markers for
+// that ring; without the carry the next ring decided those partitions on the
+// state at hand while the leaver's states were still being passed on.
+func TestMarksCarryTheWaitForEveryoneIntoTheNextRing(t *testing.T) {
+	prev, cur, next := snapOf(t, "a", "b", "c", "d", "e"), snapOf(t, "b", "c", "d", "e"), snapOf(t, "c", "d", "e")
+	var m Marks
+	m.Done("a", cur.Digest()+1, nil, func() (*ring.Snapshot, map[string]chan struct{}) { return prev, nil })
+	var g Gated
+	m.Publish(prev, cur, "c", time.Minute, Gated{}, func(x Gated) { g = x })
+	if g.Pending[Everyone] == nil {
+		t.Fatal("nothing gained from a (it left) waits for everyone; the test needs it to")
+	}
+	m.Done("b", next.Digest()+1, nil, func() (*ring.Snapshot, map[string]chan struct{}) { return cur, g.Pending })
+	var g2 Gated
+	m.Publish(cur, next, "c", time.Minute, g, func(x Gated) { g2 = x })
+	carried := 0
+	for p := range next.PartitionCount() {
+		if g.Gates[p] == g.Pending[Everyone] && next.PartitionOwner(p).Name == "c" {
+			if g2.Gates == nil || g2.Gates[p] == nil {
+				t.Fatalf("partition %d, gained from a that left, opened in the next ring before everyone's markers", p)
+			}
+			carried++
+		}
+	}
+	if carried == 0 {
+		t.Fatal("no partition gained from a stayed c's; the test needs one")
+	}
+	now := func() (*ring.Snapshot, map[string]chan struct{}) { return next, g2.Pending }
+	m.Done("d", next.Digest(), nil, now)
+	if isClosed(g.Pending[Everyone]) {
+		t.Fatal("opened with e's marker for the next ring still to come")
+	}
+	m.Done("e", next.Digest(), nil, now)
+	if !isClosed(g.Pending[Everyone]) {
+		t.Fatal("every other member's marker for the next ring came, and the carried wait is still closed")
+	}
+}
