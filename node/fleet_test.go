@@ -73,6 +73,9 @@ type fleetResult struct {
 	// phase of the roll they happened in ("leave": a member closing until
 	// the others agree; "join": its restart until all agree).
 	excess map[string]int64
+	// slow counts the checks that took over 1 s, by route (or "error") and
+	// phase, as excess does.
+	slow   map[string]int64
 	logs   map[string]int // log lines at WARN and above, and expired handoff gates, by message
 	spread time.Duration
 	// join is the longest join phase (a restarted member's New until every
@@ -202,10 +205,10 @@ func (r fleetResult) String() string {
 		perChange = time.Duration(r.rebuildNs / int64(r.rebuilds))
 	}
 	return fmt.Sprintf("members=%d burst=%d grow=%v callers=%d spin=%v seed=%d formed=%v roll=%v rebuilds=%d (%.1f per member per change) rebuild=%v/change "+
-		"goroutines/member=%.0f heap/member=%.1fMiB checks=%d over=%d (max +%d) fallback-admissions=%d slowest=%v errors=%d stuck=%q excess=%v logs=%v spread=%v join=%v heard=%v",
+		"goroutines/member=%.0f heap/member=%.1fMiB checks=%d over=%d (max +%d) fallback-admissions=%d slowest=%v errors=%d stuck=%q excess=%v slow=%v logs=%v spread=%v join=%v heard=%v",
 		r.members, r.burst, r.grow, r.callers, r.spin, r.seed, r.formed.Round(time.Millisecond), r.rolled.Round(time.Millisecond), r.rebuilds,
 		float64(r.rebuilds)/float64(r.members)/float64(max(r.changes, 1)), perChange.Round(time.Microsecond),
-		r.goroutine, r.heapBytes/(1<<20), r.checks, r.over, r.overMax, r.fallbacks, r.slowest.Round(time.Millisecond), r.errs, r.stuck, r.excess, r.logs, r.spread, r.join.Round(time.Millisecond), r.heard.Round(time.Millisecond))
+		r.goroutine, r.heapBytes/(1<<20), r.checks, r.over, r.overMax, r.fallbacks, r.slowest.Round(time.Millisecond), r.errs, r.stuck, r.excess, r.slow, r.logs, r.spread, r.join.Round(time.Millisecond), r.heard.Round(time.Millisecond))
 }
 
 // runFleet runs the harness once with size members.
@@ -265,7 +268,7 @@ func runFleet(t *testing.T, size, callers int, seed uint64, spin bool, burst int
 	idle := "idle"
 	phase.Store(&idle)
 	var excessMu sync.Mutex
-	res.excess = map[string]int64{}
+	res.excess, res.slow = map[string]int64{}, map[string]int64{}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for g := range callers {
@@ -286,6 +289,15 @@ func runFleet(t *testing.T, size, callers int, seed uint64, spin bool, burst int
 				for s := slowest.Load(); int64(took) > s && !slowest.CompareAndSwap(s, int64(took)); s = slowest.Load() {
 				}
 				checks.Add(1)
+				if took > time.Second {
+					route := "error"
+					if err == nil {
+						route = d.Route.String()
+					}
+					excessMu.Lock()
+					res.slow[route+"/"+*phase.Load()]++
+					excessMu.Unlock()
+				}
 				if !spin {
 					// A caller waits for its next request (a network read)
 					// between checks; see TestFleetRollingRestart.
