@@ -239,10 +239,11 @@ func TestTransferLyingLimit(t *testing.T) {
 }
 
 // Replicas come only from the key's owner in the receiver's ring: a replica
-// of a key the receiver owns is refused, counted and asked for again (never
-// installed); one from a sender that is
-// not the key's owner is not installed (it is asked for again, whole, from
-// the owner); the owner's own replica is installed.
+// of a key the receiver owns is never installed, and is asked for again as
+// any the rings disagree on, not counted as refused (members see many while
+// a large fleet's rings differ); one from a sender that is not the key's
+// owner is not installed (it is asked for again, whole, from the owner); the
+// owner's own replica is installed.
 func TestReplicaOnlyFromOwner(t *testing.T) {
 	t.Parallel()
 	_, nodes := memCluster(t, 3, nil)
@@ -261,14 +262,14 @@ func TestReplicaOnlyFromOwner(t *testing.T) {
 		return need
 	}
 	owned := keyOwnedBy(t, x, x)
-	// Refused and not installed, but asked for again whole: the rings may
-	// disagree for a moment after a restart, and the sender drops the key
-	// from its sends once its own ring agrees that it is not the owner.
+	// Not installed, but asked for again whole: the rings may disagree for
+	// a moment after a restart, and the sender drops the key from its sends
+	// once its own ring agrees that it is not the owner.
 	if need := send(x, y, owned); len(need) != 1 {
-		t.Errorf("a replica of a key the receiver owns: needFull %v, want it refused and asked again", need)
+		t.Errorf("a replica of a key the receiver owns: needFull %v, want it asked again", need)
 	}
-	if got := x.Stats().RefusedStates; got != 1 {
-		t.Errorf("RefusedStates = %d, want 1", got)
+	if got := x.Stats().RefusedStates; got != 0 {
+		t.Errorf("RefusedStates = %d, want 0 (the rings disagree: not a refusal)", got)
 	}
 	if d, err := x.Allow(ctx, owned, l); err != nil || !d.Allowed || d.Remaining != 9 {
 		t.Errorf("the owned key after a forged replica: %+v, %v; want allowed with 9 remaining", d, err)
@@ -406,7 +407,7 @@ func TestBurstLongerThanMaxPeriodRefused(t *testing.T) {
 
 	// A replica batch is judged by the same rule: the long burst's state is
 	// refused as implausible, so not asked for again, while the other one is
-	// refused only because this node owns its key, and asked for whole.
+	// not installed only because this node owns its key, and asked for whole.
 	batch.Replica = true
 	again, err := (peerService{n}).Replicate(ctx, batch)
 	if err != nil {

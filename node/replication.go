@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/ringlimit/ringlimit/node/internal/replication"
 	"github.com/ringlimit/ringlimit/ring"
@@ -54,9 +53,6 @@ func (n *Node) newReplicator() *replication.Replicator {
 		},
 		Send: func(ctx context.Context, addr string, b transport.TransferBatch) ([]uint64, error) {
 			return n.peers.Replicate(ctx, addr, b)
-		},
-		Refused: func(from, key string, err error) {
-			n.refusedState(from, key, fmt.Errorf("%w: %w", ErrRefusedState, err))
 		},
 	}
 	if rm, ok := n.cfg.Metrics.(ReplicationMetrics); ok {

@@ -3,7 +3,6 @@ package replication
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -63,11 +62,8 @@ type Config struct {
 	Sync bool
 	// Metrics receives each send's outcome; nil: none.
 	Metrics Metrics
-	// Log receives the lines of failed sends (Accept reports to Refused).
+	// Log receives the lines of failed sends.
 	Log *slog.Logger
-	// Refused is called for a replica state (or ban state) of a key this
-	// node owns, refused from the member named from; err says why.
-	Refused func(from, key string, err error)
 	// Stop is closed when the node stops; Await then returns Stopped.
 	Stop    <-chan struct{}
 	Stopped error
@@ -310,14 +306,15 @@ func (r *Replicator) Await(ctx context.Context) error {
 // Accept installs the replicated states of a checked batch b (cb, see
 // peerinput.CheckBatch) that were not refused: a state is kept only when this
 // node is the key's backup and the sender its owner in this node's ring; ban
-// states likewise. A state of a key this node owns is refused (Refused): a
+// states likewise. The others, a state of a key this node owns included (a
 // replica may come only from the owner, and the previous owner's state
-// reaches a new owner by its handoff. The others are skipped and listed in
-// needFull (by ring hash) with the log deltas that could not be applied: the
-// rings disagree for a moment (this node joined and has not yet seen the ring
-// that makes it the backup), and the owner sends them again, whole, with its
-// next send; a sender that is not the owner drops them once its own ring
-// says so. A new key that does not fit under the store's MaxKeys is not
+// reaches a new owner by its handoff), are skipped and listed in needFull
+// (by ring hash) with the log deltas that could not be applied: the rings
+// disagree for a moment (this node joined and has not yet seen the ring that
+// makes it the backup, or the sender has not yet seen the one that made this
+// node the owner), and the owner sends them again, whole, with its next
+// send; a sender that is not the owner drops them once its own ring says
+// so. A new key that does not fit under the store's MaxKeys is not
 // installed (store.InstallScan) and not asked for again.
 func (r *Replicator) Accept(b transport.TransferBatch, cb peerinput.Batch) (needFull []uint64) {
 	snap, backups, _ := r.cfg.Ring()
@@ -348,19 +345,18 @@ func (r *Replicator) Accept(b transport.TransferBatch, cb peerinput.Batch) (need
 		owner, ok := snap.OwnerOfHash(h)
 		bk, hasB := backups.OfHash(h)
 		switch {
-		case ok && owner.Name == self:
-			// Refused (nothing installed), but asked for again whole: right
-			// after a restart or join the rings may disagree for a moment,
-			// and a log delta refused for good would leave the replica short
-			// of its entries once the rings agree.
-			r.cfg.Refused(b.From, ks.Key, fmt.Errorf("a replica of key hash %#x, which this node owns", h))
-			needFull = append(needFull, h)
-		case !ok || !(hasB && bk.Name == self && owner.Name == b.From):
-			// The rings disagree (this node has not yet seen the ring change
-			// that made it the backup, or has no ring yet right after it
-			// joined): ask for the state again, whole, with the next send.
-			// The sender drops it from its sends once its own ring says it
-			// is no longer the owner.
+		case !ok || owner.Name == self || !(hasB && bk.Name == self && owner.Name == b.From):
+			// The rings disagree (this node owns the key in its ring, or has
+			// not yet seen the ring change that made it the backup, or has
+			// no ring yet right after it joined): nothing is installed, and
+			// the state is asked for again, whole, with the next send (a log
+			// delta dropped for good would leave the replica short of its
+			// entries once the rings agree). The sender drops it from its
+			// sends once its own ring says it is no longer the owner. A
+			// replica of a key this node owns never overwrites its state,
+			// and is not counted as refused: every member sees some at each
+			// membership change of a large fleet (hundreds per member in a
+			// rolling restart of 50), while their rings differ.
 			needFull = append(needFull, h)
 		case ks.LogDelta:
 			if !owned.AppendLog(h, ks.Limit, states[i], ks.LogAfter, ks.LogAfterCount, ks.LastNow, ks.CallerClock, wall) {
@@ -378,12 +374,10 @@ func (r *Replicator) Accept(b transport.TransferBatch, cb peerinput.Batch) (need
 		owner, ok := snap.OwnerOfHash(h)
 		bk, hasB := backups.OfHash(h)
 		switch {
-		case ok && owner.Name == self:
-			r.cfg.Refused(b.From, ps.Key, errors.New("a replica of the ban state of a key this node owns"))
-		case ok && hasB && bk.Name == self && owner.Name == b.From:
+		case ok && owner.Name != self && hasB && bk.Name == self && owner.Name == b.From:
 			r.cfg.Bans.Replace(h, store.BanState(ps))
 		default:
-			needFull = append(needFull, h) // the rings disagree, as for states
+			needFull = append(needFull, h) // the rings disagree, as for states (a key owned here included)
 		}
 	}
 	return needFull

@@ -58,7 +58,6 @@ type fixture struct {
 	peers   *fakePeers
 	brk     *fakeBreakers
 	stop    chan struct{}
-	refused []string
 	// mine are the hashes of keys "a" owns, others of keys it does not.
 	mine, others []uint64
 }
@@ -90,9 +89,8 @@ func newFixture(t *testing.T, sync bool) *fixture {
 		Send:  f.peers.send,
 		Clock: func() int64 { return now },
 		Lag:   time.Second, Timeout: time.Second, Sync: sync, // a refused send backs off 2 s
-		Log:     log,
-		Refused: func(from, key string, err error) { f.refused = append(f.refused, fmt.Sprintf("%s %s", from, err)) },
-		Stop:    f.stop, Stopped: errStopped,
+		Log:  log,
+		Stop: f.stop, Stopped: errStopped,
 	})
 	for i := 0; len(f.mine) < 6 || len(f.others) < 2; i++ {
 		key := fmt.Sprintf("key-%d", i)
@@ -273,9 +271,9 @@ func TestAwait(t *testing.T) {
 }
 
 // TestAccept: a replica is installed only when this member is the key's
-// backup and the sender its owner; a state of a key this member owns is
-// refused and asked for again, and one the rings disagree on is asked for
-// again, not installed.
+// backup and the sender its owner; one the rings disagree on, a state of a
+// key this member owns included, is asked for again, not installed (an
+// owned key's state is left as it was).
 func TestAccept(t *testing.T) {
 	f := newFixture(t, false)
 	// The key each case uses: backed up here and owned by the sender; owned here.
@@ -307,7 +305,24 @@ func TestAccept(t *testing.T) {
 		t.Fatalf("from the owner: need_full %x, installed %v; want installed", need, f.owned.Has(backedUp, gcra.Kind))
 	}
 	mine := f.mine[0]
-	if need := accept("b", mine); !slices.Equal(need, []uint64{mine}) || len(f.refused) != 1 {
-		t.Fatalf("a key owned here: need_full %x, refused %v; want refused and asked again", need, f.refused)
+	peek := func() algo.Decision {
+		t.Helper()
+		d, err := f.owned.Take(mine, gcra, 0, now, now, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for range 3 { // a state that differs from the replica's (one hit)
+		if _, err := f.owned.Take(mine, gcra, 1, now, now, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := peek()
+	if need := accept("b", mine); !slices.Equal(need, []uint64{mine}) {
+		t.Fatalf("a key owned here: need_full %x; want asked again", need)
+	}
+	if after := peek(); after != before {
+		t.Fatalf("a key owned here: its state went from %+v to %+v; want the replica not installed", before, after)
 	}
 }
