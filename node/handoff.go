@@ -56,8 +56,11 @@ func (n *Node) handoff(ns *ringState, c *handoff.Change) {
 		n.hellos.Keep(names)
 	}
 	n.handOffHolds(ns)
+	// States handed here by mistake that strayLoop has not passed on yet go
+	// with this handoff, before its markers (handoff.Change.MoveListed).
+	listed := n.strays.Take()
 	moved := n.owned.Extract(func(h uint64) store.MoveAction {
-		return c.Move(h, store.MoveSend)
+		return c.MoveListed(h, listed[h] || h == 1 && listed[0], store.MoveSend) // a hash 0 is stored as 1
 	}, n.clock())
 	// Ban states move as key states do, except that a replica this node no
 	// longer backs up is dropped: its owner holds the whole of it, and a

@@ -49,6 +49,28 @@ func (c *Change) Move(h uint64, stray store.MoveAction) store.MoveAction {
 	return stray
 }
 
+// MoveListed is Move for a state Self holds that may be listed as a stray
+// (see Strays): a handed-off state installed here for a key Self did not own
+// (listed true). Move keeps such a state where Self is the key's backup in
+// Cur, as if it were its replica; but no owner has it, and Self's marker for
+// Cur tells the new owner that Self holds nothing more of its partitions, so
+// the owner would decide on what it has while the state waits here for the
+// stray pass. A listed state of a key another member owns in Cur therefore
+// goes to that owner with this handoff (store.MoveSendCopy: Self keeps the
+// copy a backup holds). Seen at 20 members, 10 leaving at once with the
+// default MembershipDebounce: the owner decided on an empty state for
+// 80 ms, keys up to a whole limit over.
+func (c *Change) MoveListed(h uint64, listed bool, stray store.MoveAction) store.MoveAction {
+	a := c.Move(h, stray)
+	if !listed || a != store.MoveKeep || c.Leaving {
+		return a
+	}
+	if m, ok := c.Cur.OwnerOfHash(h); ok && m.Name != c.Self {
+		return store.MoveSendCopy
+	}
+	return a
+}
+
 // Resync returns, per partition of Cur, whether Self must send its states
 // of that partition to their backup again whole: Self owns it and did not
 // own it in Old, or its backup changed or restarted. nil when there is

@@ -69,3 +69,40 @@ func partitionHash(t *testing.T, s *ring.Snapshot, p int) uint64 {
 	t.Fatalf("no hash found for partition %d", p)
 	return 0
 }
+
+// MoveListed sends a listed stray (a state handed here by mistake) of a key
+// another member owns to that owner, keeping a copy, where Move keeps it as
+// if it were this member's replica: its owner has no copy of it, and this
+// member's marker says it holds nothing more. Unlisted states, and listed
+// ones of keys this member owns, move as Move says.
+func TestChangeMoveListedSendsStraysWithTheHandoff(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	old, cur := snapOf(t, "a", "b", "c", "d"), snapOf(t, "a", "b", "c")
+	c := &Change{Self: "a", Old: old, Cur: cur,
+		OldBackups: replication.NewBackups(old, true, log), CurBackups: replication.NewBackups(cur, true, log)}
+	backedUp := 0
+	for p := range cur.PartitionCount() {
+		h := partitionHash(t, cur, p)
+		owner, _ := cur.OwnerOfHash(h)
+		was, _ := old.OwnerOfHash(h)
+		backup, _ := c.CurBackups.OfHash(h)
+		if got, want := c.MoveListed(h, false, store.MoveDrop), c.Move(h, store.MoveDrop); got != want {
+			t.Fatalf("partition %d, not listed: MoveListed = %v, Move = %v", p, got, want)
+		}
+		want := c.Move(h, store.MoveDrop)
+		if owner.Name != "a" && backup.Name == "a" && was.Name != "a" {
+			want = store.MoveSendCopy // Move: MoveKeep, "still its replica"
+			backedUp++
+		}
+		if got := c.MoveListed(h, true, store.MoveDrop); got != want {
+			t.Fatalf("partition %d (owner %s, was %s, backup %s), listed: MoveListed = %v, want %v", p, owner.Name, was.Name, backup.Name, got, want)
+		}
+	}
+	if backedUp == 0 {
+		t.Fatal("no partition backed up by a and owned by another before and after; the test needs one")
+	}
+	c.Leaving = true
+	if got := c.MoveListed(partitionHash(t, cur, 0), true, store.MoveDrop); got != store.MoveSend {
+		t.Fatalf("leaving: MoveListed = %v, want MoveSend", got)
+	}
+}
