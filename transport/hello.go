@@ -28,6 +28,15 @@ const ProtocolVersion uint32 = 1
 // is codes.PermissionDenied.
 var ErrRefused = errors.New("transport: peer refused")
 
+// ErrLocalClose is wrapped, with ErrUnavailable, by the error of a Pool.Hello
+// that failed because this Pool closed the connection it ran on (Drop,
+// RetireAll, Close) while the call was in flight: gRPC ends such a call with
+// codes.Canceled ("the client connection is closing"). It says nothing about
+// the peer, which may well be up: the same Hello sent again dials a new
+// connection, and its outcome is the peer's. A Hello whose own ctx ended, or
+// that the peer refused, failed, or did not answer, does not wrap it.
+var ErrLocalClose = errors.New("transport: connection closed by this side")
+
 // Hello is one side's identity in the admission handshake (Peer.Hello).
 type Hello struct {
 	// ClusterLabel is the sender's cluster label.
@@ -90,7 +99,9 @@ func (s *peerServer) Hello(ctx context.Context, req *pb.HelloRequest) (*pb.Hello
 // returns the peer's Hello and the member named by the peer's verified TLS
 // certificate ("" over plaintext). Errors: the peer refused us (wrapping
 // ErrRefused, with its reason), or a transport failure (wrapping
-// ErrUnavailable: unreachable, TLS handshake refused, timeout).
+// ErrUnavailable: unreachable, TLS handshake refused, timeout; also wrapping
+// ErrLocalClose when the failure is this Pool closing the connection under
+// the call, not the peer's doing).
 func (p *Pool) Hello(ctx context.Context, addr string, h Hello) (Hello, string, error) {
 	pe, err := p.peer(addr)
 	if err != nil {
@@ -103,6 +114,9 @@ func (p *Pool) Hello(ctx context.Context, addr string, h Hello) (Hello, string, 
 	if err != nil {
 		if st, ok := status.FromError(err); ok && st.Code() == codes.PermissionDenied {
 			return Hello{}, "", fmt.Errorf("%w: hello to %s: %s", ErrRefused, addr, st.Message())
+		}
+		if pe.closedUnder(ctx, err) {
+			return Hello{}, "", fmt.Errorf("%w: %w: hello to %s: %w", ErrUnavailable, ErrLocalClose, addr, err)
 		}
 		return Hello{}, "", errorFromStatus("hello to "+addr, err)
 	}

@@ -608,6 +608,20 @@ func (pe *peer) retire(max time.Duration) {
 	pe.close(fmt.Errorf("%w: forward to %s: connection retired (TLS material changed)", ErrUnavailable, pe.addr))
 }
 
+// closedUnder reports whether err, the failure of a unary call on pe's
+// connection made with ctx, is this Pool closing that connection under the
+// call (see ErrLocalClose): gRPC's codes.Canceled while ctx is still live,
+// on a peer that close has run on. A peer cannot cause it: its resets and
+// refusals leave pe open.
+func (pe *peer) closedUnder(ctx context.Context, err error) bool {
+	if status.Code(err) != codes.Canceled || ctx.Err() != nil {
+		return false
+	}
+	pe.mu.Lock()
+	defer pe.mu.Unlock()
+	return pe.closed
+}
+
 // close fails every batch not yet done with err, ends the streams and closes
 // the connection, which fails the unary RPCs in flight.
 func (pe *peer) close(err error) {

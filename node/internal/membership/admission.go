@@ -1,7 +1,6 @@
 package membership
 
 import (
-	"context"
 	"errors"
 	"time"
 
@@ -94,9 +93,7 @@ func (t *Table) hello(name, id, addr string, redial bool) {
 	if redial {
 		t.cfg.Drop(addr)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.Timeout)
-	resp, cert, err := t.cfg.Hello(ctx, addr)
-	cancel()
+	resp, cert, err := t.sayHello(addr)
 	reason := t.mismatch(name, id, resp, cert, err)
 	t.mu.Lock()
 	if reason == "" && t.cfg.Secure && t.revokedSeenLocked(name) {

@@ -23,7 +23,6 @@
 package membership
 
 import (
-	"context"
 	"time"
 )
 
@@ -110,9 +109,7 @@ func (t *Table) probeDoubted() {
 // name, which is then admitted afresh.
 func (t *Table) probe(name, id, addr string) {
 	defer t.cfg.WG.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.Timeout)
-	resp, cert, err := t.cfg.Hello(ctx, addr)
-	cancel()
+	resp, cert, err := t.sayHello(addr)
 	reason := t.mismatch(name, id, resp, cert, err)
 	t.mu.Lock()
 	if reason == "" && t.revokedSeenLocked(name) {
@@ -184,9 +181,7 @@ func (t *Table) admitClaim(old *admission, claim Member, redial bool) {
 	if redial {
 		t.cfg.Drop(claim.Addr)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.Timeout)
-	resp, cert, err := t.cfg.Hello(ctx, claim.Addr)
-	cancel()
+	resp, cert, err := t.sayHello(claim.Addr)
 	reason := t.mismatch(claim.Name, claim.ID, resp, cert, err)
 	t.mu.Lock()
 	if t.admit[claim.Name] != old {

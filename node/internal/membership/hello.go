@@ -1,6 +1,8 @@
 package membership
 
 import (
+	"context"
+	"errors"
 	"fmt"
 
 	"github.com/ringlimit/ringlimit/transport"
@@ -45,4 +47,30 @@ func HelloRefusal(self transport.Hello, secure bool, h transport.Hello, certMemb
 		return fmt.Sprintf("member name %q is this node's (instance %s)", h.Member, self.InstanceID), true
 	}
 	return "", false
+}
+
+// helloAttempts bounds the Hellos sayHello sends for one outcome: a
+// connection that this node closes again under every new attempt is not
+// waited out (the last attempt's failure then stands).
+const helloAttempts = 3
+
+// sayHello sends this node's Hello to the peer address addr (Config.Hello),
+// bounded by Timeout, and returns the answer, the member the peer's
+// certificate names, and the error. A Hello that failed because this node
+// closed the connection under it (transport.ErrLocalClose: a Drop of addr
+// meanwhile, by a ring rebuild or another handshake's redial) proves nothing
+// about the peer, so it is sent again at once, on a new connection, within
+// the same Timeout (up to helloAttempts in all): what is returned is what
+// the peer did (an answer, a refusal, no connection, a TLS failure, no
+// answer in time).
+func (t *Table) sayHello(addr string) (transport.Hello, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.Timeout)
+	defer cancel()
+	for try := 1; ; try++ {
+		resp, cert, err := t.cfg.Hello(ctx, addr)
+		if try == helloAttempts || !errors.Is(err, transport.ErrLocalClose) || ctx.Err() != nil {
+			return resp, cert, err
+		}
+		t.cfg.Log.Info("this node closed the connection under a Hello; sending it again on a new one", "addr", addr, "err", err)
+	}
 }

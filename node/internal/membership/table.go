@@ -364,9 +364,7 @@ func (t *Table) NameConflict() string {
 		return c
 	}
 	self := t.cfg.Self.Member
-	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.Timeout)
-	resp, cert, err := t.cfg.Hello(ctx, peer)
-	cancel()
+	resp, cert, err := t.sayHello(peer)
 	switch {
 	case errors.Is(err, transport.ErrRefused):
 		return c // a live process refused this node its own name

@@ -19,16 +19,39 @@ import (
 type fakePeers struct {
 	mu    sync.Mutex
 	alive map[string]transport.Hello // addr -> its answer
+	// fail: addr -> the errors its next Hellos return, in order, before
+	// alive answers again; calls: addr -> the Hellos sent to it.
+	fail  map[string][]error
+	calls map[string]int
 }
 
 func (f *fakePeers) hello(_ context.Context, addr string) (transport.Hello, string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.calls[addr]++
+	if errs := f.fail[addr]; len(errs) > 0 {
+		f.fail[addr] = errs[1:]
+		return transport.Hello{}, "", errs[0]
+	}
 	h, ok := f.alive[addr]
 	if !ok {
 		return transport.Hello{}, "", errors.New("connection refused")
 	}
 	return h, h.Member, nil
+}
+
+// failNext makes the next Hellos to addr fail with errs, in order.
+func (f *fakePeers) failNext(addr string, errs ...error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail[addr] = append(f.fail[addr], errs...)
+}
+
+// called returns how many Hellos were sent to addr.
+func (f *fakePeers) called(addr string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[addr]
 }
 
 func (f *fakePeers) set(addr string, h *transport.Hello) {
@@ -43,7 +66,7 @@ func (f *fakePeers) set(addr string, h *transport.Hello) {
 
 func newTestTable(t *testing.T, secure bool) (*Table, *fakePeers, *sync.WaitGroup) {
 	t.Helper()
-	f := &fakePeers{alive: make(map[string]transport.Hello)}
+	f := &fakePeers{alive: make(map[string]transport.Hello), fail: make(map[string][]error), calls: make(map[string]int)}
 	wg := new(sync.WaitGroup)
 	tb := NewTable(Config{
 		Self:           transport.Hello{ClusterLabel: "c", Member: "me", ProtocolVersion: transport.ProtocolVersion, InstanceID: "i0"},
