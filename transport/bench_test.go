@@ -3,6 +3,8 @@ package transport
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"runtime"
 	"strconv"
@@ -137,28 +139,106 @@ func BenchmarkForwardAlone(b *testing.B) {
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
-			w0, r0, ioOK := syscallCounts()
-			cpu0 := cpuTime(b)
-			var next atomic.Int64
-			var wg sync.WaitGroup
-			for _, addr := range addrs {
-				wg.Go(func() {
-					for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
-						if _, err := p.Forward(context.Background(), addr, validCheck(benchKeys[i%int64(len(benchKeys))], 1)); err != nil {
-							b.Error(err)
+			measureCPU(b, len(addrs), func(w int, i int64) error {
+				_, err := p.Forward(context.Background(), addrs[w], validCheck(benchKeys[i%int64(len(benchKeys))], 1))
+				return err
+			})
+		})
+	}
+}
+
+// BenchmarkSocketRoundTrip is the floor of any transport between members
+// that are separate processes: pairs goroutines, each writing a 64-byte
+// request on a loopback TCP connection of its own and reading the 64-byte
+// answer that a server goroutine at the other end writes back, one in flight
+// per connection, as a check forwarded alone travels between two members of
+// a large fleet. No gRPC, no TLS, no framing, no decision: cpu-ns/op is the
+// CPU of both ends (the process's user + system time) for one request and
+// its answer, and writes/op and reads/op its system calls (Linux). Compare it
+// with a whole check at 3 members (cluster_test BenchmarkFleetCheck) in the
+// same session:
+//
+//	go test -run '^$' -bench 'SocketRoundTrip' -benchtime 200000x -cpu 2 ./transport/
+func BenchmarkSocketRoundTrip(b *testing.B) {
+	for _, pairs := range []int{1, 16} {
+		b.Run(fmt.Sprintf("pairs=%d", pairs), func(b *testing.B) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ln.Close()
+			var servers sync.WaitGroup
+			defer servers.Wait()
+			conns := make([]net.Conn, pairs)
+			for i := range conns {
+				c, err := net.Dial("tcp", ln.Addr().String())
+				if err != nil {
+					b.Fatal(err)
+				}
+				s, err := ln.Accept()
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.Close()
+				conns[i] = c
+				servers.Go(func() {
+					defer s.Close()
+					buf := make([]byte, 64)
+					for {
+						if _, err := io.ReadFull(s, buf); err != nil {
+							return // the client closed
+						}
+						if _, err := s.Write(buf); err != nil {
 							return
 						}
 					}
 				})
 			}
-			wg.Wait()
-			b.StopTimer()
-			reportCPU(b, cpu0)
-			if w1, r1, ok := syscallCounts(); ok && ioOK {
-				b.ReportMetric(float64(w1-w0)/float64(b.N), "writes/op")
-				b.ReportMetric(float64(r1-r0)/float64(b.N), "reads/op")
+			bufs := make([][]byte, pairs)
+			for i := range bufs {
+				bufs[i] = make([]byte, 64)
+			}
+			b.ResetTimer()
+			measureCPU(b, pairs, func(w int, _ int64) error {
+				if _, err := conns[w].Write(bufs[w]); err != nil {
+					return err
+				}
+				_, err := io.ReadFull(conns[w], bufs[w])
+				return err
+			})
+			for _, c := range conns {
+				c.Close()
 			}
 		})
+	}
+}
+
+// measureCPU runs b.N operations on workers goroutines, op(w, i) being
+// worker w's operation number i (1 to b.N, each made once), stops the timer,
+// and reports cpu-ns/op (the process's CPU time) and, where /proc/self/io can
+// be read, writes/op and reads/op (its write and read system calls). The
+// first error ends that worker and fails the benchmark.
+func measureCPU(b *testing.B, workers int, op func(w int, i int64) error) {
+	w0, r0, ioOK := syscallCounts()
+	cpu0 := cpuTime(b)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+				if err := op(w, i); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	reportCPU(b, cpu0)
+	if w1, r1, ok := syscallCounts(); ok && ioOK {
+		b.ReportMetric(float64(w1-w0)/float64(b.N), "writes/op")
+		b.ReportMetric(float64(r1-r0)/float64(b.N), "reads/op")
 	}
 }
 
