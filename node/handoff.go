@@ -84,7 +84,7 @@ func (n *Node) handoff(ns *ringState, c *handoff.Change) {
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.HandoffTimeout)
 	defer cancel()
 	more, err := bt.Deliver(ctx, snap.Members(), n.cfg.Ring, func(ctx context.Context, name, addr string, states []transport.KeyState, bans []transport.PenaltyState) error {
-		return n.peers.Handoff(ctx, addr, transport.TransferBatch{From: self, RingDigest: snap.Digest(), States: states, Done: true, Penalties: bans, After: after[name]})
+		return n.peers.Handoff(ctx, addr, transport.TransferBatch{From: self, RingDigest: snap.Digest(), States: states, Done: true, Penalties: bans, After: after[name], Leaving: ns.Leaving})
 	}, n.sendHandoff(snap), func(failed []string, err error) {
 		n.log.Info("handoff: sending again the keys of members that did not take them", "members", failed, "err", err)
 	})

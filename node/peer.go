@@ -115,8 +115,14 @@ func (p peerNode) Gating(rs *ringState) bool {
 func (p peerNode) Gated(rs *ringState, h uint64) bool        { return rs.Gate(h) != nil }
 func (p peerNode) AwaitReplicated(ctx context.Context) error { return p.n.awaitReplicated(ctx) }
 func (p peerNode) NoteStrays(hs []uint64)                    { p.n.noteStrays(p.n.rs.Load(), hs) }
-func (p peerNode) HandoffDone(from string, digest uint64, after []string) {
+func (p peerNode) HandoffDone(from string, digest uint64, after []string, leaving bool) {
 	p.n.markHandoffDone(from, digest, after)
+	if leaving && !p.n.leaving.Load() {
+		// Gossip brings a leave to the last members up to a second after the
+		// first (its spread has a tail); the leaver's own marker reaches
+		// every member at once. The probe decides, as for a gossiped leave.
+		p.n.mem.Leaving(from)
+	}
 }
 
 func (p peerNode) Owns(rs *ringState, h uint64) bool {

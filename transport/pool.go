@@ -402,7 +402,7 @@ func (p *Pool) transfer(ctx context.Context, addr string, b TransferBatch) (need
 		}
 		req.batch = TransferBatch{States: states[:n], From: b.From, RingDigest: b.RingDigest, Done: b.Done && n == len(states), Replica: b.Replica}
 		if req.batch.Done {
-			req.batch.After = b.After
+			req.batch.After, req.batch.Leaving = b.After, b.Leaving
 		}
 		if needFull, err = send(ctx, req, needFull); err != nil {
 			return needFull, err

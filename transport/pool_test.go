@@ -366,6 +366,8 @@ func TestTransferChunks(t *testing.T) {
 	}
 }
 
+// TestHandoffMarksTheLastChunk: a handoff in several chunks carries Done,
+// After and Leaving on its last chunk only.
 func TestHandoffMarksTheLastChunk(t *testing.T) {
 	t.Parallel()
 	f := &fakePeer{}
@@ -376,7 +378,7 @@ func TestHandoffMarksTheLastChunk(t *testing.T) {
 	for i := range 5 {
 		states = append(states, KeyState{Key: fmt.Sprint("h", i), Limit: lim})
 	}
-	if err := p.Handoff(context.Background(), addr, TransferBatch{From: "node-a", RingDigest: 42, States: states, Done: true}); err != nil {
+	if err := p.Handoff(context.Background(), addr, TransferBatch{From: "node-a", RingDigest: 42, States: states, Done: true, After: []string{"node-x"}, Leaving: true}); err != nil {
 		t.Fatal(err)
 	}
 	// A handoff with nothing to hand over still sends its Done marker; one
@@ -392,7 +394,7 @@ func TestHandoffMarksTheLastChunk(t *testing.T) {
 	want := []TransferBatch{
 		{From: "node-a", RingDigest: 42},
 		{From: "node-a", RingDigest: 42},
-		{From: "node-a", RingDigest: 42, Done: true},
+		{From: "node-a", RingDigest: 42, Done: true, After: []string{"node-x"}, Leaving: true}, // only the last chunk says them
 		{From: "node-b", RingDigest: 7, Done: true},
 	}
 	if got := fmt.Sprint(f.batches); got != fmt.Sprint(want) {

@@ -32,7 +32,8 @@ var (
 
 // xferRequest is one TransferRequest: one chunk of a TransferBatch.
 //
-// The sender fills batch (From, RingDigest, States, Done, Penalties, Replica;
+// The sender fills batch (From, RingDigest, States, Done, Penalties, Replica,
+// After, Leaving;
 // Sender is not sent) and the codec encodes it.
 //
 // The receiver sets maxKeyLen and maxBatch, then the codec decodes into it:
@@ -75,7 +76,7 @@ func (m *xferRequest) unmarshal(data mem.BufferSlice) error {
 // size returns the encoded size of m.
 func (m *xferRequest) size() int {
 	b := &m.batch
-	n := sizeBytes(len(b.From)) + sizeU64(b.RingDigest) + sizeBool(b.Done) + sizeBool(b.Replica)
+	n := sizeBytes(len(b.From)) + sizeU64(b.RingDigest) + sizeBool(b.Done) + sizeBool(b.Replica) + sizeBool(b.Leaving)
 	for i := range b.States {
 		n += 1 + protowire.SizeBytes(keyStateSize(&b.States[i]))
 	}
@@ -112,7 +113,7 @@ func (m *xferRequest) append(buf []byte) []byte {
 		buf = protowire.AppendTag(buf, 7, protowire.BytesType)
 		buf = protowire.AppendString(buf, name)
 	}
-	return buf
+	return appendBool(buf, 8, b.Leaving)
 }
 
 func appendBool(b []byte, num protowire.Number, v bool) []byte {
@@ -319,7 +320,7 @@ func (m *xferRequest) decode(b []byte) error {
 				}
 				pi++
 			}
-		case (num == 3 || num == 4 || num == 6) && typ == protowire.VarintType:
+		case (num == 3 || num == 4 || num == 6 || num == 8) && typ == protowire.VarintType:
 			u, n := protowire.ConsumeVarint(b)
 			if n < 0 {
 				return errMalformedTransfer
@@ -332,6 +333,8 @@ func (m *xferRequest) decode(b []byte) error {
 				m.batch.Done = protowire.DecodeBool(u)
 			case 6:
 				m.batch.Replica = protowire.DecodeBool(u)
+			case 8:
+				m.batch.Leaving = protowire.DecodeBool(u)
 			}
 		default:
 			if b, err = skipField(num, typ, b); err != nil {

@@ -55,12 +55,12 @@ func transferFromProto(req *pb.TransferRequest, maxKeyLen, maxBatch int) (Transf
 	if len(req.GetAfter()) > MaxAfter {
 		return TransferBatch{}, batchTooLarge("after", len(req.GetAfter()), MaxAfter)
 	}
-	return TransferBatch{From: req.GetFrom(), RingDigest: req.GetRingDigest(), States: states, Done: req.GetDone(), Penalties: pens, Replica: req.GetReplica(), After: req.GetAfter()}, nil
+	return TransferBatch{From: req.GetFrom(), RingDigest: req.GetRingDigest(), States: states, Done: req.GetDone(), Penalties: pens, Replica: req.GetReplica(), After: req.GetAfter(), Leaving: req.GetLeaving()}, nil
 }
 
 // transferToProto is the sender's message before wireCodec took it over.
 func transferToProto(b TransferBatch) *pb.TransferRequest {
-	req := &pb.TransferRequest{From: b.From, RingDigest: b.RingDigest, Done: b.Done, Replica: b.Replica, After: b.After}
+	req := &pb.TransferRequest{From: b.From, RingDigest: b.RingDigest, Done: b.Done, Replica: b.Replica, After: b.After, Leaving: b.Leaving}
 	for _, s := range b.States {
 		var m pb.KeyState
 		keyStateToWire(s, &m)
@@ -74,8 +74,8 @@ func transferToProto(b TransferBatch) *pb.TransferRequest {
 
 // sameBatch compares two batches, an empty slice equal to nil.
 func sameBatch(a, b TransferBatch) error {
-	if a.From != b.From || a.RingDigest != b.RingDigest || a.Done != b.Done || a.Replica != b.Replica || a.Sender != b.Sender {
-		return fmt.Errorf("header %+v, want %+v", [5]any{a.From, a.RingDigest, a.Done, a.Replica, a.Sender}, [5]any{b.From, b.RingDigest, b.Done, b.Replica, b.Sender})
+	if a.From != b.From || a.RingDigest != b.RingDigest || a.Done != b.Done || a.Replica != b.Replica || a.Sender != b.Sender || a.Leaving != b.Leaving {
+		return fmt.Errorf("header %+v, want %+v", [6]any{a.From, a.RingDigest, a.Done, a.Replica, a.Sender, a.Leaving}, [6]any{b.From, b.RingDigest, b.Done, b.Replica, b.Sender, b.Leaving})
 	}
 	if !slices.Equal(a.After, b.After) {
 		return fmt.Errorf("after %q, want %q", a.After, b.After)
@@ -127,6 +127,7 @@ func randTransferBatch(r *rand.Rand, n int) TransferBatch {
 	if b.RingDigest%3 == 0 { // from the digest: no draw of r, whose sequence the tests' outcomes depend on
 		b.After = froms[int(b.RingDigest/3%3):]
 	}
+	b.Leaving = b.RingDigest%5 < 2 // likewise
 	b.States = make([]KeyState, r.IntN(n+1))
 	for i := range b.States {
 		s := KeyState{
@@ -328,7 +329,7 @@ func withJunk(r *rand.Rand, b TransferBatch) []byte {
 		out = protowire.AppendTag(out, 7, protowire.BytesType)
 		out = sprinkle(protowire.AppendString(out, name))
 	}
-	return out
+	return sprinkle(appendBool(out, 8, b.Leaving))
 }
 
 // TestTransferDecodeSkipsUnknownFields reads requests with unknown fields,

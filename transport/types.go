@@ -194,6 +194,12 @@ type TransferBatch struct {
 	// joining at once make each member's rings differ). At most MaxAfter
 	// names, each a valid member name; sent on the request with Done.
 	After []string
+	// Leaving, with Done, says that From is leaving the cluster: RingDigest
+	// is a ring without it. A receiver that still has From in its ring
+	// probes it at once instead of waiting for gossip to bring the leave
+	// (the probe, not this flag, decides: a member that is leaving fails
+	// it). Older members ignore it.
+	Leaving bool
 	// Sender is set by the server, never sent: the member named by the
 	// sender's verified TLS certificate, "" over plaintext. A receiver in
 	// secure mode refuses a batch whose From is not Sender.

@@ -1547,7 +1547,13 @@ type TransferRequest struct {
 	// partitions it gained from `from`: members the sender's earlier ring
 	// changes passed those partitions to, which may still hold their states.
 	// At most 1024 names.
-	After         []string `protobuf:"bytes,7,rep,name=after,proto3" json:"after,omitempty"`
+	After []string `protobuf:"bytes,7,rep,name=after,proto3" json:"after,omitempty"`
+	// leaving, on the request with done, says that the sender is leaving the
+	// cluster: the ring of this handoff is the ring without it. A receiver
+	// that still has the sender in its ring probes it at once (a Hello, which
+	// a leaving member fails) rather than waiting for gossip to bring the
+	// leave. A receiver that does not know the field ignores it.
+	Leaving       bool `protobuf:"varint,8,opt,name=leaving,proto3" json:"leaving,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1629,6 +1635,13 @@ func (x *TransferRequest) GetAfter() []string {
 		return x.After
 	}
 	return nil
+}
+
+func (x *TransferRequest) GetLeaving() bool {
+	if x != nil {
+		return x.Leaving
+	}
+	return false
 }
 
 // PenaltyState is the ban state of one key handed from its old owner to its new owner.
@@ -2228,7 +2241,7 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\tlog_delta\x18\n" +
 	" \x01(\bR\blogDelta\x12)\n" +
 	"\x11log_after_unix_ns\x18\v \x01(\x03R\x0elogAfterUnixNs\x12&\n" +
-	"\x0flog_after_count\x18\f \x01(\x03R\rlogAfterCount\"\xf4\x01\n" +
+	"\x0flog_after_count\x18\f \x01(\x03R\rlogAfterCount\"\x8e\x02\n" +
 	"\x0fTransferRequest\x12.\n" +
 	"\x06states\x18\x01 \x03(\v2\x16.ringlimit.v1.KeyStateR\x06states\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x1f\n" +
@@ -2237,7 +2250,8 @@ const file_ringlimit_v1_ringlimit_proto_rawDesc = "" +
 	"\x04done\x18\x04 \x01(\bR\x04done\x128\n" +
 	"\tpenalties\x18\x05 \x03(\v2\x1a.ringlimit.v1.PenaltyStateR\tpenalties\x12\x18\n" +
 	"\areplica\x18\x06 \x01(\bR\areplica\x12\x14\n" +
-	"\x05after\x18\a \x03(\tR\x05after\"\x99\x01\n" +
+	"\x05after\x18\a \x03(\tR\x05after\x12\x18\n" +
+	"\aleaving\x18\b \x01(\bR\aleaving\"\x99\x01\n" +
 	"\fPenaltyState\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12)\n" +
 	"\x11ban_until_unix_ns\x18\x02 \x01(\x03R\x0ebanUntilUnixNs\x12&\n" +

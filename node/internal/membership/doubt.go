@@ -86,6 +86,30 @@ func (t *Table) doubtLocked(a *admission, name string, quiet bool) *doubt {
 	return a.doubt
 }
 
+// Leaving is called when member name says, in its own handoff marker, that
+// it is leaving (transport.TransferBatch.Leaving): gossip brings a leave to
+// the last members up to a second after the first, the marker to every
+// member at once. An admitted member that is not doubted yet is doubted
+// quietly, and the membership loop (Run) probes it at once, without waiting
+// for a change to settle or for ProbeInterval; the probe decides, as for a
+// leave that gossip brings: a member that is leaving fails it and is
+// dropped, one that answers stays (the doubt ends). This node, and members
+// not admitted or already doubted, are left as they are. It does not block.
+func (t *Table) Leaving(name string) {
+	t.mu.Lock()
+	a := t.admit[name]
+	if name == t.cfg.Self.Member || a == nil || a.state != StateAlive || a.doubt != nil {
+		t.mu.Unlock()
+		return
+	}
+	t.doubtLocked(a, name, true)
+	t.mu.Unlock()
+	select {
+	case t.probeNow <- struct{}{}:
+	default: // a probe is already asked for; it reads every doubt
+	}
+}
+
 // probeDoubted starts a probe of every doubted member whose last probe ended
 // ProbeInterval ago or more (or that was not probed yet). It runs on
 // the membership loop.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,15 +63,7 @@ func TestProbeRetriesLocalClose(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tb, f, wg := newTestTable(t, true)
-			d := Delegate{T: tb}
-			hello := transport.Hello{ClusterLabel: "c", Member: "a", ProtocolVersion: transport.ProtocolVersion, InstanceID: "i1"}
-			f.set(addr, &hello)
-			d.NotifyJoin(gossipNode("a", addr, "i1"))
-			tb.AdmitNow()
-			wg.Wait()
-			if s, _ := stateOf(tb, "a"); s != StateAlive {
-				t.Fatalf("after its Hello: state %q, want %q", s, StateAlive)
-			}
+			d := admitA(t, tb, f, wg, addr)
 			before := f.called(addr)
 
 			if tc.claim {
@@ -166,4 +159,127 @@ func TestSayHelloRetryKeepsDeadline(t *testing.T) {
 	if lo, hi := start.Add(tb.cfg.Timeout), end.Add(tb.cfg.Timeout); deadlines[0].Before(lo) || deadlines[0].After(hi) {
 		t.Fatalf("deadline %v, want one Timeout (%v) after the call began, within [%v, %v]", deadlines[0], tb.cfg.Timeout, lo, hi)
 	}
+}
+
+// A member's own marker saying it is leaving (Table.Leaving) makes this node
+// probe it at once, before gossip says anything: a member that is leaving
+// fails the probe and leaves the ring, with a ring change signalled; one
+// that answers stays, and its doubt ends (gossip never contradicted it). A
+// member not admitted yet and this node itself are not probed.
+func TestLeavingMarkerProbesAtOnce(t *testing.T) {
+	t.Parallel()
+	const addr = "10.0.0.1:7947"
+	for _, tc := range []struct {
+		name    string
+		secure  bool
+		leaving bool // the member refuses the Hello: it is leaving
+	}{
+		{"secure, leaving", true, true},
+		{"secure, answers", true, false},
+		{"insecure, leaving", false, true},
+		{"insecure, answers", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tb, f, wg := newTestTable(t, tc.secure)
+			admitA(t, tb, f, wg, addr)
+			// Drain the signals of the admission: what follows must signal anew.
+			select {
+			case <-tb.sig:
+			default:
+			}
+			before := f.called(addr)
+			if tc.leaving {
+				f.failNext(addr, fmt.Errorf("%w: hello to %s: member %q is leaving", transport.ErrRefused, addr, "a"))
+			}
+			// The membership loop, with ProbeInterval an hour: only Leaving
+			// can make it probe. A ring change rebuilds 1 ms after it.
+			stop := make(chan struct{})
+			rebuilt := make(chan struct{}, 1)
+			var loop sync.WaitGroup
+			loop.Go(func() {
+				tb.Run(stop, time.Millisecond, func() bool { return false }, func() {
+					select {
+					case rebuilt <- struct{}{}:
+					default:
+					}
+				})
+			})
+			defer func() { close(stop); loop.Wait() }()
+			tb.Leaving("a")
+			deadline := time.Now().Add(10 * time.Second)
+			for !probed(tb, "a") {
+				if time.Now().After(deadline) {
+					t.Fatalf("Leaving: %d Hellos within 10 s, want a probe at once", f.called(addr)-before)
+				}
+				time.Sleep(time.Millisecond) // poll, bounded by deadline
+			}
+			if got := f.called(addr) - before; got != 1 {
+				t.Fatalf("Leaving sent %d Hellos, want 1", got)
+			}
+			ring, _ := tb.RingMembers(false)
+			inRing := len(ring) == 1 && ring[0].Name == "a"
+			tb.mu.Lock()
+			a := tb.admit["a"]
+			doubted := a != nil && a.doubt != nil
+			tb.mu.Unlock()
+			if tc.leaving {
+				if inRing {
+					t.Fatalf("it is leaving and failed its probe, but it is in the ring (members %v)", ring)
+				}
+				select {
+				case <-rebuilt:
+				case <-time.After(10 * time.Second):
+					t.Fatal("dropped, but the ring was not rebuilt within 10 s")
+				}
+				if !tb.MayCall("a") {
+					t.Fatal("MayCall right after it left: false, want true (its handoff may still arrive)")
+				}
+			} else if !inRing || doubted {
+				t.Fatalf("it answers its probe: in the ring %v, still doubted %v; want in the ring, not doubted", inRing, doubted)
+			}
+		})
+	}
+
+	t.Run("not admitted, or this node", func(t *testing.T) {
+		t.Parallel()
+		tb, _, _ := newTestTable(t, true)
+		d := Delegate{T: tb}
+		d.NotifyJoin(gossipNode("b", "10.0.0.2:7947", "i2")) // joining: no Hello yet
+		tb.Leaving("b")
+		tb.Leaving("me")
+		tb.Leaving("nobody")
+		tb.mu.Lock()
+		doubted := tb.admit["b"] == nil || tb.admit["b"].doubt != nil
+		tb.mu.Unlock()
+		if doubted || len(tb.probeNow) != 0 {
+			t.Fatalf("a member not admitted: doubted %v, probe asked %v; want neither", doubted, len(tb.probeNow) != 0)
+		}
+	})
+}
+
+// probed reports whether the probe of name has ended: no probe running, and
+// the member dropped or its doubt settled.
+func probed(tb *Table, name string) bool {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	a := tb.admit[name]
+	return a == nil || (!a.probing && (a.doubt == nil || !a.doubt.last.IsZero()))
+}
+
+// admitA has gossip report member "a" (instance i1) at peer address addr,
+// which answers its Hello, admits it, and returns the delegate gossip's
+// reports come through.
+func admitA(t *testing.T, tb *Table, f *fakePeers, wg *sync.WaitGroup, addr string) Delegate {
+	t.Helper()
+	d := Delegate{T: tb}
+	hello := transport.Hello{ClusterLabel: "c", Member: "a", ProtocolVersion: transport.ProtocolVersion, InstanceID: "i1"}
+	f.set(addr, &hello)
+	d.NotifyJoin(gossipNode("a", addr, "i1"))
+	tb.AdmitNow()
+	wg.Wait()
+	if s, _ := stateOf(tb, "a"); s != StateAlive {
+		t.Fatalf("after its Hello: state %q, want %q", s, StateAlive)
+	}
+	return d
 }

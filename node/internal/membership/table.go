@@ -72,6 +72,9 @@ type Config struct {
 type Table struct {
 	cfg Config
 	sig chan struct{}
+	// probeNow asks the membership loop to probe the doubted members at
+	// once (Leaving), not at its next change or ProbeInterval.
+	probeNow chan struct{}
 
 	mu      sync.Mutex
 	members map[string]Member     // live gossip members
@@ -91,6 +94,7 @@ func NewTable(cfg Config) *Table {
 	return &Table{
 		cfg:       cfg,
 		sig:       make(chan struct{}, 1),
+		probeNow:  make(chan struct{}, 1),
 		members:   make(map[string]Member),
 		admit:     make(map[string]*admission),
 		certsSeen: make(map[string]string),
@@ -108,8 +112,9 @@ func (t *Table) Changed() {
 }
 
 // Run is the membership loop: it runs the pending handshakes every
-// AdmissionRetry, the probes of doubted members every ProbeInterval, and on
-// every change (after Settle) both and then rebuild, until stop is closed.
+// AdmissionRetry, the probes of doubted members every ProbeInterval and at
+// once when Leaving asks, and on every change (after Settle) both and then
+// rebuild, until stop is closed.
 // While leaving reports true it does none of them.
 func (t *Table) Run(stop <-chan struct{}, debounce time.Duration, leaving func() bool, rebuild func()) {
 	retry := time.NewTicker(t.cfg.AdmissionRetry)
@@ -124,6 +129,10 @@ func (t *Table) Run(stop <-chan struct{}, debounce time.Duration, leaving func()
 		case <-retry.C:
 			if !leaving() {
 				t.AdmitPending()
+			}
+		case <-t.probeNow:
+			if !leaving() {
+				t.probeDoubted()
 			}
 		case <-probe.C:
 			if !leaving() {

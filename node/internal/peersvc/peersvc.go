@@ -76,8 +76,9 @@ type Node[R any] interface {
 	NoteStrays(hs []uint64)
 	// HandoffDone records the "handoff complete" marker of the member named
 	// from for the ring of digest, and the members it names in after
-	// (transport.TransferBatch.After).
-	HandoffDone(from string, digest uint64, after []string)
+	// (transport.TransferBatch.After); leaving: the marker says that from is
+	// leaving (transport.TransferBatch.Leaving).
+	HandoffDone(from string, digest uint64, after []string, leaving bool)
 }
 
 // Config is what a Service needs of its node besides Node, built once when
@@ -335,6 +336,6 @@ func (s *Service[R]) InstallHandoff(b transport.TransferBatch, cb peerinput.Batc
 		}
 	}
 	if b.Done {
-		s.cfg.Node.HandoffDone(b.From, b.RingDigest, b.After)
+		s.cfg.Node.HandoffDone(b.From, b.RingDigest, b.After, b.Leaving)
 	}
 }

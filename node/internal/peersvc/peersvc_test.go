@@ -62,8 +62,8 @@ func (f *fakeNode) Hash(rs *ringView, key string) uint64 {
 func (f *fakeNode) SyncReplicas(rs *ringView) bool { f.checkRing(rs); return f.sync }
 func (f *fakeNode) Gating(rs *ringView) bool       { return f.gating }
 func (f *fakeNode) NoteStrays(hs []uint64)         { f.strays = append(f.strays, hs...) }
-func (f *fakeNode) HandoffDone(from string, digest uint64, after []string) {
-	f.done = append(f.done, from+"@"+strconv.FormatUint(digest, 10)+strings.Join(after, "+"))
+func (f *fakeNode) HandoffDone(from string, digest uint64, after []string, leaving bool) {
+	f.done = append(f.done, from+"@"+strconv.FormatUint(digest, 10)+strings.Join(after, "+")+map[bool]string{true: " leaving"}[leaving])
 }
 func (f *fakeNode) AwaitReplicated(ctx context.Context) error { f.awaits++; return f.awaitErr }
 
@@ -342,6 +342,10 @@ func TestTransferInstalls(t *testing.T) {
 	b.Done = false // a batch before the last: no marker
 	if err := f.s.Transfer(context.Background(), b); err != nil || len(f.n.done) != 1 {
 		t.Errorf("a batch without Done: %v, markers %v; want the one marker still", err, f.n.done)
+	}
+	b.Done, b.Leaving, b.States, b.Penalties = true, true, nil, nil // the marker of a member leaving
+	if err := f.s.Transfer(context.Background(), b); err != nil || len(f.n.done) != 2 || f.n.done[1] != "p@9x+y leaving" {
+		t.Errorf("a leaving member's marker: %v, markers %v; want [p@9x+y p@9x+y leaving]", err, f.n.done)
 	}
 }
 
