@@ -140,7 +140,12 @@ func (t *Table) Run(stop <-chan struct{}, debounce time.Duration, leaving func()
 				t.AdmitPending() // the unreachable (retryUnreachable)
 			}
 		case <-t.sig:
-			if !Settle(debounce, t.sig, stop) {
+			// The probes Leaving asks for run while the change settles.
+			if !settle(debounce, t.sig, stop, t.probeNow, func() {
+				if !leaving() {
+					t.probeDoubted()
+				}
+			}) {
 				return
 			}
 			if !leaving() {
@@ -156,6 +161,12 @@ func (t *Table) Run(stop <-chan struct{}, debounce time.Duration, leaving func()
 // have passed, so that a burst of changes is rebuilt once. False if stop is
 // closed meanwhile; true at once when d <= 0.
 func Settle(d time.Duration, sig chan struct{}, stop <-chan struct{}) bool {
+	return settle(d, sig, stop, nil, nil)
+}
+
+// settle is Settle that calls serve each time also is signalled meanwhile
+// (also nil: never).
+func settle(d time.Duration, sig chan struct{}, stop <-chan struct{}, also <-chan struct{}, serve func()) bool {
 	if d <= 0 {
 		return true
 	}
@@ -173,6 +184,8 @@ func Settle(d time.Duration, sig chan struct{}, stop <-chan struct{}) bool {
 			return true
 		case <-sig:
 			quiet.Reset(d)
+		case <-also:
+			serve()
 		}
 	}
 }
